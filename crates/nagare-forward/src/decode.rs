@@ -264,6 +264,12 @@ fn scan_options(buf: &[u8], pos: usize, s: &mut Scanned) -> Result<usize, ScanEr
 }
 
 impl Scanned {
+    /// Fluent Bit's `fluent_signal` option (0 logs, 1 metrics, 2 traces), so a
+    /// caller can set non-log payloads apart before decoding entries.
+    pub fn signal(&self) -> Option<u64> {
+        self.signal
+    }
+
     /// Builds the frame from the bytes that were scanned (cut to `self.len`).
     /// `now` replaces a time of 0 or nil, as Fluentd does.
     pub fn into_frame(
@@ -403,7 +409,8 @@ pub fn normalize_entries(data: Bytes, now: EventTime) -> Result<(Bytes, u32), De
             return Err(DecodeError::Malformed("an entry is [time, record]"));
         }
         let tstart = p;
-        let (time_span, fb_form) = if matches!(buf[p], 0x90..=0x9f | 0xdc | 0xdd) {
+        // `get`: a lone array header at the end of the payload has no time.
+        let (time_span, fb_form) = if matches!(buf.get(p), Some(0x90..=0x9f | 0xdc | 0xdd)) {
             // Fluent Bit 2.x: [[EventTime, {metadata}], record]
             let (m, inner) = read_array_len(buf, p)?;
             if m != 2 {

@@ -1,0 +1,33 @@
+//! `nagare check -c FILE`
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::config;
+
+#[derive(clap::Args)]
+pub struct CheckArgs {
+    /// The configuration file to check.
+    #[arg(short, long)]
+    pub config: PathBuf,
+}
+
+pub fn main(a: CheckArgs) -> ExitCode {
+    match config::load(&a.config) {
+        Ok(c) => {
+            println!(
+                "{}: ok ({} inputs, {} outputs)",
+                a.config.display(),
+                c.inputs.len(),
+                c.outputs.len()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(errors) => {
+            for e in errors {
+                eprintln!("error: {e}");
+            }
+            ExitCode::from(super::EXIT_CONFIG)
+        }
+    }
+}

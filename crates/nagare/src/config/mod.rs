@@ -1,0 +1,464 @@
+//! The TOML configuration: parsing, validation and error messages that name
+//! the file, line and key.
+//!
+//! Plugin sections are read in two steps: first as plain tables (with their
+//! position in the file), then each one into its plugin's own options struct,
+//! which denies unknown keys. That keeps one serde struct per plugin, next to
+//! the plugin, and still lets every error point at a line.
+
+pub mod units;
+
+use std::fmt;
+use std::path::Path;
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use toml::{Spanned, Table, Value};
+
+use crate::buffer::BufferConfig;
+use crate::inputs::InputSpec;
+use crate::outputs::OutputKind;
+
+/// The embedded default configuration used by `nagare run` without `-c`.
+pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub file: String,
+    pub line: usize,
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() {
+            write!(f, "{}:{}: {}", self.file, self.line, self.message)
+        } else {
+            write!(
+                f,
+                "{}:{}: key `{}`: {}",
+                self.file, self.line, self.key, self.message
+            )
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct SystemConfig {
+    /// Runtime worker threads; 0 or absent = one per core.
+    #[serde(default)]
+    pub workers: usize,
+    /// error, warn, info, debug or trace. The NAGARE_LOG environment variable overrides it.
+    #[serde(default)]
+    pub log_level: Option<String>,
+    /// How long shutdown waits for buffers to drain before giving up (default "60s").
+    #[serde(default)]
+    pub shutdown_timeout: Option<units::Dur>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MonitorConfig {
+    /// Address of the HTTP monitor, e.g. "127.0.0.1:24220".
+    pub bind: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub system: SystemConfig,
+    pub monitor: Option<MonitorConfig>,
+    pub inputs: Vec<InputSection>,
+    pub outputs: Vec<OutputSpec>,
+}
+
+#[derive(Debug, Clone)]
+pub struct InputSection {
+    /// e.g. "forward#0": type and position among the inputs.
+    pub name: String,
+    pub spec: InputSpec,
+}
+
+#[derive(Debug, Clone)]
+pub struct OutputSpec {
+    /// e.g. "file#1": type and position among the outputs.
+    pub name: String,
+    /// The `match` patterns, separated by spaces.
+    pub patterns: String,
+    pub kind: OutputKind,
+    pub buffer: BufferConfig,
+    pub secondary: Option<Box<OutputSpec>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    system: Option<Spanned<Table>>,
+    #[serde(default)]
+    monitor: Option<Spanned<Table>>,
+    #[serde(default)]
+    input: Vec<Spanned<Table>>,
+    #[serde(default)]
+    filter: Vec<Spanned<Table>>,
+    #[serde(default)]
+    output: Vec<Spanned<Table>>,
+}
+
+/// Parsing context: the file's name and text, for locating errors.
+struct Ctx<'a> {
+    file: &'a str,
+    text: &'a str,
+    errors: Vec<ConfigError>,
+}
+
+impl Ctx<'_> {
+    fn line_of(&self, offset: usize) -> usize {
+        self.text[..offset.min(self.text.len())]
+            .bytes()
+            .filter(|&b| b == b'\n')
+            .count()
+            + 1
+    }
+
+    /// The line where `key` is set, searching from `from`; else the line of `from`.
+    fn key_line(&self, from: usize, key: &str) -> usize {
+        let mut offset = from.min(self.text.len());
+        for line in self.text[offset..].split_inclusive('\n') {
+            let t = line.trim_start().trim_start_matches('"');
+            if let Some(rest) = t.strip_prefix(key) {
+                let rest = rest.trim_start_matches('"').trim_start();
+                if rest.starts_with('=') {
+                    return self.line_of(offset);
+                }
+            }
+            if let Some(h) = t.strip_prefix('[') {
+                // a sub-table header such as [output.buffer]
+                if h.trim_start_matches('[').ends_with(&format!("{key}]\n"))
+                    || h.trim_end().trim_end_matches(']').ends_with(key)
+                {
+                    return self.line_of(offset);
+                }
+            }
+            offset += line.len();
+        }
+        self.line_of(from)
+    }
+
+    fn error(&mut self, at: usize, key: &str, message: impl Into<String>) {
+        let line = if key.is_empty() {
+            self.line_of(at)
+        } else {
+            self.key_line(at, key)
+        };
+        self.errors.push(ConfigError {
+            file: self.file.to_string(),
+            line,
+            key: key.to_string(),
+            message: message.into(),
+        });
+    }
+
+    /// Deserializes a plain table into a plugin's options struct.
+    fn typed<T: DeserializeOwned>(&mut self, table: Table, at: usize, prefix: &str) -> Option<T> {
+        match Value::Table(table).try_into::<T>() {
+            Ok(v) => Some(v),
+            Err(e) => {
+                let (key, msg) = explain(&e.to_string());
+                let full = if prefix.is_empty() || key.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{prefix}.{key}")
+                };
+                let line = if key.is_empty() {
+                    self.line_of(at)
+                } else {
+                    self.key_line(at, &key)
+                };
+                self.errors.push(ConfigError {
+                    file: self.file.to_string(),
+                    line,
+                    key: full,
+                    message: msg,
+                });
+                None
+            }
+        }
+    }
+}
+
+/// Pulls the offending key out of a serde/toml message and tidies the text.
+fn explain(msg: &str) -> (String, String) {
+    let msg = msg.trim().replace('\n', " ");
+    let key = if let Some(i) = msg.find("unknown field `") {
+        let rest = &msg[i + 15..];
+        rest[..rest.find('`').unwrap_or(0)].to_string()
+    } else if let Some(i) = msg.find("missing field `") {
+        let rest = &msg[i + 15..];
+        rest[..rest.find('`').unwrap_or(0)].to_string()
+    } else if let Some(i) = msg.rfind(" in `") {
+        let rest = &msg[i + 5..];
+        rest[..rest.find('`').unwrap_or(0)].to_string()
+    } else if let Some(i) = msg.find("for key `") {
+        let rest = &msg[i + 9..];
+        rest[..rest.find('`').unwrap_or(0)].to_string()
+    } else {
+        String::new()
+    };
+    (key, msg)
+}
+
+/// Reads and checks a config file.
+pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        vec![ConfigError {
+            file: name.clone(),
+            line: 0,
+            key: String::new(),
+            message: format!("cannot read the file: {e}"),
+        }]
+    })?;
+    parse(&text, &name)
+}
+
+/// Parses and checks config text; `file` names it in errors.
+pub fn parse(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
+    let mut ctx = Ctx {
+        file,
+        text,
+        errors: Vec::new(),
+    };
+    let raw: RawConfig = match toml::from_str(text) {
+        Ok(r) => r,
+        Err(e) => {
+            let at = e.span().map(|s| s.start).unwrap_or(0);
+            let (key, msg) = explain(e.message());
+            ctx.error(at, &key, msg);
+            return Err(ctx.errors);
+        }
+    };
+    let system = match raw.system {
+        Some(s) => {
+            let at = s.span().start;
+            ctx.typed(s.into_inner(), at, "system").unwrap_or_default()
+        }
+        None => SystemConfig::default(),
+    };
+    let monitor = raw.monitor.and_then(|s| {
+        let at = s.span().start;
+        ctx.typed::<MonitorConfig>(s.into_inner(), at, "monitor")
+    });
+    let mut inputs = Vec::new();
+    for (i, sec) in raw.input.into_iter().enumerate() {
+        let at = sec.span().start;
+        let mut table = sec.into_inner();
+        let Some(ty) = take_type(&mut ctx, &mut table, at, "input") else {
+            continue;
+        };
+        let spec = match ty.as_str() {
+            "forward" => ctx.typed(table, at, "").map(InputSpec::Forward),
+            other => {
+                ctx.error(
+                    at,
+                    "type",
+                    format!("unknown input type {other:?}; expected one of: forward"),
+                );
+                None
+            }
+        };
+        if let Some(spec) = spec {
+            inputs.push(InputSection {
+                name: format!("{ty}#{i}"),
+                spec,
+            });
+        }
+    }
+    for sec in raw.filter {
+        let at = sec.span().start;
+        let ty = sec
+            .get_ref()
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        ctx.error(
+            at,
+            "type",
+            format!("unknown filter type {ty:?}; this version has no filter plugins yet"),
+        );
+    }
+    let mut outputs = Vec::new();
+    for (i, sec) in raw.output.into_iter().enumerate() {
+        let at = sec.span().start;
+        if let Some(o) = output_spec(&mut ctx, sec.into_inner(), at, i, true) {
+            outputs.push(o);
+        }
+    }
+    if inputs.is_empty() && ctx.errors.is_empty() {
+        ctx.error(0, "", "no [[input]] section: nothing would be received");
+    }
+    if ctx.errors.is_empty() {
+        Ok(Config {
+            system,
+            monitor,
+            inputs,
+            outputs,
+        })
+    } else {
+        Err(ctx.errors)
+    }
+}
+
+fn take_type(ctx: &mut Ctx, table: &mut Table, at: usize, what: &str) -> Option<String> {
+    match table.remove("type") {
+        Some(Value::String(s)) => Some(s),
+        Some(_) => {
+            ctx.error(at, "type", "expected a string");
+            None
+        }
+        None => {
+            ctx.error(at, "", format!("[[{what}]] needs a `type`"));
+            None
+        }
+    }
+}
+
+fn output_spec(
+    ctx: &mut Ctx,
+    mut table: Table,
+    at: usize,
+    index: usize,
+    needs_match: bool,
+) -> Option<OutputSpec> {
+    let ty = take_type(ctx, &mut table, at, "output")?;
+    let patterns = match table.remove("match") {
+        Some(Value::String(s)) if !s.trim().is_empty() => s,
+        Some(_) => {
+            ctx.error(
+                at,
+                "match",
+                "expected a string of tag patterns, e.g. \"app.** web.*\"",
+            );
+            return None;
+        }
+        None if needs_match => {
+            ctx.error(at, "", format!("[[output]] of type {ty:?} needs `match`"));
+            return None;
+        }
+        None => "**".to_string(),
+    };
+    if let Err(e) = crate::router::Pattern::parse_list(&patterns) {
+        ctx.error(at, "match", e);
+    }
+    let buffer = match table.remove("buffer") {
+        Some(Value::Table(t)) => ctx.typed(t, at, "buffer")?,
+        Some(_) => {
+            ctx.error(at, "buffer", "expected a table [output.buffer]");
+            return None;
+        }
+        None => BufferConfig::default(),
+    };
+    let secondary = match table.remove("secondary") {
+        Some(Value::Table(t)) => Some(Box::new(output_spec(ctx, t, at, index, false)?)),
+        Some(_) => {
+            ctx.error(at, "secondary", "expected a table [output.secondary]");
+            return None;
+        }
+        None => None,
+    };
+    let kind = match ty.as_str() {
+        "stdout" => OutputKind::Stdout(ctx.typed(table, at, "")?),
+        "null" => OutputKind::Null(ctx.typed(table, at, "")?),
+        "file" => OutputKind::File(ctx.typed(table, at, "")?),
+        "forward" => OutputKind::Forward(ctx.typed(table, at, "")?),
+        "copy" => {
+            let stores = match table.remove("store") {
+                Some(Value::Array(a)) if !a.is_empty() => a,
+                _ => {
+                    ctx.error(
+                        at,
+                        "store",
+                        "a copy output needs one or more [[output.store]] tables",
+                    );
+                    return None;
+                }
+            };
+            if let Some(k) = table.keys().next() {
+                ctx.error(at, k, "unknown key for a copy output; expected `store`");
+                return None;
+            }
+            let mut subs = Vec::new();
+            for (j, s) in stores.into_iter().enumerate() {
+                let Value::Table(t) = s else {
+                    ctx.error(at, "store", "expected tables [[output.store]]");
+                    return None;
+                };
+                let mut sub = output_spec(ctx, t, at, j, false)?;
+                sub.name = format!("copy#{index}.{}", sub.name);
+                subs.push(sub);
+            }
+            OutputKind::Copy(subs)
+        }
+        other => {
+            ctx.error(
+                at,
+                "type",
+                format!(
+                    "unknown output type {other:?}; expected one of: stdout, null, file, forward, copy"
+                ),
+            );
+            return None;
+        }
+    };
+    if let OutputKind::Forward(f) = &kind {
+        if f.server.is_empty() {
+            ctx.error(
+                at,
+                "server",
+                "a forward output needs at least one [[output.server]]",
+            );
+            return None;
+        }
+    }
+    Some(OutputSpec {
+        name: format!("{ty}#{index}"),
+        patterns,
+        kind,
+        buffer,
+        secondary,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_config_parses() {
+        let c = parse(DEFAULT_CONFIG, "default").unwrap();
+        assert_eq!(c.inputs.len(), 1);
+        assert_eq!(c.outputs.len(), 1);
+        assert_eq!(c.monitor.unwrap().bind, "127.0.0.1:24220");
+    }
+
+    #[test]
+    fn errors_name_file_line_and_key() {
+        let text = "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:1\"\nbnd = 3\n";
+        let e = parse(text, "x.toml").unwrap_err();
+        assert_eq!(e[0].file, "x.toml");
+        assert_eq!(e[0].line, 4);
+        assert_eq!(e[0].key, "bnd");
+
+        let text = "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:1\"\n\n[[output]]\ntype = \"stdout\"\nmatch = \"**\"\n[output.buffer]\nflush_interval = \"soon\"\n";
+        let e = parse(text, "y.toml").unwrap_err();
+        assert_eq!(e[0].line, 9, "{e:?}");
+        assert!(e[0].key.ends_with("flush_interval"), "{e:?}");
+        assert!(e[0].message.contains("duration"), "{e:?}");
+
+        let text = "[[input]]\ntype = \"nope\"\n";
+        let e = parse(text, "z.toml").unwrap_err();
+        assert_eq!((e[0].line, e[0].key.as_str()), (2, "type"));
+    }
+}

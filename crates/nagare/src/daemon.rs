@@ -1,0 +1,107 @@
+//! `nagare run`: builds the pipeline from a config, runs it, and drains it on
+//! SIGTERM/SIGINT.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::router::Router;
+use crate::stats::Registry;
+use crate::{inputs, monitor, outputs};
+
+pub fn worker_count(cfg: &Config) -> usize {
+    if cfg.system.workers > 0 {
+        cfg.system.workers
+    } else {
+        std::thread::available_parallelism().map_or(2, |n| n.get())
+    }
+}
+
+/// Runs until a stop signal; returns once every buffer is drained.
+pub fn run(cfg: Config) -> anyhow::Result<()> {
+    let workers = worker_count(&cfg);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .thread_name("nagare-worker")
+        .enable_all()
+        .build()?;
+    rt.block_on(run_async(cfg, workers))
+}
+
+async fn run_async(cfg: Config, workers: usize) -> anyhow::Result<()> {
+    let reg = Arc::new(Registry::default());
+    let (rules, buffers) = outputs::build(&cfg.outputs, &reg)?;
+    let mut flushers = Vec::new();
+    for b in &buffers {
+        flushers.extend(b.start());
+    }
+    let router = Arc::new(Router::new(rules));
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let monitor = match &cfg.monitor {
+        Some(m) => Some(monitor::serve(&m.bind, reg.clone(), stop_rx.clone()).await?),
+        None => None,
+    };
+    let mut input_tasks = Vec::new();
+    for i in &cfg.inputs {
+        input_tasks.extend(
+            inputs::start(
+                &i.name,
+                &i.spec,
+                router.clone(),
+                &reg,
+                workers,
+                stop_rx.clone(),
+            )
+            .await?,
+        );
+    }
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        workers,
+        "nagare started"
+    );
+
+    wait_for_stop_signal().await;
+    tracing::info!("stopping: no new connections; draining inputs and buffers");
+    let _ = stop_tx.send(true);
+    let timeout = cfg
+        .system
+        .shutdown_timeout
+        .map_or(Duration::from_secs(60), |d| d.0);
+    let deadline = tokio::time::Instant::now() + timeout;
+    for t in input_tasks {
+        if tokio::time::timeout_at(deadline, t).await.is_err() {
+            tracing::error!("inputs did not finish within shutdown_timeout");
+            break;
+        }
+    }
+    for b in &buffers {
+        b.close();
+    }
+    for t in flushers {
+        if tokio::time::timeout_at(deadline, t).await.is_err() {
+            let held: usize = buffers.iter().map(|b| b.held_bytes()).sum();
+            anyhow::bail!(
+                "buffers not drained within shutdown_timeout ({}); {held} bytes of events were not delivered",
+                humantime::format_duration(timeout)
+            );
+        }
+    }
+    if let Some(m) = monitor {
+        let _ = tokio::time::timeout(Duration::from_secs(1), m).await;
+    }
+    tracing::info!("stopped; every buffer drained");
+    Ok(())
+}
+
+async fn wait_for_stop_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}

@@ -1,0 +1,210 @@
+//! msgpack → JSON, written straight into a byte buffer.
+
+use nagare_forward::msgpack::MAX_DEPTH;
+use nagare_forward::EventTime;
+
+/// Writes `{"time":"…","tag":"…","record":{…}}` and a newline.
+pub fn write_event(out: &mut Vec<u8>, tag: &str, time: EventTime, record: &[u8]) {
+    out.extend_from_slice(b"{\"time\":\"");
+    super::write_rfc3339(out, time);
+    out.extend_from_slice(b"\",\"tag\":");
+    write_string(out, tag.as_bytes());
+    out.extend_from_slice(b",\"record\":");
+    write_value(out, record);
+    out.extend_from_slice(b"}\n");
+}
+
+/// Writes the msgpack value at the start of `buf` as JSON; returns the bytes
+/// consumed. Input was checked on the way in; anything odd becomes `null`.
+pub fn write_value(out: &mut Vec<u8>, buf: &[u8]) -> usize {
+    value(out, buf, 0, 0).unwrap_or_else(|| {
+        out.extend_from_slice(b"null");
+        buf.len()
+    })
+}
+
+fn be(buf: &[u8], pos: usize, n: usize) -> Option<u64> {
+    let s = buf.get(pos..pos + n)?;
+    Some(s.iter().fold(0u64, |a, &b| (a << 8) | b as u64))
+}
+
+fn value(out: &mut Vec<u8>, buf: &[u8], pos: usize, depth: usize) -> Option<usize> {
+    if depth > MAX_DEPTH {
+        return None;
+    }
+    let b = *buf.get(pos)?;
+    let mut itoa = itoa::Buffer::new();
+    match b {
+        0x00..=0x7f => {
+            out.extend_from_slice(itoa.format(b).as_bytes());
+            Some(pos + 1)
+        }
+        0xe0..=0xff => {
+            out.extend_from_slice(itoa.format(b as i8).as_bytes());
+            Some(pos + 1)
+        }
+        0xc0 => {
+            out.extend_from_slice(b"null");
+            Some(pos + 1)
+        }
+        0xc2 => {
+            out.extend_from_slice(b"false");
+            Some(pos + 1)
+        }
+        0xc3 => {
+            out.extend_from_slice(b"true");
+            Some(pos + 1)
+        }
+        0xcc..=0xcf => {
+            let n = 1 << (b - 0xcc);
+            let v = be(buf, pos + 1, n)?;
+            out.extend_from_slice(itoa.format(v).as_bytes());
+            Some(pos + 1 + n)
+        }
+        0xd0..=0xd3 => {
+            let n = 1 << (b - 0xd0);
+            let raw = be(buf, pos + 1, n)?;
+            let shift = 64 - 8 * n as u32;
+            let v = ((raw << shift) as i64) >> shift;
+            out.extend_from_slice(itoa.format(v).as_bytes());
+            Some(pos + 1 + n)
+        }
+        0xca => {
+            let v = f32::from_bits(be(buf, pos + 1, 4)? as u32) as f64;
+            write_float(out, v);
+            Some(pos + 5)
+        }
+        0xcb => {
+            let v = f64::from_bits(be(buf, pos + 1, 8)?);
+            write_float(out, v);
+            Some(pos + 9)
+        }
+        0xa0..=0xbf | 0xd9..=0xdb | 0xc4..=0xc6 => {
+            let (s, e) = nagare_forward::msgpack::read_str_or_bin(buf, pos).ok()??;
+            write_string(out, &buf[s..e]);
+            Some(e)
+        }
+        0x90..=0x9f | 0xdc | 0xdd => {
+            let (n, mut p) = nagare_forward::msgpack::read_array_len(buf, pos).ok()?;
+            out.push(b'[');
+            for i in 0..n {
+                if i > 0 {
+                    out.push(b',');
+                }
+                p = value(out, buf, p, depth + 1)?;
+            }
+            out.push(b']');
+            Some(p)
+        }
+        0x80..=0x8f | 0xde | 0xdf => {
+            let (n, mut p) = nagare_forward::msgpack::read_map_len(buf, pos).ok()?;
+            out.push(b'{');
+            for i in 0..n {
+                if i > 0 {
+                    out.push(b',');
+                }
+                match nagare_forward::msgpack::read_str_or_bin(buf, p).ok()? {
+                    Some((s, e)) => {
+                        write_string(out, &buf[s..e]);
+                        p = e;
+                    }
+                    None => {
+                        // JSON keys are strings: quote the key's JSON text.
+                        let mut k = Vec::new();
+                        p = value(&mut k, buf, p, depth + 1)?;
+                        write_string(out, &k);
+                    }
+                }
+                out.push(b':');
+                p = value(out, buf, p, depth + 1)?;
+            }
+            out.push(b'}');
+            Some(p)
+        }
+        _ => {
+            // ext: an EventTime becomes fractional seconds, others null.
+            let end = nagare_forward::msgpack::skip_value(buf, pos).ok()?;
+            if b == 0xd7 && buf.get(pos + 1) == Some(&0) {
+                let t = EventTime::from_payload(&buf[pos + 2..pos + 10]);
+                write_float(out, t.secs as f64 + t.nanos as f64 / 1e9);
+            } else {
+                out.extend_from_slice(b"null");
+            }
+            Some(end)
+        }
+    }
+}
+
+fn write_float(out: &mut Vec<u8>, v: f64) {
+    if v.is_finite() {
+        let mut r = ryu::Buffer::new();
+        out.extend_from_slice(r.format_finite(v).as_bytes());
+    } else {
+        out.extend_from_slice(b"null");
+    }
+}
+
+/// Writes a JSON string; invalid UTF-8 is replaced with U+FFFD.
+pub fn write_string(out: &mut Vec<u8>, s: &[u8]) {
+    out.push(b'"');
+    match std::str::from_utf8(s) {
+        Ok(t) => escape(out, t),
+        Err(_) => escape(out, &String::from_utf8_lossy(s)),
+    }
+    out.push(b'"');
+}
+
+fn escape(out: &mut Vec<u8>, s: &str) {
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        let esc: &[u8] = match b {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x00..=0x1f => {
+                out.extend_from_slice(&bytes[start..i]);
+                out.extend_from_slice(format!("\\u{b:04x}").as_bytes());
+                start = i + 1;
+                continue;
+            }
+            _ => continue,
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        out.extend_from_slice(esc);
+        start = i + 1;
+    }
+    out.extend_from_slice(&bytes[start..]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn converts_nested_values() {
+        // {"a": [1, -2, "x\n"], "b": {"c": nil, "d": true}, "e": 1.5}
+        let rec = [
+            0x83, 0xa1, b'a', 0x93, 0x01, 0xfe, 0xa2, b'x', b'\n', 0xa1, b'b', 0x82, 0xa1, b'c',
+            0xc0, 0xa1, b'd', 0xc3, 0xa1, b'e', 0xcb, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0,
+        ];
+        let mut out = Vec::new();
+        assert_eq!(write_value(&mut out, &rec), rec.len());
+        let s = String::from_utf8(out).unwrap();
+        assert_eq!(s, r#"{"a":[1,-2,"x\n"],"b":{"c":null,"d":true},"e":1.5}"#);
+        let v: serde_json::Value = serde_json::from_str(&s).unwrap();
+        assert_eq!(v["e"], 1.5);
+    }
+
+    #[test]
+    fn event_line() {
+        let mut out = Vec::new();
+        write_event(&mut out, "t", EventTime::new(0, 5), &[0x80]);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "{\"time\":\"1970-01-01T00:00:00.000000005Z\",\"tag\":\"t\",\"record\":{}}\n"
+        );
+    }
+}

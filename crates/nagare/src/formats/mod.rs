@@ -1,0 +1,104 @@
+//! Turning PackedForward entries into text and bytes for outputs: JSON lines,
+//! LTSV, msgpack and single values. Records are walked straight from msgpack
+//! into the output buffer; no value tree is built.
+
+pub mod json;
+pub mod ltsv;
+
+use nagare_forward::msgpack::{read_map_len, read_str_or_bin, skip_value};
+use nagare_forward::EventTime;
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// `{"time":"<RFC3339 nanos>","tag":"…","record":{…}}` per line.
+    #[default]
+    Json,
+    /// `time:…<TAB>tag:…<TAB>key:value…` per line.
+    Ltsv,
+    /// The raw msgpack `[time, record]` entries.
+    Msgpack,
+    /// One field of the record (`message_key`), raw, followed by a newline.
+    SingleValue,
+}
+
+/// Iterates canonical entries: yields (time, record bytes).
+pub struct Entries<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+pub fn entries(buf: &[u8]) -> Entries<'_> {
+    Entries { buf, pos: 0 }
+}
+
+impl<'a> Iterator for Entries<'a> {
+    type Item = (EventTime, &'a [u8], &'a [u8]);
+
+    /// (time, record, whole entry)
+    fn next(&mut self) -> Option<Self::Item> {
+        let b = self.buf;
+        if self.pos >= b.len() {
+            return None;
+        }
+        let start = self.pos;
+        // Entries were checked on the way in; a failure here means a bug, and
+        // ending the iteration is the safe answer.
+        let tpos = start + 1;
+        let tend = skip_value(b, tpos).ok()?;
+        let rend = skip_value(b, tend).ok()?;
+        self.pos = rend;
+        let time = if b[tpos] == 0xd7 {
+            EventTime::from_payload(&b[tpos + 2..tpos + 10])
+        } else {
+            let secs = nagare_forward::msgpack::read_uint(b, tpos)
+                .ok()
+                .flatten()
+                .map_or(0, |(v, _)| v as u32);
+            EventTime::new(secs, 0)
+        };
+        Some((time, &b[tend..rend], &b[start..rend]))
+    }
+}
+
+/// Finds the value of a top-level string key in a msgpack map record and
+/// returns its raw bytes when it is a str or bin.
+pub fn field<'a>(record: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
+    let (n, mut p) = read_map_len(record, 0).ok()?;
+    for _ in 0..n {
+        let k = read_str_or_bin(record, p).ok()?;
+        let vstart = match k {
+            Some((s, e)) => {
+                if &record[s..e] == key {
+                    return read_str_or_bin(record, e)
+                        .ok()
+                        .flatten()
+                        .map(|(a, b)| &record[a..b]);
+                }
+                e
+            }
+            None => skip_value(record, p).ok()?,
+        };
+        p = skip_value(record, vstart).ok()?;
+    }
+    None
+}
+
+/// RFC 3339 UTC time with nanoseconds, e.g. 2026-11-22T00:18:54.123456789Z.
+pub fn write_rfc3339(out: &mut Vec<u8>, t: EventTime) {
+    use chrono::{DateTime, Datelike, Timelike};
+    use std::io::Write;
+    let nanos = t.nanos.min(999_999_999);
+    let dt = DateTime::from_timestamp(t.secs as i64, nanos).unwrap_or_default();
+    let _ = write!(
+        out,
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{nanos:09}Z",
+        dt.year(),
+        dt.month(),
+        dt.day(),
+        dt.hour(),
+        dt.minute(),
+        dt.second()
+    );
+}

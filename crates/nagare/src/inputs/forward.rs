@@ -1,0 +1,516 @@
+//! `forward`: Fluentd's forward protocol v1 server on TCP or a UNIX socket,
+//! with the shared-key handshake, acks, and UDP heartbeat answers.
+//!
+//! A connection reads big blocks, cuts every complete frame out of its buffer
+//! without copying, groups consecutive frames of one tag into one batch, and
+//! appends it to the outputs its tag routes to. While an output's buffer is
+//! full (overflow_action "block") the connection stops reading, so TCP pushes
+//! back on the sender. Acks go out only after the batch is in every matched
+//! buffer.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use nagare_forward::handshake::{self, Ping, Pong};
+use nagare_forward::msgpack::skip_value;
+use nagare_forward::{encode_ack, scan_frame, EventTime, Limits, ScanError};
+use serde::Deserialize;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, UdpSocket, UnixListener};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::units::{Dur, Size};
+use crate::router::{Route, Router};
+use crate::stats::PluginStats;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserConfig {
+    pub username: String,
+    pub password: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardInputConfig {
+    /// "HOST:PORT" to listen on (TCP, and UDP for heartbeats).
+    #[serde(default)]
+    pub bind: Option<String>,
+    /// A UNIX socket path to listen on instead of `bind`.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Require the HELO/PING/PONG handshake with this shared key.
+    #[serde(default)]
+    pub shared_key: Option<String>,
+    /// With shared_key: also require one of these users ([[input.users]]).
+    #[serde(default)]
+    pub users: Vec<UserConfig>,
+    /// Hostname sent in PONG (default: this machine's hostname).
+    #[serde(default)]
+    pub self_hostname: Option<String>,
+    /// Largest frame accepted; a larger one closes the connection (default "32MiB").
+    #[serde(default = "default_max_frame")]
+    pub max_frame_size: Size,
+    /// Largest size a compressed frame may expand to (default "256MiB").
+    #[serde(default = "default_max_decompressed")]
+    pub max_decompressed_size: Size,
+    /// A connection that sends nothing for this long is closed (default "5m").
+    #[serde(default = "default_idle")]
+    pub idle_timeout: Dur,
+    /// Answer UDP heartbeats on the same port (default true).
+    #[serde(default = "yes")]
+    pub heartbeat: bool,
+}
+
+fn default_max_frame() -> Size {
+    Size(32 << 20)
+}
+fn default_max_decompressed() -> Size {
+    Size(256 << 20)
+}
+fn default_idle() -> Dur {
+    Dur(Duration::from_secs(300))
+}
+fn yes() -> bool {
+    true
+}
+
+struct Ctx {
+    cfg: ForwardInputConfig,
+    name: String,
+    router: Arc<Router>,
+    stats: Arc<PluginStats>,
+    limits: Limits,
+    hostname: String,
+    /// Clones live as long as connections; the count tells when all are done.
+    live: Arc<()>,
+}
+
+pub async fn start(
+    name: &str,
+    cfg: ForwardInputConfig,
+    router: Arc<Router>,
+    stats: Arc<PluginStats>,
+    workers: usize,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<Vec<JoinHandle<()>>> {
+    let limits = Limits {
+        max_frame_size: cfg.max_frame_size.0 as usize,
+        max_decompressed_size: cfg.max_decompressed_size.0 as usize,
+    };
+    let hostname = cfg
+        .self_hostname
+        .clone()
+        .unwrap_or_else(|| gethostname::gethostname().to_string_lossy().into_owned());
+    let ctx = Arc::new(Ctx {
+        cfg: cfg.clone(),
+        name: name.to_string(),
+        router,
+        stats,
+        limits,
+        hostname,
+        live: Arc::new(()),
+    });
+    let mut tasks = Vec::new();
+    match (&cfg.bind, &cfg.path) {
+        (Some(bind), None) => {
+            let addr: SocketAddr = tokio::net::lookup_host(bind.as_str())
+                .await
+                .map_err(|e| anyhow::anyhow!("{name}: cannot resolve bind {bind:?}: {e}"))?
+                .next()
+                .ok_or_else(|| anyhow::anyhow!("{name}: bind {bind:?} resolves to nothing"))?;
+            // One SO_REUSEPORT listener per worker: the kernel spreads connections.
+            for _ in 0..workers.max(1) {
+                let l = reuseport_listener(addr)
+                    .map_err(|e| anyhow::anyhow!("{name}: cannot listen on {addr}: {e}"))?;
+                tasks.push(tokio::spawn(accept_tcp(l, ctx.clone(), shutdown.clone())));
+            }
+            if cfg.heartbeat {
+                let udp = UdpSocket::bind(addr)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("{name}: cannot bind UDP {addr}: {e}"))?;
+                tokio::spawn(answer_heartbeats(udp));
+            }
+            tracing::info!(input = %name, %addr, "forward input listening");
+        }
+        (None, Some(path)) => {
+            if let Ok(meta) = std::fs::symlink_metadata(path) {
+                use std::os::unix::fs::FileTypeExt;
+                if meta.file_type().is_socket() {
+                    let _ = std::fs::remove_file(path);
+                }
+            }
+            let l = UnixListener::bind(path)
+                .map_err(|e| anyhow::anyhow!("{name}: cannot listen on {path}: {e}"))?;
+            tasks.push(tokio::spawn(accept_unix(l, ctx.clone(), shutdown.clone())));
+            tracing::info!(input = %name, path = %path, "forward input listening");
+        }
+        _ => anyhow::bail!("{name}: set exactly one of `bind` or `path`"),
+    }
+    // A task that ends once the listeners stopped and every connection is done.
+    let waiter = {
+        let ctx = ctx.clone();
+        let mut sd = shutdown.clone();
+        tokio::spawn(async move {
+            stopped(&mut sd).await;
+            while Arc::strong_count(&ctx.live) > 1 {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    tasks.push(waiter);
+    Ok(tasks)
+}
+
+fn reuseport_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    s.set_reuse_address(true)?;
+    s.set_reuse_port(true)?;
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    s.listen(1024)?;
+    TcpListener::from_std(s.into())
+}
+
+async fn answer_heartbeats(sock: UdpSocket) {
+    let mut b = [0u8; 64];
+    loop {
+        match sock.recv_from(&mut b).await {
+            Ok((_, peer)) => {
+                let _ = sock.send_to(b"\0", peer).await;
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+}
+
+/// Resolves once shutdown has been signalled.
+async fn stopped(rx: &mut watch::Receiver<bool>) {
+    let _ = rx.wait_for(|v| *v).await;
+}
+
+async fn accept_tcp(l: TcpListener, ctx: Arc<Ctx>, shutdown: watch::Receiver<bool>) {
+    let mut sd = shutdown.clone();
+    loop {
+        tokio::select! {
+            _ = stopped(&mut sd) => return,
+            r = l.accept() => match r {
+                Ok((s, peer)) => {
+                    let _ = s.set_nodelay(true);
+                    spawn_conn(s, peer.to_string(), &ctx, &shutdown);
+                }
+                Err(e) => {
+                    tracing::warn!(input = %ctx.name, error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+}
+
+async fn accept_unix(l: UnixListener, ctx: Arc<Ctx>, shutdown: watch::Receiver<bool>) {
+    let mut sd = shutdown.clone();
+    loop {
+        tokio::select! {
+            _ = stopped(&mut sd) => return,
+            r = l.accept() => match r {
+                Ok((s, _)) => {
+                    let peer = ctx.cfg.path.clone().unwrap_or_default();
+                    spawn_conn(s, format!("unix:{peer}"), &ctx, &shutdown);
+                }
+                Err(e) => {
+                    tracing::warn!(input = %ctx.name, error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    }
+}
+
+fn spawn_conn<S>(s: S, peer: String, ctx: &Arc<Ctx>, shutdown: &watch::Receiver<bool>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    PluginStats::add(&ctx.stats.connections, 1);
+    let ctx = ctx.clone();
+    let live = ctx.live.clone();
+    let sd = shutdown.clone();
+    tokio::spawn(async move {
+        let _live = live;
+        if let Err(reason) = serve(s, &peer, &ctx, sd).await {
+            PluginStats::add(&ctx.stats.bad_input, 1);
+            tracing::warn!(input = %ctx.name, peer = %peer, reason = %reason, "closing connection");
+        }
+    });
+}
+
+/// Frames of one tag waiting to be appended together.
+struct Pending {
+    tag: String,
+    parts: Vec<Bytes>,
+    count: u32,
+    acks: Vec<Bytes>,
+}
+
+async fn serve<S>(
+    mut s: S,
+    peer: &str,
+    ctx: &Ctx,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), String>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut buf = BytesMut::with_capacity(256 * 1024);
+    if let Some(key) = &ctx.cfg.shared_key {
+        handshake_server(&mut s, &mut buf, ctx, key).await?;
+    }
+    let mut cached: Option<(String, Route)> = None;
+    let mut acks_out = Vec::new();
+    let mut closing = false;
+    loop {
+        // Cut every complete frame out of the buffer.
+        let mut pending: Option<Pending> = None;
+        let now = EventTime::now();
+        loop {
+            let scanned = match scan_frame(&buf, &ctx.limits) {
+                Ok(Some(sc)) => sc,
+                Ok(None) => break,
+                Err(e) => {
+                    if let Some(p) = pending.take() {
+                        dispatch(p, ctx, &mut cached, &mut s, &mut acks_out).await?;
+                    }
+                    return Err(format!("{e} (peer {peer})"));
+                }
+            };
+            let bytes = buf.split_to(scanned.len).freeze();
+            if let Some(sig @ 1..) = scanned.signal() {
+                PluginStats::add(&ctx.stats.errors, 1);
+                tracing::warn!(input = %ctx.name, peer = %peer, signal = sig,
+                    "ignoring a Fluent Bit metrics/traces frame (fluent_signal); only logs are collected");
+                continue;
+            }
+            let frame = match scanned.into_frame(bytes, &ctx.limits, now) {
+                Ok(f) => f,
+                Err(e) => {
+                    if let Some(p) = pending.take() {
+                        dispatch(p, ctx, &mut cached, &mut s, &mut acks_out).await?;
+                    }
+                    return Err(format!("{e} (peer {peer})"));
+                }
+            };
+            PluginStats::add(&ctx.stats.bytes_in, frame.entries.len() as u64);
+            match &mut pending {
+                Some(p) if p.tag == frame.tag => {
+                    p.parts.push(frame.entries);
+                    p.count += frame.count;
+                    p.acks.extend(frame.chunk);
+                }
+                _ => {
+                    if let Some(p) = pending.take() {
+                        dispatch(p, ctx, &mut cached, &mut s, &mut acks_out).await?;
+                    }
+                    pending = Some(Pending {
+                        tag: frame.tag,
+                        parts: vec![frame.entries],
+                        count: frame.count,
+                        acks: frame.chunk.into_iter().collect(),
+                    });
+                }
+            }
+        }
+        if let Some(p) = pending.take() {
+            dispatch(p, ctx, &mut cached, &mut s, &mut acks_out).await?;
+        }
+        if closing {
+            return Ok(());
+        }
+        if buf.capacity() - buf.len() < 64 * 1024 {
+            buf.reserve(256 * 1024);
+        }
+        let read = tokio::select! {
+            r = tokio::time::timeout(ctx.cfg.idle_timeout.0, s.read_buf(&mut buf)) => r,
+            _ = stopped(&mut shutdown) => {
+                // Take what the peer already sent, then stop.
+                closing = true;
+                match tokio::time::timeout(Duration::from_millis(50), s.read_buf(&mut buf)).await {
+                    Ok(r) => Ok(r),
+                    Err(_) => continue,
+                }
+            }
+        };
+        match read {
+            Err(_) => return Err(format!("idle for {} (peer {peer})", ctx.cfg.idle_timeout)),
+            Ok(Err(e)) => return Err(format!("read error: {e} (peer {peer})")),
+            Ok(Ok(0)) => {
+                if buf.is_empty() {
+                    return Ok(());
+                }
+                return Err(format!(
+                    "connection closed inside a frame ({} bytes unread) (peer {peer})",
+                    buf.len()
+                ));
+            }
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+/// Appends a batch to every output its tag routes to, then sends the acks.
+async fn dispatch<S>(
+    p: Pending,
+    ctx: &Ctx,
+    cached: &mut Option<(String, Route)>,
+    s: &mut S,
+    acks_out: &mut Vec<u8>,
+) -> Result<(), String>
+where
+    S: AsyncWrite + Unpin,
+{
+    PluginStats::add(&ctx.stats.events_in, p.count as u64);
+    let route = match cached {
+        Some((t, r)) if *t == p.tag => r.clone(),
+        _ => {
+            let r = ctx.router.route(&p.tag);
+            *cached = Some((p.tag.clone(), r.clone()));
+            r
+        }
+    };
+    if route.is_empty() {
+        PluginStats::add(&ctx.stats.errors, 1);
+        tracing::warn!(input = %ctx.name, tag = %p.tag, events = p.count, "no output matches this tag; events discarded");
+    }
+    for out in route.iter() {
+        out.append(&p.tag, &p.parts, p.count)
+            .await
+            .map_err(|e| format!("{e}; {} events not acknowledged", p.count))?;
+    }
+    PluginStats::add(&ctx.stats.events_out, p.count as u64);
+    if !p.acks.is_empty() {
+        acks_out.clear();
+        for id in &p.acks {
+            encode_ack(acks_out, id);
+        }
+        s.write_all(acks_out)
+            .await
+            .map_err(|e| format!("writing ack: {e}"))?;
+    }
+    Ok(())
+}
+
+async fn read_value<S: AsyncRead + Unpin>(
+    s: &mut S,
+    buf: &mut BytesMut,
+    limit: usize,
+) -> Result<Bytes, String> {
+    loop {
+        match skip_value(buf, 0) {
+            Ok(end) => return Ok(buf.split_to(end).freeze()),
+            Err(ScanError::Invalid(m)) => return Err(format!("bad handshake message: {m}")),
+            Err(ScanError::Incomplete(_)) => {}
+        }
+        if buf.len() > limit {
+            return Err("handshake message too large".into());
+        }
+        match s.read_buf(buf).await {
+            Ok(0) => return Err("peer closed during the handshake".into()),
+            Ok(_) => {}
+            Err(e) => return Err(format!("read error during the handshake: {e}")),
+        }
+    }
+}
+
+async fn handshake_server<S>(
+    s: &mut S,
+    buf: &mut BytesMut,
+    ctx: &Ctx,
+    key: &str,
+) -> Result<(), String>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let nonce: [u8; 16] = rand::random();
+    let auth: Vec<u8> = if ctx.cfg.users.is_empty() {
+        Vec::new()
+    } else {
+        rand::random::<[u8; 16]>().to_vec()
+    };
+    let mut out = Vec::new();
+    handshake::Helo {
+        nonce: nonce.to_vec(),
+        auth: auth.clone(),
+        keepalive: true,
+    }
+    .encode(&mut out);
+    s.write_all(&out)
+        .await
+        .map_err(|e| format!("writing HELO: {e}"))?;
+    let msg = tokio::time::timeout(
+        ctx.cfg.idle_timeout.0.min(Duration::from_secs(30)),
+        read_value(s, buf, 64 * 1024),
+    )
+    .await
+    .map_err(|_| "no PING after HELO".to_string())??;
+    let ping = Ping::decode(&msg).map_err(|e| format!("handshake: {e}"))?;
+    let want = handshake::shared_key_digest(
+        &ping.shared_key_salt,
+        &ping.hostname,
+        &nonce,
+        key.as_bytes(),
+    );
+    let mut reason = String::new();
+    if !handshake::digest_eq(want.as_bytes(), &ping.shared_key_digest) {
+        reason = "shared key mismatch".into();
+    } else if !auth.is_empty() {
+        let ok = ctx.cfg.users.iter().any(|u| {
+            u.username.as_bytes() == ping.username.as_slice()
+                && handshake::digest_eq(
+                    handshake::password_digest(&auth, u.username.as_bytes(), u.password.as_bytes())
+                        .as_bytes(),
+                    &ping.password_digest,
+                )
+        });
+        if !ok {
+            reason = "username/password mismatch".into();
+        }
+    }
+    let ok = reason.is_empty();
+    // A refused client learns nothing about the key: no digest, as Fluentd does.
+    let pong = Pong {
+        auth_ok: ok,
+        reason: reason.clone().into_bytes(),
+        hostname: if ok {
+            ctx.hostname.clone().into_bytes()
+        } else {
+            Vec::new()
+        },
+        shared_key_digest: if ok {
+            handshake::shared_key_digest(
+                &ping.shared_key_salt,
+                ctx.hostname.as_bytes(),
+                &nonce,
+                key.as_bytes(),
+            )
+            .into_bytes()
+        } else {
+            Vec::new()
+        },
+    };
+    out.clear();
+    pong.encode(&mut out);
+    s.write_all(&out)
+        .await
+        .map_err(|e| format!("writing PONG: {e}"))?;
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "handshake failed: {reason} (client hostname {:?})",
+            String::from_utf8_lossy(&ping.hostname)
+        ))
+    }
+}

@@ -1,0 +1,42 @@
+//! Inputs: sources of batches. Each input type lives in its own file.
+
+pub mod forward;
+
+use std::sync::Arc;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::router::Router;
+use crate::stats::Registry;
+
+#[derive(Debug, Clone)]
+pub enum InputSpec {
+    Forward(forward::ForwardInputConfig),
+}
+
+impl InputSpec {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            InputSpec::Forward(_) => "forward",
+        }
+    }
+}
+
+/// Starts an input; it stops when `shutdown` turns true and every task it
+/// started has been joined by the returned handles.
+pub async fn start(
+    name: &str,
+    spec: &InputSpec,
+    router: Arc<Router>,
+    reg: &Registry,
+    workers: usize,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<Vec<JoinHandle<()>>> {
+    let stats = reg.register("input", name, spec.type_name());
+    match spec {
+        InputSpec::Forward(c) => {
+            forward::start(name, c.clone(), router, stats, workers, shutdown).await
+        }
+    }
+}

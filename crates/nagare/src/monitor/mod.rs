@@ -1,0 +1,159 @@
+//! The HTTP monitor: `/metrics` (Prometheus text), `/health`, `/api/plugins` (JSON).
+
+use std::fmt::Write;
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use tokio::sync::watch;
+
+use crate::stats::{PluginStats, Registry};
+
+type Counter = fn(&PluginStats) -> u64;
+
+/// (metric suffix, help text, reader) for every per-plugin counter.
+const COUNTERS: &[(&str, &str, Counter)] = &[
+    ("events_in_total", "Events received by the plugin", |s| {
+        PluginStats::get(&s.events_in)
+    }),
+    (
+        "events_out_total",
+        "Events passed on or delivered by the plugin",
+        |s| PluginStats::get(&s.events_out),
+    ),
+    ("bytes_in_total", "Payload bytes received", |s| {
+        PluginStats::get(&s.bytes_in)
+    }),
+    ("bytes_out_total", "Payload bytes delivered", |s| {
+        PluginStats::get(&s.bytes_out)
+    }),
+    (
+        "errors_total",
+        "Errors (failed flushes, unroutable batches, …)",
+        |s| PluginStats::get(&s.errors),
+    ),
+    ("retries_total", "Flush retries", |s| {
+        PluginStats::get(&s.retries)
+    }),
+    (
+        "dropped_events_total",
+        "Events dropped by overflow_action drop_oldest_chunk",
+        |s| PluginStats::get(&s.dropped),
+    ),
+    (
+        "rejected_events_total",
+        "Events refused by overflow_action throw (not acked; the sender retries)",
+        |s| PluginStats::get(&s.rejected),
+    ),
+    (
+        "secondary_events_total",
+        "Events handed to the secondary output after retries ran out",
+        |s| PluginStats::get(&s.to_secondary),
+    ),
+    (
+        "lost_events_total",
+        "Events discarded after retries ran out with no secondary",
+        |s| PluginStats::get(&s.lost),
+    ),
+    ("connections_total", "Connections accepted", |s| {
+        PluginStats::get(&s.connections)
+    }),
+    ("bad_input_total", "Connections closed for bad input", |s| {
+        PluginStats::get(&s.bad_input)
+    }),
+];
+
+const GAUGES: &[(&str, &str, Counter)] = &[
+    ("buffer_bytes", "Bytes held in the output's buffer", |s| {
+        PluginStats::get(&s.buffer_bytes)
+    }),
+    (
+        "buffer_chunks",
+        "Closed chunks waiting or being flushed",
+        |s| PluginStats::get(&s.buffer_chunks),
+    ),
+];
+
+pub fn render_metrics(reg: &Registry) -> String {
+    let plugins = reg.all();
+    let mut out = String::new();
+    for (kind, list) in [("counter", COUNTERS), ("gauge", GAUGES)] {
+        for (name, help, read) in list {
+            let _ = writeln!(
+                out,
+                "# HELP nagare_{name} {help}\n# TYPE nagare_{name} {kind}"
+            );
+            for p in &plugins {
+                let _ = writeln!(
+                    out,
+                    "nagare_{name}{{plugin=\"{}\",kind=\"{}\",type=\"{}\"}} {}",
+                    p.name,
+                    p.kind,
+                    p.plugin_type,
+                    read(p)
+                );
+            }
+        }
+    }
+    out
+}
+
+pub fn plugins_json(reg: &Registry) -> serde_json::Value {
+    let list: Vec<serde_json::Value> = reg
+        .all()
+        .iter()
+        .map(|p| {
+            let mut m = serde_json::Map::new();
+            m.insert("name".into(), p.name.clone().into());
+            m.insert("kind".into(), p.kind.into());
+            m.insert("type".into(), p.plugin_type.clone().into());
+            for (name, _, read) in COUNTERS.iter().chain(GAUGES) {
+                let key = name.trim_end_matches("_total");
+                m.insert(key.into(), read(p).into());
+            }
+            serde_json::Value::Object(m)
+        })
+        .collect();
+    serde_json::json!({ "plugins": list })
+}
+
+async fn metrics(State(reg): State<Arc<Registry>>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        render_metrics(&reg),
+    )
+}
+
+async fn plugins(State(reg): State<Arc<Registry>>) -> impl IntoResponse {
+    Json(plugins_json(&reg))
+}
+
+async fn health() -> impl IntoResponse {
+    Json(serde_json::json!({ "status": "ok" }))
+}
+
+pub async fn serve(
+    bind: &str,
+    reg: Arc<Registry>,
+    mut shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<tokio::task::JoinHandle<()>> {
+    let listener = tokio::net::TcpListener::bind(bind)
+        .await
+        .map_err(|e| anyhow::anyhow!("monitor: cannot listen on {bind}: {e}"))?;
+    tracing::info!(bind = %bind, "monitor listening");
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/health", get(health))
+        .route("/api/plugins", get(plugins))
+        .with_state(reg);
+    Ok(tokio::spawn(async move {
+        let _ = axum::serve(listener, app)
+            .with_graceful_shutdown(async move {
+                let _ = shutdown.wait_for(|v| *v).await;
+            })
+            .await;
+    }))
+}

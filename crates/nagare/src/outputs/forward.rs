@@ -1,0 +1,569 @@
+//! `forward`: sends chunks as PackedForward frames to Fluentd, Fluent Bit or
+//! nagare servers, with weights, standby servers, heartbeats, acks, gzip and
+//! the shared-key handshake.
+//!
+//! A chunk's bytes already are a PackedForward payload, so sending is a
+//! header, the chunk bytes as they are, and the option map. The chunk id is
+//! stable across retries, so a receiving nagare can drop a resent chunk it
+//! already committed.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use nagare_forward::handshake::{self, Helo, Ping, Pong};
+use nagare_forward::msgpack::{
+    skip_value, write_array_len, write_bin_header, write_map_len, write_str, write_uint,
+};
+use nagare_forward::{Compression, ScanError};
+use serde::Deserialize;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::{FlushError, Output};
+use crate::buffer::Chunk;
+use crate::config::units::Dur;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// "HOST:PORT" of a forward server.
+    pub address: String,
+    /// Share of chunks this server gets among the active ones (default 60).
+    #[serde(default = "default_weight")]
+    pub weight: u32,
+    /// Used only while every non-standby server is down (default false).
+    #[serde(default)]
+    pub standby: bool,
+    /// Overrides the output's shared_key for this server.
+    #[serde(default)]
+    pub shared_key: Option<String>,
+    #[serde(default)]
+    pub username: Option<String>,
+    #[serde(default)]
+    pub password: Option<String>,
+}
+
+fn default_weight() -> u32 {
+    60
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum HeartbeatType {
+    /// A TCP connect every heartbeat_interval.
+    #[default]
+    Transport,
+    /// A UDP datagram to the server's port; any answer counts.
+    Udp,
+    /// No heartbeat: a failed server is tried again after recover_wait.
+    None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ForwardCompression {
+    Gzip,
+    Zstd,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ForwardOutputConfig {
+    /// The servers, as [[output.server]] tables.
+    #[serde(default)]
+    pub server: Vec<ServerConfig>,
+    /// Wait for the server's ack of each chunk and resend when none comes (default false).
+    #[serde(default)]
+    pub require_ack_response: bool,
+    /// How long to wait for an ack (default "30s").
+    #[serde(default = "default_ack_timeout")]
+    pub ack_response_timeout: Dur,
+    /// "gzip" sends CompressedPackedForward; "zstd" too, for nagare receivers.
+    #[serde(default)]
+    pub compress: Option<ForwardCompression>,
+    /// Default "5s".
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout: Dur,
+    /// A write that takes longer fails the attempt (default "60s").
+    #[serde(default = "default_send_timeout")]
+    pub send_timeout: Dur,
+    /// "transport" (default), "udp" or "none".
+    #[serde(default)]
+    pub heartbeat_type: HeartbeatType,
+    /// Default "1s".
+    #[serde(default = "default_heartbeat_interval")]
+    pub heartbeat_interval: Dur,
+    /// With heartbeat_type "none": how long a failed server rests (default "10s").
+    #[serde(default = "default_recover_wait")]
+    pub recover_wait: Dur,
+    /// Reuse connections between chunks (default true).
+    #[serde(default = "yes")]
+    pub keepalive: bool,
+    /// Shared key for the handshake; when set, the server's HELO is expected.
+    #[serde(default)]
+    pub shared_key: Option<String>,
+    /// Hostname sent in PING (default: this machine's hostname).
+    #[serde(default)]
+    pub self_hostname: Option<String>,
+}
+
+fn default_ack_timeout() -> Dur {
+    Dur(Duration::from_secs(30))
+}
+fn default_connect_timeout() -> Dur {
+    Dur(Duration::from_secs(5))
+}
+fn default_send_timeout() -> Dur {
+    Dur(Duration::from_secs(60))
+}
+fn default_heartbeat_interval() -> Dur {
+    Dur(Duration::from_secs(1))
+}
+fn default_recover_wait() -> Dur {
+    Dur(Duration::from_secs(10))
+}
+fn yes() -> bool {
+    true
+}
+
+struct Server {
+    cfg: ServerConfig,
+    up: AtomicBool,
+    /// Consecutive failures, for the reconnect backoff.
+    failures: AtomicU64,
+    down_since: Mutex<Option<Instant>>,
+    idle: Mutex<Vec<TcpStream>>,
+}
+
+impl Server {
+    fn mark_down(&self, why: &str) {
+        let n = self.failures.fetch_add(1, Relaxed);
+        if self.up.swap(false, Relaxed) {
+            tracing::warn!(server = %self.cfg.address, error = %why, "forward server marked down");
+        } else if n == 0 {
+            tracing::warn!(server = %self.cfg.address, error = %why, "forward server unreachable");
+        }
+        *self.down_since.lock().expect("server") = Some(Instant::now());
+        self.idle.lock().expect("server").clear();
+    }
+
+    fn mark_up(&self) {
+        self.failures.store(0, Relaxed);
+        if !self.up.swap(true, Relaxed) {
+            tracing::info!(server = %self.cfg.address, "forward server is up");
+        }
+    }
+
+    /// Exponential reconnect backoff: 0.5s doubling to 30s after failures.
+    fn may_try(&self) -> bool {
+        if self.up.load(Relaxed) {
+            return true;
+        }
+        let n = self.failures.load(Relaxed).min(6) as u32;
+        let wait = Duration::from_millis(500 * (1 << n)).min(Duration::from_secs(30));
+        self.down_since
+            .lock()
+            .expect("server")
+            .is_none_or(|t| t.elapsed() >= wait)
+    }
+}
+
+pub struct ForwardOutput {
+    cfg: ForwardOutputConfig,
+    name: String,
+    servers: Arc<Vec<Server>>,
+    rr: AtomicUsize,
+    hostname: String,
+}
+
+impl ForwardOutput {
+    pub fn new(cfg: ForwardOutputConfig, name: &str) -> anyhow::Result<Self> {
+        let servers: Vec<Server> = cfg
+            .server
+            .iter()
+            .map(|s| Server {
+                cfg: s.clone(),
+                up: AtomicBool::new(true),
+                failures: AtomicU64::new(0),
+                down_since: Mutex::new(None),
+                idle: Mutex::new(Vec::new()),
+            })
+            .collect();
+        if servers.is_empty() {
+            anyhow::bail!("{name}: a forward output needs at least one [[output.server]]");
+        }
+        let hostname = cfg
+            .self_hostname
+            .clone()
+            .unwrap_or_else(|| gethostname::gethostname().to_string_lossy().into_owned());
+        let out = ForwardOutput {
+            servers: Arc::new(servers),
+            rr: AtomicUsize::new(0),
+            name: name.to_string(),
+            hostname,
+            cfg,
+        };
+        out.start_heartbeat();
+        Ok(out)
+    }
+
+    fn start_heartbeat(&self) {
+        if self.cfg.heartbeat_type == HeartbeatType::None {
+            return;
+        }
+        // The output lives as long as the process; so does this task. It runs
+        // only inside a runtime (not in `nagare check`).
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let servers = self.servers.clone();
+        let kind = self.cfg.heartbeat_type;
+        let interval = self.cfg.heartbeat_interval.0;
+        let timeout = self
+            .cfg
+            .connect_timeout
+            .0
+            .min(interval.max(Duration::from_millis(500)));
+        handle.spawn(async move {
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                for s in servers.iter() {
+                    let ok = match kind {
+                        HeartbeatType::Transport => {
+                            tokio::time::timeout(timeout, TcpStream::connect(&s.cfg.address))
+                                .await
+                                .is_ok_and(|r| r.is_ok())
+                        }
+                        HeartbeatType::Udp => udp_heartbeat(&s.cfg.address, timeout).await,
+                        HeartbeatType::None => true,
+                    };
+                    if ok {
+                        s.mark_up();
+                    } else if s.up.load(Relaxed) {
+                        s.mark_down("heartbeat failed");
+                    }
+                }
+            }
+        });
+    }
+
+    /// Servers in the order to try for the next chunk: the weighted pick
+    /// first, then the other active ones, then standbys.
+    fn candidates(&self) -> Vec<usize> {
+        let recover_by_time = self.cfg.heartbeat_type == HeartbeatType::None;
+        let usable = |s: &Server| {
+            s.up.load(Relaxed)
+                || (recover_by_time
+                    && s.down_since
+                        .lock()
+                        .expect("server")
+                        .is_none_or(|t| t.elapsed() >= self.cfg.recover_wait.0))
+                || s.may_try()
+        };
+        let primary: Vec<usize> = (0..self.servers.len())
+            .filter(|&i| !self.servers[i].cfg.standby && self.servers[i].up.load(Relaxed))
+            .collect();
+        let mut order = Vec::new();
+        let total: u64 = primary
+            .iter()
+            .map(|&i| self.servers[i].cfg.weight as u64)
+            .sum();
+        if total > 0 {
+            let mut pick = (self.rr.fetch_add(1, Relaxed) as u64) % total;
+            let mut first = primary[0];
+            for &i in &primary {
+                let w = self.servers[i].cfg.weight as u64;
+                if pick < w {
+                    first = i;
+                    break;
+                }
+                pick -= w;
+            }
+            order.push(first);
+            order.extend(primary.iter().copied().filter(|&i| i != first));
+        } else {
+            order.extend(primary.iter().copied());
+        }
+        // Down primaries whose backoff has passed, then standbys.
+        order.extend((0..self.servers.len()).filter(|&i| {
+            let s = &self.servers[i];
+            !s.cfg.standby && !s.up.load(Relaxed) && usable(s)
+        }));
+        if order.is_empty()
+            || self
+                .servers
+                .iter()
+                .all(|s| s.cfg.standby || !s.up.load(Relaxed))
+        {
+            order.extend((0..self.servers.len()).filter(|&i| {
+                let s = &self.servers[i];
+                s.cfg.standby && usable(s)
+            }));
+        }
+        order
+    }
+
+    async fn connect(&self, s: &Server) -> Result<TcpStream, String> {
+        let mut stream = tokio::time::timeout(
+            self.cfg.connect_timeout.0,
+            TcpStream::connect(&s.cfg.address),
+        )
+        .await
+        .map_err(|_| "connect timed out".to_string())?
+        .map_err(|e| format!("connect: {e}"))?;
+        let _ = stream.set_nodelay(true);
+        let key = s.cfg.shared_key.as_ref().or(self.cfg.shared_key.as_ref());
+        if let Some(key) = key {
+            let user = s.cfg.username.as_deref().unwrap_or_default();
+            let pass = s.cfg.password.as_deref().unwrap_or_default();
+            tokio::time::timeout(
+                self.cfg.connect_timeout.0,
+                client_handshake(&mut stream, key, &self.hostname, user, pass),
+            )
+            .await
+            .map_err(|_| "handshake timed out".to_string())??;
+        }
+        Ok(stream)
+    }
+
+    /// Takes an idle connection that the peer has not closed, or opens one.
+    async fn conn(&self, s: &Server) -> Result<TcpStream, String> {
+        loop {
+            let c = s.idle.lock().expect("server").pop();
+            let Some(c) = c else { break };
+            let mut probe = [0u8; 1];
+            match c.try_read(&mut probe) {
+                // The peer closed it (FIN) or sent something unexpected: drop it.
+                Ok(_) => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(c),
+                Err(_) => continue,
+            }
+        }
+        self.connect(s).await
+    }
+
+    fn frame(&self, chunk: &Chunk) -> Result<(Frame, Option<String>), FlushError> {
+        let ack_id = self.cfg.require_ack_response.then(|| chunk.id_hex());
+        let compression = match self.cfg.compress {
+            None => Compression::None,
+            Some(ForwardCompression::Gzip) => Compression::Gzip,
+            Some(ForwardCompression::Zstd) => Compression::Zstd,
+        };
+        if compression != Compression::None {
+            let mut whole = Vec::with_capacity(chunk.data.len() / 4);
+            nagare_forward::encode_packed_forward(
+                &mut whole,
+                &chunk.tag,
+                &chunk.data,
+                chunk.count,
+                ack_id.as_ref().map(|s| s.as_bytes()),
+                compression,
+            )
+            .map_err(|e| FlushError::Retry(format!("compressing: {e}")))?;
+            return Ok((Frame::Whole(whole), ack_id));
+        }
+        let mut head = Vec::with_capacity(16 + chunk.tag.len());
+        write_array_len(&mut head, 3);
+        write_str(&mut head, chunk.tag.as_bytes());
+        write_bin_header(&mut head, chunk.data.len());
+        let mut tail = Vec::with_capacity(64);
+        write_map_len(&mut tail, if ack_id.is_some() { 2 } else { 1 });
+        write_str(&mut tail, b"size");
+        write_uint(&mut tail, chunk.count as u64);
+        if let Some(id) = &ack_id {
+            write_str(&mut tail, b"chunk");
+            write_str(&mut tail, id.as_bytes());
+        }
+        Ok((Frame::Raw { head, tail }, ack_id))
+    }
+
+    async fn send_to(
+        &self,
+        s: &Server,
+        chunk: &Chunk,
+        frame: &Frame,
+        ack_id: Option<&str>,
+    ) -> Result<(), String> {
+        let mut c = self.conn(s).await?;
+        let send = async {
+            match frame {
+                // The chunk bytes go out as they are, between header and options.
+                Frame::Raw { head, tail } => {
+                    c.write_all(head).await?;
+                    c.write_all(&chunk.data).await?;
+                    c.write_all(tail).await?;
+                }
+                Frame::Whole(b) => c.write_all(b).await?,
+            }
+            c.flush().await
+        };
+        tokio::time::timeout(self.cfg.send_timeout.0, send)
+            .await
+            .map_err(|_| "send timed out".to_string())?
+            .map_err(|e| format!("send: {e}"))?;
+        if let Some(id) = ack_id {
+            let mut buf = Vec::new();
+            let msg = tokio::time::timeout(
+                self.cfg.ack_response_timeout.0,
+                read_message(&mut c, &mut buf),
+            )
+            .await
+            .map_err(|_| {
+                format!(
+                    "no ack for chunk {id} within {}",
+                    self.cfg.ack_response_timeout
+                )
+            })??;
+            let got = handshake::decode_ack(&msg).map_err(|e| format!("bad ack: {e}"))?;
+            if got != id.as_bytes() {
+                return Err(format!(
+                    "ack for {} instead of {id}",
+                    String::from_utf8_lossy(&got)
+                ));
+            }
+        }
+        if self.cfg.keepalive {
+            s.idle.lock().expect("server").push(c);
+        }
+        Ok(())
+    }
+}
+
+/// A frame ready to send: header and options around the chunk bytes, or a
+/// whole compressed frame.
+enum Frame {
+    Raw { head: Vec<u8>, tail: Vec<u8> },
+    Whole(Vec<u8>),
+}
+
+/// The client side of the handshake: read HELO, send PING, check PONG.
+pub async fn client_handshake<S>(
+    stream: &mut S,
+    key: &str,
+    hostname: &str,
+    user: &str,
+    pass: &str,
+) -> Result<(), String>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut buf = Vec::new();
+    let helo_bytes = read_message(stream, &mut buf).await?;
+    let helo = Helo::decode(&helo_bytes).map_err(|e| format!("handshake: {e}"))?;
+    let salt = hex::encode(rand::random::<[u8; 16]>()).into_bytes();
+    let host = hostname.as_bytes();
+    let ping = Ping {
+        hostname: host.to_vec(),
+        shared_key_salt: salt.clone(),
+        shared_key_digest: handshake::shared_key_digest(&salt, host, &helo.nonce, key.as_bytes())
+            .into_bytes(),
+        username: user.as_bytes().to_vec(),
+        password_digest: if helo.auth.is_empty() {
+            Vec::new()
+        } else {
+            handshake::password_digest(&helo.auth, user.as_bytes(), pass.as_bytes()).into_bytes()
+        },
+    };
+    let mut out = Vec::new();
+    ping.encode(&mut out);
+    stream
+        .write_all(&out)
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    let pong_bytes = read_message(stream, &mut buf).await?;
+    let pong = Pong::decode(&pong_bytes).map_err(|e| format!("handshake: {e}"))?;
+    if !pong.auth_ok {
+        return Err(format!(
+            "server refused the handshake: {}",
+            String::from_utf8_lossy(&pong.reason)
+        ));
+    }
+    let want = handshake::shared_key_digest(&salt, &pong.hostname, &helo.nonce, key.as_bytes());
+    if !handshake::digest_eq(want.as_bytes(), &pong.shared_key_digest) {
+        return Err("server's PONG digest does not match the shared key".into());
+    }
+    Ok(())
+}
+
+/// Reads one complete msgpack value from the stream (handshake, acks).
+pub async fn read_message<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut Vec<u8>,
+) -> Result<Vec<u8>, String> {
+    loop {
+        match skip_value(buf, 0) {
+            Ok(end) => {
+                let msg = buf[..end].to_vec();
+                buf.drain(..end);
+                return Ok(msg);
+            }
+            Err(ScanError::Invalid(m)) => return Err(format!("bad message from server: {m}")),
+            Err(ScanError::Incomplete(_)) => {}
+        }
+        if buf.len() > 1 << 20 {
+            return Err("message from server too large".into());
+        }
+        let mut tmp = [0u8; 4096];
+        let n = stream
+            .read(&mut tmp)
+            .await
+            .map_err(|e| format!("read: {e}"))?;
+        if n == 0 {
+            return Err("server closed the connection".into());
+        }
+        buf.extend_from_slice(&tmp[..n]);
+    }
+}
+
+async fn udp_heartbeat(address: &str, timeout: Duration) -> bool {
+    let Ok(sock) = tokio::net::UdpSocket::bind(if address.starts_with('[') {
+        "[::]:0"
+    } else {
+        "0.0.0.0:0"
+    })
+    .await
+    else {
+        return false;
+    };
+    if sock.connect(address).await.is_err() || sock.send(b"\0").await.is_err() {
+        return false;
+    }
+    let mut b = [0u8; 16];
+    matches!(
+        tokio::time::timeout(timeout, sock.recv(&mut b)).await,
+        Ok(Ok(_))
+    )
+}
+
+#[async_trait]
+impl Output for ForwardOutput {
+    async fn write(&self, chunk: &Chunk) -> Result<(), FlushError> {
+        let (frame, ack_id) = self.frame(chunk)?;
+        let mut errors = Vec::new();
+        for i in self.candidates() {
+            let s = &self.servers[i];
+            match self.send_to(s, chunk, &frame, ack_id.as_deref()).await {
+                Ok(()) => {
+                    s.mark_up();
+                    return Ok(());
+                }
+                Err(e) => {
+                    s.mark_down(&e);
+                    errors.push(format!("{}: {e}", s.cfg.address));
+                }
+            }
+        }
+        if errors.is_empty() {
+            errors.push("every server is down".into());
+        }
+        Err(FlushError::Retry(format!(
+            "{}: {}",
+            self.name,
+            errors.join("; ")
+        )))
+    }
+}
