@@ -230,7 +230,14 @@ pub fn parse(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
         text,
         errors: Vec::new(),
     };
-    let raw: RawConfig = match toml::from_str(text) {
+    let expanded = match expand_env(text) {
+        Ok(t) => t,
+        Err((at, name)) => {
+            ctx.error(at, "", format!("environment variable {name} is not set"));
+            return Err(ctx.errors);
+        }
+    };
+    let raw: RawConfig = match toml::from_str(&expanded) {
         Ok(r) => r,
         Err(e) => {
             let at = e.span().map(|s| s.start).unwrap_or(0);
@@ -309,6 +316,25 @@ pub fn parse(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
     } else {
         Err(ctx.errors)
     }
+}
+
+/// Replaces `${NAME}` by the environment variable NAME, for names in upper
+/// case (`${tag}` and other lower-case placeholders belong to plugins).
+/// Returns the offset and name of the first unset variable as an error.
+fn expand_env(text: &str) -> Result<String, (usize, String)> {
+    let re = regex::Regex::new(r"\$\{([A-Z_][A-Z0-9_]*)\}").expect("static regex");
+    let mut out = String::with_capacity(text.len());
+    let mut last = 0;
+    for c in re.captures_iter(text) {
+        let m = c.get(0).expect("match");
+        let name = &c[1];
+        let val = std::env::var(name).map_err(|_| (m.start(), name.to_string()))?;
+        out.push_str(&text[last..m.start()]);
+        out.push_str(&val);
+        last = m.end();
+    }
+    out.push_str(&text[last..]);
+    Ok(out)
 }
 
 fn take_type(ctx: &mut Ctx, table: &mut Table, at: usize, what: &str) -> Option<String> {
@@ -456,6 +482,11 @@ mod tests {
         assert_eq!(e[0].line, 9, "{e:?}");
         assert!(e[0].key.ends_with("flush_interval"), "{e:?}");
         assert!(e[0].message.contains("duration"), "{e:?}");
+
+        let text = "[[input]]\ntype = \"forward\"\nbind = \"${NAGARE_TEST_UNSET_VAR}\"\n";
+        let e = parse(text, "v.toml").unwrap_err();
+        assert_eq!(e[0].line, 3, "{e:?}");
+        assert!(e[0].message.contains("NAGARE_TEST_UNSET_VAR"), "{e:?}");
 
         let text = "[[input]]\ntype = \"nope\"\n";
         let e = parse(text, "z.toml").unwrap_err();

@@ -1,0 +1,639 @@
+package nagare
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"errors"
+	"log/slog"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func newClient(t *testing.T, cfg Config) *Client {
+	t.Helper()
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.CloseContext(ctxTimeout(t, time.Second)) })
+	return c
+}
+
+func emitN(t *testing.T, c *Client, tag string, from, to int) {
+	t.Helper()
+	for i := from; i < to; i++ {
+		if err := c.Emit(tag, record(i)); err != nil {
+			t.Fatalf("emit %d: %v", i, err)
+		}
+	}
+}
+
+func TestEmitFlushInOrder(t *testing.T) {
+	s := startTestServer(t)
+	c := newClient(t, Config{Servers: []Server{s.server()}, ChunkSize: 4096})
+	emitN(t, c, "app.test", 0, 5000)
+	if err := c.Flush(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	es := s.waitEvents(5000, 5*time.Second)
+	checkSeqs(t, es, 5000)
+	for _, tag := range s.tags {
+		if tag != "app.test" {
+			t.Fatalf("tag %q", tag)
+		}
+	}
+	st := c.Stats()
+	if st.Sent != 5000 || st.Buffered != 0 || st.Dropped != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	if s.frames < 2 {
+		t.Fatalf("expected several frames (chunk size), got %d", s.frames)
+	}
+}
+
+func TestEventTimeNanoseconds(t *testing.T) {
+	s := startTestServer(t)
+	c := newClient(t, Config{Servers: []Server{s.server()}})
+	tm := time.Unix(1763770800, 123456789)
+	if err := c.EmitWithTime("app.time", tm, map[string]any{"seq": 0}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.EmitRaw("app.time", tm, []byte{0x81, 0xa3, 's', 'e', 'q', 0x01}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Emit("app.time", "not a map"); !errors.Is(err, ErrNotMap) {
+		t.Fatalf("non-map record: %v", err)
+	}
+	if err := c.Flush(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	es := s.waitEvents(2, 5*time.Second)
+	for _, e := range es {
+		if !e.Time.Equal(tm) {
+			t.Fatalf("time %v, want %v", e.Time, tm)
+		}
+	}
+	checkSeqs(t, es, 2)
+}
+
+func TestCloseFlushes(t *testing.T) {
+	s := startTestServer(t)
+	c, err := New(Config{Servers: []Server{s.server()}, FlushInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	emitN(t, c, "app.close", 0, 1000)
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	checkSeqs(t, s.waitEvents(1000, 5*time.Second), 1000)
+	if err := c.Emit("app.close", record(1)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("emit after close: %v", err)
+	}
+}
+
+func TestFlushIntervalSendsWithoutFlush(t *testing.T) {
+	s := startTestServer(t)
+	c := newClient(t, Config{Servers: []Server{s.server()}, FlushInterval: 20 * time.Millisecond})
+	emitN(t, c, "app.tick", 0, 3)
+	checkSeqs(t, s.waitEvents(3, 5*time.Second), 3)
+}
+
+func TestServerRestartNothingLost(t *testing.T) {
+	for _, ack := range []bool{false, true} {
+		t.Run(map[bool]string{false: "no-ack", true: "ack"}[ack], func(t *testing.T) {
+			s := startTestServer(t)
+			c := newClient(t, Config{
+				Servers: []Server{s.server()}, RequireAck: ack, AckTimeout: 500 * time.Millisecond,
+				BackoffBase: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond,
+				FlushInterval: 10 * time.Millisecond,
+			})
+			emitN(t, c, "app.restart", 0, 500)
+			if err := c.Flush(ctxTimeout(t, 5*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			s.waitEvents(500, 5*time.Second) // see TestPeerCloseDetectedBeforeWrite
+			s.stop()
+			emitN(t, c, "app.restart", 500, 1000)
+			time.Sleep(100 * time.Millisecond) // the client tries and fails meanwhile
+			if st := c.Stats(); st.Buffered == 0 {
+				t.Fatalf("events should wait for the server: %+v", st)
+			}
+			s.start()
+			if err := c.Flush(ctxTimeout(t, 10*time.Second)); err != nil {
+				t.Fatal(err)
+			}
+			checkSeqs(t, s.waitEvents(1000, 5*time.Second), 1000)
+			if st := c.Stats(); st.Reconnects < 1 || st.Sent != 1000 {
+				t.Fatalf("stats %+v", st)
+			}
+		})
+	}
+}
+
+func TestPeerCloseDetectedBeforeWrite(t *testing.T) {
+	// The server closes the idle connection; the next batch must go
+	// through a new connection rather than into the dead one.
+	s := startTestServer(t)
+	c := newClient(t, Config{Servers: []Server{s.server()}, BackoffBase: 10 * time.Millisecond})
+	emitN(t, c, "app.fin", 0, 10)
+	if err := c.Flush(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// Without acks, a frame is "sent" once written: wait until the server
+	// read it, as a server that is stopped before it reads loses it.
+	s.waitEvents(10, 5*time.Second)
+	s.stop()
+	s.start()
+	time.Sleep(50 * time.Millisecond) // FIN arrives at the client
+	emitN(t, c, "app.fin", 10, 20)
+	if err := c.Flush(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	checkSeqs(t, s.waitEvents(20, 5*time.Second), 20)
+}
+
+func TestBackoffIntervalsGrow(t *testing.T) {
+	var log errLog
+	c := newClient(t, Config{
+		Servers:     []Server{{Address: freeAddr(t)}},
+		BackoffBase: 20 * time.Millisecond, BackoffMax: 320 * time.Millisecond,
+		FlushInterval: time.Millisecond, ErrorHandler: log.handle,
+	})
+	emitN(t, c, "app.backoff", 0, 1)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, times := log.snapshot()
+		if len(times) >= 8 { // 7 gaps
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("only %d connect attempts", len(times))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	_, times := log.snapshot()
+	var gaps []time.Duration
+	for i := 1; i < len(times); i++ {
+		gaps = append(gaps, times[i].Sub(times[i-1]))
+	}
+	t.Logf("backoff gaps: %v", gaps)
+	// Expected delay before attempt i+1: min(20ms·2^i, 320ms) times a
+	// jitter factor in [0.75, 1.25). Timers never fire early, so the lower
+	// bound is exact; the upper bound leaves room for a loaded machine.
+	for i, g := range gaps[:6] {
+		d := min(20*time.Millisecond<<i, 320*time.Millisecond)
+		if g < d*3/4 || g > d*5/4+150*time.Millisecond {
+			t.Fatalf("gap %d is %v, want %v ±25%%: %v", i, g, d, gaps)
+		}
+	}
+	for i := 1; i < 4; i++ {
+		if gaps[i+1] <= gaps[i-1] {
+			t.Fatalf("backoff does not grow: %v", gaps)
+		}
+	}
+}
+
+func TestSpillToDiskAndDrainInOrder(t *testing.T) {
+	dir := t.TempDir()
+	spill := filepath.Join(dir, "spill.dat")
+	s := newTestServer(t, "tcp", freeAddr(t))
+	t.Cleanup(s.stop)
+	c := newClient(t, Config{
+		Servers: []Server{s.server()}, SpillPath: spill,
+		BufferLimit: 16 << 10, ChunkSize: 2 << 10,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
+	})
+	const n = 3000 // about 100 KB, six times the memory buffer
+	emitN(t, c, "app.spill", 0, n)
+	st := c.Stats()
+	if st.Spilled == 0 || st.Dropped != 0 || st.Buffered != n {
+		t.Fatalf("expected spilling: %+v", st)
+	}
+	if fi, err := os.Stat(spill); err != nil || fi.Size() == 0 {
+		t.Fatalf("spill file: %v %v", fi, err)
+	}
+	s.start()
+	if err := c.Flush(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	checkSeqs(t, s.waitEvents(n, 5*time.Second), n)
+	if fi, err := os.Stat(spill); err != nil || fi.Size() != 0 {
+		t.Fatalf("spill file should be empty after draining: %v %v", fi, err)
+	}
+}
+
+func TestSpillSurvivesRestartOfClient(t *testing.T) {
+	spill := filepath.Join(t.TempDir(), "spill.dat")
+	addr := freeAddr(t)
+	c1, err := New(Config{
+		Servers: []Server{{Address: addr}}, SpillPath: spill,
+		BufferLimit: 8 << 10, ChunkSize: 1 << 10, BackoffBase: 10 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	emitN(t, c1, "app.persist", 0, 1000)
+	if err := c1.CloseContext(ctxTimeout(t, 200*time.Millisecond)); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("close without server: %v", err)
+	}
+	if st := c1.Stats(); st.Dropped != 0 {
+		t.Fatalf("nothing may be lost with a spill file: %+v", st)
+	}
+	s := newTestServer(t, "tcp", addr)
+	s.start()
+	t.Cleanup(s.stop)
+	c2 := newClient(t, Config{Servers: []Server{{Address: addr}}, SpillPath: spill})
+	emitN(t, c2, "app.persist", 1000, 1100)
+	if err := c2.Flush(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	checkSeqs(t, s.waitEvents(1100, 5*time.Second), 1100)
+}
+
+func TestOverflowDrop(t *testing.T) {
+	addr := freeAddr(t)
+	c := newClient(t, Config{
+		Servers: []Server{{Address: addr}}, Overflow: OverflowDrop,
+		BufferLimit: 8 << 10, ChunkSize: 1 << 10, BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond,
+	})
+	dropped := 0
+	for i := 0; i < 1000; i++ {
+		if err := c.Emit("app.drop", record(i)); errors.Is(err, ErrBufferFull) {
+			dropped++
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := c.Stats()
+	if dropped == 0 || st.Dropped != uint64(dropped) || st.Buffered != uint64(1000-dropped) {
+		t.Fatalf("dropped %d, stats %+v", dropped, st)
+	}
+	s := newTestServer(t, "tcp", addr)
+	s.start()
+	t.Cleanup(s.stop)
+	if err := c.Flush(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	got := s.waitEvents(1000-dropped, 5*time.Second)
+	checkSeqs(t, got, 1000-dropped) // the first ones are kept, later ones dropped
+}
+
+func TestOverflowBlock(t *testing.T) {
+	addr := freeAddr(t)
+	c := newClient(t, Config{
+		Servers: []Server{{Address: addr}}, Overflow: OverflowBlock,
+		BufferLimit: 8 << 10, ChunkSize: 1 << 10, BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond,
+	})
+	done := make(chan error, 1)
+	go func() {
+		for i := 0; i < 1000; i++ {
+			if err := c.Emit("app.block", record(i)); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("emit should block while the buffer is full (err %v)", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	s := newTestServer(t, "tcp", addr)
+	s.start()
+	t.Cleanup(s.stop)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("emit still blocked after the server came back")
+	}
+	if err := c.Flush(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	checkSeqs(t, s.waitEvents(1000, 5*time.Second), 1000)
+	if st := c.Stats(); st.Dropped != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+func TestFailoverAndReturnToPrimary(t *testing.T) {
+	primary := newTestServer(t, "tcp", freeAddr(t))
+	t.Cleanup(primary.stop)
+	secondary := startTestServer(t)
+	c := newClient(t, Config{
+		Servers:     []Server{primary.server(), secondary.server()},
+		BackoffBase: 10 * time.Millisecond, PrimaryRetry: 100 * time.Millisecond,
+		FlushInterval: 5 * time.Millisecond,
+	})
+	emitN(t, c, "app.failover", 0, 100)
+	if err := c.Flush(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	checkSeqs(t, secondary.waitEvents(100, 5*time.Second), 100)
+
+	primary.start()
+	// Keep sending: within PrimaryRetry the client moves back.
+	deadline := time.Now().Add(5 * time.Second)
+	i := 100
+	for primary.count() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("client did not return to the primary")
+		}
+		emitN(t, c, "app.failover", i, i+1)
+		i++
+		if err := c.Flush(ctxTimeout(t, 5*time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// Everything after the switch goes to the primary.
+	before := secondary.count()
+	emitN(t, c, "app.failover", i, i+100)
+	if err := c.Flush(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if secondary.count() != before {
+		t.Fatalf("events went to the secondary after returning to the primary")
+	}
+	all := append(secondary.waitEvents(before, time.Second), primary.waitEvents(i+100-before, 5*time.Second)...)
+	checkSeqs(t, all, i+100)
+}
+
+func TestAckModeResendsUnacked(t *testing.T) {
+	s := startTestServer(t)
+	s.mu.Lock()
+	s.skipAcks = 2 // the server "loses" the first two frames
+	s.mu.Unlock()
+	var log errLog
+	c := newClient(t, Config{
+		Servers: []Server{s.server()}, RequireAck: true, AckTimeout: 200 * time.Millisecond,
+		BackoffBase: 10 * time.Millisecond, ErrorHandler: log.handle, ChunkSize: 1024,
+	})
+	emitN(t, c, "app.ack", 0, 200)
+	if err := c.Flush(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	checkSeqs(t, s.waitEvents(200, 5*time.Second), 200)
+	if !log.has(ErrAckTimeout) {
+		t.Fatal("no ack timeout reported")
+	}
+	if st := c.Stats(); st.Errors < 2 || st.Reconnects < 2 || st.Sent != 200 {
+		t.Fatalf("stats %+v", st)
+	}
+	s.mu.Lock()
+	ids := append([]string(nil), s.chunkIDs...)
+	s.mu.Unlock()
+	if len(ids) < 3 || ids[0] != ids[1] || ids[1] != ids[2] {
+		t.Fatalf("the unacked frame must be resent with the same chunk id: %v", ids[:min(len(ids), 4)])
+	}
+	seen := map[string]bool{}
+	for _, id := range ids[2:] {
+		if seen[id] {
+			t.Fatalf("chunk id %s reused for another frame", id)
+		}
+		seen[id] = true
+	}
+}
+
+func TestAckDelayedWithinTimeout(t *testing.T) {
+	s := startTestServer(t)
+	s.mu.Lock()
+	s.ackDelay = 50 * time.Millisecond
+	s.mu.Unlock()
+	c := newClient(t, Config{Servers: []Server{s.server()}, RequireAck: true, AckTimeout: 2 * time.Second})
+	emitN(t, c, "app.ack", 0, 100)
+	if err := c.Flush(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	checkSeqs(t, s.waitEvents(100, time.Second), 100)
+}
+
+func TestUnixSocket(t *testing.T) {
+	dir, err := os.MkdirTemp("", "ngo") // short path: socket paths are limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	s := newTestServer(t, "unix", filepath.Join(dir, "f.sock"))
+	s.start()
+	t.Cleanup(s.stop)
+	c := newClient(t, Config{Servers: []Server{{Network: "unix", Address: filepath.Join(dir, "f.sock")}}, RequireAck: true})
+	emitN(t, c, "app.unix", 0, 300)
+	if err := c.Flush(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	checkSeqs(t, s.waitEvents(300, 5*time.Second), 300)
+}
+
+func TestSharedKeyHandshake(t *testing.T) {
+	s := newTestServer(t, "tcp", "127.0.0.1:0")
+	s.sharedKey = "s3cret"
+	s.start()
+	t.Cleanup(s.stop)
+	c := newClient(t, Config{Servers: []Server{s.server()}, SharedKey: "s3cret", RequireAck: true})
+	emitN(t, c, "app.auth", 0, 10)
+	if err := c.Flush(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	checkSeqs(t, s.waitEvents(10, time.Second), 10)
+
+	var log errLog
+	bad := newClient(t, Config{Servers: []Server{s.server()}, SharedKey: "wrong", ErrorHandler: log.handle, BackoffBase: 50 * time.Millisecond})
+	emitN(t, bad, "app.auth", 0, 1)
+	if err := bad.Flush(ctxTimeout(t, 300*time.Millisecond)); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("flush with a wrong key: %v", err)
+	}
+	if !log.has(ErrAuth) {
+		t.Fatal("handshake failure not reported")
+	}
+	if s.count() != 10 {
+		t.Fatal("events accepted with a wrong key")
+	}
+}
+
+func TestTLS(t *testing.T) {
+	cert, pool := selfSigned(t)
+	s := newTestServer(t, "tcp", "127.0.0.1:0")
+	s.tlsConfig = &tls.Config{Certificates: []tls.Certificate{cert}}
+	s.sharedKey = "k"
+	s.start()
+	t.Cleanup(s.stop)
+	c := newClient(t, Config{
+		Servers: []Server{s.server()}, SharedKey: "k",
+		TLS: &tls.Config{RootCAs: pool, ServerName: "localhost"},
+	})
+	emitN(t, c, "app.tls", 0, 100)
+	if err := c.Flush(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	checkSeqs(t, s.waitEvents(100, 5*time.Second), 100)
+}
+
+func TestCompressed(t *testing.T) {
+	s := startTestServer(t)
+	c := newClient(t, Config{Servers: []Server{s.server()}, Compress: true, RequireAck: true})
+	emitN(t, c, "app.gzip", 0, 1000)
+	if err := c.Flush(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	checkSeqs(t, s.waitEvents(1000, 5*time.Second), 1000)
+}
+
+func TestSeveralTagsOneFramePerTag(t *testing.T) {
+	s := startTestServer(t)
+	c := newClient(t, Config{Servers: []Server{s.server()}, FlushInterval: time.Hour})
+	for i := 0; i < 30; i++ {
+		tag := []string{"a", "b", "c"}[i%3]
+		if err := c.Emit(tag, record(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Flush(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	s.waitEvents(30, time.Second)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.frames != 3 {
+		t.Fatalf("%d frames, want one per tag", s.frames)
+	}
+	for i, e := range s.events {
+		if got := []string{"a", "b", "c"}[int(e.Record["seq"].(int8))%3]; got != s.tags[i] {
+			t.Fatalf("event %v under tag %s", e.Record, s.tags[i])
+		}
+	}
+}
+
+func TestSlogHandler(t *testing.T) {
+	s := startTestServer(t)
+	c := newClient(t, Config{Servers: []Server{s.server()}})
+	log := slog.New(NewSlogHandler(c, "app.log", &SlogOptions{Level: slog.LevelDebug}))
+	log.With("svc", "api").WithGroup("req").Info("hello", "seq", 0, "path", "/x", slog.Group("user", "id", 7))
+	log.Debug("dbg", "seq", 1, "err", errors.New("boom"), "d", time.Second)
+	slog.New(NewSlogHandler(c, "app.log", nil)).Debug("not recorded")
+	if err := c.Flush(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	es := s.waitEvents(2, 5*time.Second)
+	time.Sleep(50 * time.Millisecond)
+	if s.count() != 2 {
+		t.Fatalf("%d events, want 2 (debug filtered)", s.count())
+	}
+	r0 := es[0].Record
+	if r0["msg"] != "hello" || r0["level"] != "INFO" || r0["svc"] != "api" {
+		t.Fatalf("record %v", r0)
+	}
+	req, _ := r0["req"].(map[string]any)
+	user, _ := req["user"].(map[string]any)
+	if req["path"] != "/x" || user == nil || user["id"] != int8(7) {
+		t.Fatalf("groups: %v", r0)
+	}
+	r1 := es[1].Record
+	if r1["err"] != "boom" || r1["level"] != "DEBUG" || r1["d"] != "1s" {
+		t.Fatalf("record %v", r1)
+	}
+}
+
+func selfSigned(t *testing.T) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "localhost"},
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA: true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, _ := x509.ParseCertificate(der)
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+}
+
+func TestAckModeServerRestartsMidStream(t *testing.T) {
+	s := startTestServer(t)
+	c := newClient(t, Config{
+		Servers: []Server{s.server()}, RequireAck: true, AckTimeout: 300 * time.Millisecond,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
+		ChunkSize: 2048, FlushInterval: 5 * time.Millisecond,
+	})
+	const n = 3000
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < n; i++ {
+			if err := c.Emit("app.mid", record(i)); err != nil {
+				t.Errorf("emit: %v", err)
+				return
+			}
+			if i%100 == 0 {
+				time.Sleep(2 * time.Millisecond)
+			}
+		}
+	}()
+	time.Sleep(20 * time.Millisecond)
+	s.stop()
+	time.Sleep(100 * time.Millisecond)
+	s.start()
+	<-done
+	if err := c.Flush(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	// At-least-once: every event arrives; a frame whose ack was lost may
+	// arrive twice.
+	checkAllSeqs(t, s.waitEvents(n, 5*time.Second), n)
+}
+
+func TestSpillLimitDropsAndCounts(t *testing.T) {
+	addr := freeAddr(t)
+	c := newClient(t, Config{
+		Servers: []Server{{Address: addr}}, SpillPath: filepath.Join(t.TempDir(), "s"),
+		SpillLimit: 16 << 10, BufferLimit: 8 << 10, ChunkSize: 1 << 10,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 20 * time.Millisecond,
+	})
+	full := 0
+	for i := 0; i < 2000; i++ {
+		if err := c.Emit("app.limit", record(i)); errors.Is(err, ErrBufferFull) {
+			full++
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := c.Stats()
+	if full == 0 || st.Dropped != uint64(full) || st.Spilled == 0 || st.Buffered != uint64(2000-full) {
+		t.Fatalf("full %d, stats %+v", full, st)
+	}
+	s := newTestServer(t, "tcp", addr)
+	s.start()
+	t.Cleanup(s.stop)
+	if err := c.Flush(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	checkSeqs(t, s.waitEvents(2000-full, 5*time.Second), 2000-full)
+}

@@ -1,0 +1,146 @@
+"""Append-only spill file: where events go when the memory buffer is full.
+
+Layout: a sequence of records, each
+
+    u32 BE  payload length (tag length + entries length)
+    u16 BE  tag length
+    u32 BE  number of events in the entries
+    tag     UTF-8
+    entries concatenated msgpack [EventTime, record] entries (packed-forward payload)
+
+Records are read back in the order they were written. When every record has
+been read the file is truncated to zero. A torn record at the end (a crash in
+the middle of a write) is cut off when the file is opened again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+_HEAD = struct.Struct(">IHI")
+
+
+class SpillFile:
+    def __init__(self, path: str, max_bytes: int):
+        self.max_bytes = max_bytes
+        self.path = self._open_locked(path)
+        self._w = open(self.path, "ab")  # noqa: SIM115 - lives as long as the client
+        self._r = open(self.path, "rb")  # noqa: SIM115
+        self.size = 0  # bytes of valid records in the file
+        self.read_pos = 0  # next unread record
+        self.events = 0  # unread events
+        self._recover()
+
+    def _open_locked(self, path: str) -> str:
+        """Lock the spill file so two processes never share one; fall back to path.<pid>."""
+        for candidate in (path, f"{path}.{os.getpid()}"):
+            fd = os.open(candidate, os.O_RDWR | os.O_CREAT, 0o600)
+            if fcntl is None:
+                self._lock_fd = fd
+                return candidate
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self._lock_fd = fd
+            return candidate
+        msg = f"spill file {path} is locked by another process"
+        raise OSError(msg)
+
+    def _recover(self) -> None:
+        self._r.seek(0)
+        pos = 0
+        events = 0
+        while True:
+            head = self._r.read(_HEAD.size)
+            if len(head) < _HEAD.size:
+                break
+            n, tag_len, count = _HEAD.unpack(head)
+            body = self._r.read(n)
+            if len(body) < n or tag_len > n:
+                break
+            pos += _HEAD.size + n
+            events += count
+        total = os.fstat(self._w.fileno()).st_size
+        if total != pos:  # torn tail: cut it off
+            os.ftruncate(self._w.fileno(), pos)
+        self.size = pos
+        self.events = events
+
+    @property
+    def exhausted(self) -> bool:
+        return self.read_pos >= self.size
+
+    def append(self, tag_bytes: bytes, entries: bytes, count: int) -> bool:
+        """Append one record; False (nothing written) when the size limit would be passed."""
+        n = len(tag_bytes) + len(entries)
+        if self.size + _HEAD.size + n > self.max_bytes:
+            return False
+        self._w.write(_HEAD.pack(n, len(tag_bytes), count) + tag_bytes + entries)
+        self._w.flush()
+        self.size += _HEAD.size + n
+        self.events += count
+        return True
+
+    def read(self, max_bytes: int) -> list[tuple[str, bytes, int]]:
+        """Read records from the current position, about max_bytes of them (at least one)."""
+        self._r.seek(self.read_pos)
+        out = []
+        got = 0
+        while self.read_pos < self.size and (not out or got < max_bytes):
+            n, tag_len, count = _HEAD.unpack(self._r.read(_HEAD.size))
+            body = self._r.read(n)
+            out.append((body[:tag_len].decode("utf-8"), body[tag_len:], count))
+            self.read_pos += _HEAD.size + n
+            self.events -= count
+            got += n
+        return out
+
+    def unread_bytes(self) -> bytes:
+        self._r.seek(self.read_pos)
+        return self._r.read(self.size - self.read_pos)
+
+    def reset(self) -> None:
+        """Everything was read: empty the file."""
+        self._w.flush()
+        os.ftruncate(self._w.fileno(), 0)
+        self.size = self.read_pos = self.events = 0
+
+    def replace_with(self, records: list[tuple[str, bytes, int]]) -> None:
+        """Rewrite the file as `records` followed by the unread rest (used at close)."""
+        rest = self.unread_bytes()
+        tmp = f"{self.path}.tmp"
+        with open(tmp, "wb") as f:
+            for tag, entries, count in records:
+                tb = tag.encode("utf-8")
+                f.write(_HEAD.pack(len(tb) + len(entries), len(tb), count) + tb + entries)
+            f.write(rest)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def close(self, *, remove: bool = False) -> None:
+        for f in (self._w, self._r):
+            with contextlib.suppress(OSError):
+                f.close()
+        if remove or self.size == 0:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+        with contextlib.suppress(OSError):
+            os.close(self._lock_fd)
+
+    def discard(self) -> None:
+        """Forget the file without touching it (a forked child must not use the parent's)."""
+        for f in (self._w, self._r):
+            with contextlib.suppress(OSError):
+                f.close()
+        with contextlib.suppress(OSError):
+            os.close(self._lock_fd)
