@@ -1,0 +1,134 @@
+package dev.nagare.bench;
+
+import dev.nagare.logger.NagareLogger;
+import dev.nagare.logger.Overflow;
+import java.time.Duration;
+import java.util.LinkedHashMap;
+import java.util.Map;
+import org.fluentd.logger.FluentLogger;
+import org.komamitsu.fluency.EventTime;
+import org.komamitsu.fluency.Fluency;
+import org.komamitsu.fluency.fluentd.FluencyBuilderForFluentd;
+
+/**
+ * One emitting thread sends {@code {"seq": n, "message": <100 bytes>}} records to a forward sink.
+ * Prints one JSON line: emit ns/call over the measured events, and events/s from the first
+ * measured emit until everything is flushed to the socket.
+ *
+ * <p>Usage: Bench nagare|fluency|fluent-logger PORT WARMUP COUNT
+ */
+public final class Bench {
+  static final String MESSAGE = "x".repeat(100);
+
+  interface Client {
+    void emit(long seq) throws Exception;
+
+    void finish() throws Exception;
+  }
+
+  static Map<String, Object> rec(long seq) {
+    Map<String, Object> m = new LinkedHashMap<>();
+    m.put("seq", seq);
+    m.put("message", MESSAGE);
+    return m;
+  }
+
+  static Client nagare(int port) {
+    NagareLogger log =
+        NagareLogger.builder()
+            .server("127.0.0.1:" + port)
+            .bufferLimit(1L << 30)
+            .overflow(Overflow.BLOCK)
+            .build();
+    return new Client() {
+      @Override
+      public void emit(long seq) {
+        log.emit("bench.load", rec(seq));
+      }
+
+      @Override
+      public void finish() {
+        if (!log.flush(Duration.ofSeconds(120))) {
+          throw new IllegalStateException("not flushed: " + log.stats());
+        }
+        log.close();
+        if (log.stats().dropped() != 0) {
+          throw new IllegalStateException("dropped: " + log.stats());
+        }
+      }
+    };
+  }
+
+  static Client fluency(int port) {
+    FluencyBuilderForFluentd b = new FluencyBuilderForFluentd();
+    b.setMaxBufferSize(1L << 30);
+    Fluency f = b.build("127.0.0.1", port);
+    return new Client() {
+      @Override
+      public void emit(long seq) throws Exception {
+        f.emit("bench.load", EventTime.fromEpochMilli(System.currentTimeMillis()), rec(seq));
+      }
+
+      @Override
+      public void finish() throws Exception {
+        f.flush();
+        if (!f.waitUntilAllBufferFlushed(120)) {
+          throw new IllegalStateException("fluency not flushed");
+        }
+        f.close();
+        f.waitUntilFlusherTerminated(30);
+      }
+    };
+  }
+
+  static Client fluentLogger(int port) {
+    FluentLogger l = FluentLogger.getLogger("bench", "127.0.0.1", port);
+    return new Client() {
+      @Override
+      public void emit(long seq) {
+        if (!l.log("load", rec(seq))) {
+          throw new IllegalStateException("fluent-logger refused an event");
+        }
+      }
+
+      @Override
+      public void finish() {
+        l.flush();
+        l.close();
+      }
+    };
+  }
+
+  public static void main(String[] args) throws Exception {
+    String lib = args[0];
+    int port = Integer.parseInt(args[1]);
+    long warmup = Long.parseLong(args[2]);
+    long count = Long.parseLong(args[3]);
+    Client c =
+        switch (lib) {
+          case "nagare" -> nagare(port);
+          case "fluency" -> fluency(port);
+          case "fluent-logger" -> fluentLogger(port);
+          default -> throw new IllegalArgumentException(lib);
+        };
+    for (long i = 0; i < warmup; i++) {
+      c.emit(i);
+    }
+    long t0 = System.nanoTime();
+    for (long i = warmup; i < warmup + count; i++) {
+      c.emit(i);
+    }
+    long t1 = System.nanoTime();
+    c.finish();
+    long t2 = System.nanoTime();
+    System.out.printf(
+        "{\"lib\":\"%s\",\"events\":%d,\"emit_ns_per_call\":%.1f,\"emit_s\":%.3f,\"total_s\":%.3f,"
+            + "\"events_per_s\":%.0f}%n",
+        lib,
+        count,
+        (t1 - t0) / (double) count,
+        (t1 - t0) / 1e9,
+        (t2 - t0) / 1e9,
+        count / ((t2 - t0) / 1e9));
+  }
+}
