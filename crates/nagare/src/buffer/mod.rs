@@ -15,7 +15,9 @@ use crate::config::units::{Dur, Size};
 
 pub use memory::{Buffer, Chunk};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema, Default,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum BufferType {
     #[default]
@@ -23,7 +25,9 @@ pub enum BufferType {
     File,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema, Default,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum OverflowAction {
     /// Stop reading the inputs that feed this buffer until space frees up.
@@ -37,7 +41,7 @@ pub enum OverflowAction {
 }
 
 /// `[output.buffer]`
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct BufferConfig {
     /// "memory" (default) or "file" (not in this version).

@@ -6,6 +6,7 @@
 //! which denies unknown keys. That keeps one serde struct per plugin, next to
 //! the plugin, and still lets every error point at a line.
 
+pub mod reference;
 pub mod units;
 
 use std::fmt;
@@ -44,7 +45,7 @@ impl fmt::Display for ConfigError {
     }
 }
 
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema, Default)]
 #[serde(deny_unknown_fields)]
 pub struct SystemConfig {
     /// Runtime worker threads; 0 or absent = one per core.
@@ -58,7 +59,7 @@ pub struct SystemConfig {
     pub shutdown_timeout: Option<units::Dur>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MonitorConfig {
     /// Address of the HTTP monitor, e.g. "127.0.0.1:24220".
@@ -467,6 +468,20 @@ mod tests {
         assert_eq!(c.inputs.len(), 1);
         assert_eq!(c.outputs.len(), 1);
         assert_eq!(c.monitor.unwrap().bind, "127.0.0.1:24220");
+    }
+
+    #[test]
+    fn every_example_config_is_valid() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+        let mut n = 0;
+        for e in std::fs::read_dir(dir).expect("examples/") {
+            let p = e.expect("entry").path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                load(&p).unwrap_or_else(|e| panic!("{}: {e:?}", p.display()));
+                n += 1;
+            }
+        }
+        assert!(n >= 4, "expected the example configs, found {n}");
     }
 
     #[test]

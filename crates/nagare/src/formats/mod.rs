@@ -9,7 +9,9 @@ use nagare_forward::msgpack::{read_map_len, read_str_or_bin, skip_value};
 use nagare_forward::EventTime;
 use serde::Deserialize;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema, Default,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Format {
     /// `{"time":"<RFC3339 nanos>","tag":"…","record":{…}}` per line.

@@ -26,14 +26,16 @@ use crate::config::units::{Dur, Size};
 use crate::router::{Route, Router};
 use crate::stats::PluginStats;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UserConfig {
+    /// The name the client sends in PING.
     pub username: String,
+    /// Checked through the password digest; never sent in clear.
     pub password: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ForwardInputConfig {
     /// "HOST:PORT" to listen on (TCP, and UDP for heartbeats).

@@ -17,13 +17,15 @@ use super::{FlushError, Output};
 use crate::buffer::Chunk;
 use crate::formats::{self, Format};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum FileCompression {
     Gzip,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
     /// File path template, e.g. "/var/log/nagare/${tag}/%Y-%m-%d.log".

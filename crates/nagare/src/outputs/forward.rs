@@ -25,7 +25,7 @@ use super::{FlushError, Output};
 use crate::buffer::Chunk;
 use crate::config::units::Dur;
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
     /// "HOST:PORT" of a forward server.
@@ -49,7 +49,9 @@ fn default_weight() -> u32 {
     60
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema, Default,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum HeartbeatType {
     /// A TCP connect every heartbeat_interval.
@@ -61,14 +63,16 @@ pub enum HeartbeatType {
     None,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ForwardCompression {
     Gzip,
     Zstd,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ForwardOutputConfig {
     /// The servers, as [[output.server]] tables.

@@ -7,7 +7,7 @@ use super::{FlushError, Output};
 use crate::buffer::Chunk;
 
 /// `type = "null"` takes no options.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema, Default)]
 #[serde(deny_unknown_fields)]
 pub struct NullConfig {}
 

@@ -8,7 +8,7 @@ use super::{FlushError, Output};
 use crate::buffer::Chunk;
 use crate::formats::{self, Format};
 
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema, Default)]
 #[serde(deny_unknown_fields)]
 pub struct StdoutConfig {
     /// "json" (default), "ltsv", "msgpack" or "single_value".

@@ -1,0 +1,875 @@
+//! Shared helpers for the end-to-end tests: free loopback ports, a running
+//! `nagare` process (killed on drop), a forward sender and a forward sink
+//! built on the nagare-forward codec, and small HTTP/metrics readers.
+//!
+//! Everything is bounded in time: every wait takes a timeout and panics with
+//! what it was waiting for.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use nagare_forward::handshake::{self, Helo, Ping, Pong};
+use nagare_forward::msgpack::{skip_value, write_map_len, write_str, write_uint};
+use nagare_forward::{
+    encode_forward, encode_message, encode_packed_forward, scan_frame, write_entry, Compression,
+    EventTime, Limits, ScanError,
+};
+
+/// The default bound of every wait in these tests.
+pub const WAIT: Duration = Duration::from_secs(20);
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_nagare");
+
+/// A loopback port that was free a moment ago (bind port 0, read it, drop).
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().unwrap().port()
+}
+
+/// Polls `cond` every 20 ms until it holds; panics after `timeout` naming `what`.
+pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    loop {
+        if cond() {
+            return;
+        }
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until a TCP connect to 127.0.0.1:port succeeds.
+pub fn wait_port(port: u16) {
+    wait_until(WAIT, &format!("127.0.0.1:{port} to accept"), || {
+        TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
+}
+
+/// Asserts that `seqs` holds every number of 0..n exactly once.
+#[track_caller]
+pub fn assert_exact_seqs(seqs: &[u64], n: u64) {
+    let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
+    for &s in seqs {
+        *counts.entry(s).or_default() += 1;
+    }
+    let dups: Vec<u64> = counts
+        .iter()
+        .filter(|(_, &c)| c > 1)
+        .map(|(&s, _)| s)
+        .collect();
+    let missing: Vec<u64> = (0..n).filter(|s| !counts.contains_key(s)).collect();
+    let extra: Vec<u64> = counts.keys().copied().filter(|&s| s >= n).collect();
+    assert!(
+        dups.is_empty() && missing.is_empty() && extra.is_empty() && seqs.len() as u64 == n,
+        "expected seq 0..{n} once each; got {} events; duplicated {:?}; missing {:?} (first 20); out of range {:?}",
+        seqs.len(),
+        &dups[..dups.len().min(20)],
+        &missing[..missing.len().min(20)],
+        &extra[..extra.len().min(20)],
+    );
+}
+
+// ---------------------------------------------------------------- records
+
+/// The msgpack map `{"seq": seq, "message": message}`.
+pub fn record(seq: u64, message: &str) -> Vec<u8> {
+    let mut r = Vec::new();
+    write_map_len(&mut r, 2);
+    write_str(&mut r, b"seq");
+    write_uint(&mut r, seq);
+    write_str(&mut r, b"message");
+    write_str(&mut r, message.as_bytes());
+    r
+}
+
+pub fn message_for(seq: u64) -> String {
+    format!("event number {seq}")
+}
+
+/// Canonical PackedForward entries for the given seqs, time = now.
+pub fn entries(seqs: impl IntoIterator<Item = u64>) -> (Vec<u8>, u32) {
+    let t = EventTime::now();
+    let mut e = Vec::new();
+    let mut n = 0;
+    for s in seqs {
+        write_entry(&mut e, t, &record(s, &message_for(s)));
+        n += 1;
+    }
+    (e, n)
+}
+
+/// Decodes concatenated `[time, record]` entries into records.
+pub fn decode_entries(mut buf: &[u8]) -> Vec<rmpv::Value> {
+    let mut out = Vec::new();
+    while !buf.is_empty() {
+        let v = rmpv::decode::read_value(&mut buf).expect("entry is msgpack");
+        let arr = v.as_array().expect("entry is an array").clone();
+        assert_eq!(arr.len(), 2, "entry [time, record]");
+        out.push(arr[1].clone());
+    }
+    out
+}
+
+pub fn seq_of(record: &rmpv::Value) -> u64 {
+    record
+        .as_map()
+        .and_then(|m| {
+            m.iter()
+                .find(|(k, _)| k.as_str() == Some("seq"))
+                .and_then(|(_, v)| v.as_u64())
+        })
+        .expect("record has an integer seq")
+}
+
+// ---------------------------------------------------------------- daemon
+
+/// A running `nagare` with its output captured; killed on drop.
+pub struct Daemon {
+    pub child: Child,
+    pub dir: PathBuf,
+    pub config: PathBuf,
+    pub monitor: Option<u16>,
+    stdout: Arc<Mutex<Vec<u8>>>,
+    stderr: Arc<Mutex<Vec<u8>>>,
+    readers: Vec<JoinHandle<()>>,
+    exited: Option<ExitStatus>,
+}
+
+fn capture<R: Read + Send + 'static>(mut r: R, into: Arc<Mutex<Vec<u8>>>) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut b = [0u8; 65536];
+        loop {
+            match r.read(&mut b) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => into.lock().unwrap().extend_from_slice(&b[..n]),
+            }
+        }
+    })
+}
+
+impl Daemon {
+    /// Writes `config` to `dir/name.toml` and starts `nagare run -c` on it.
+    /// `monitor` names the monitor port (if the config has one) for the
+    /// metric helpers. Does not wait for ports; see [`Daemon::wait_port`].
+    pub fn start(dir: &Path, name: &str, config: &str, monitor: Option<u16>) -> Daemon {
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(&path, config).expect("write config");
+        let mut cmd = Command::new(BIN);
+        cmd.arg("run").arg("-c").arg(&path);
+        Self::spawn(cmd, dir, path, monitor)
+    }
+
+    pub fn spawn(mut cmd: Command, dir: &Path, config: PathBuf, monitor: Option<u16>) -> Daemon {
+        cmd.env("NAGARE_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("spawn nagare");
+        let stdout = Arc::new(Mutex::new(Vec::new()));
+        let stderr = Arc::new(Mutex::new(Vec::new()));
+        let readers = vec![
+            capture(child.stdout.take().unwrap(), stdout.clone()),
+            capture(child.stderr.take().unwrap(), stderr.clone()),
+        ];
+        Daemon {
+            child,
+            dir: dir.to_path_buf(),
+            config,
+            monitor,
+            stdout,
+            stderr,
+            readers,
+            exited: None,
+        }
+    }
+
+    /// Waits until `port` accepts; panics with the daemon's stderr if it died.
+    pub fn wait_port(&mut self, port: u16) {
+        let start = Instant::now();
+        loop {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return;
+            }
+            if let Ok(Some(st)) = self.child.try_wait() {
+                panic!(
+                    "nagare exited ({st}) before 127.0.0.1:{port} accepted; stderr:\n{}",
+                    self.stderr()
+                );
+            }
+            if start.elapsed() > WAIT {
+                panic!(
+                    "127.0.0.1:{port} not accepting after {WAIT:?}; stderr:\n{}",
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.stdout.lock().unwrap()).into_owned()
+    }
+
+    pub fn stdout_bytes(&self) -> Vec<u8> {
+        self.stdout.lock().unwrap().clone()
+    }
+
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) on our own child's pid.
+        let r = unsafe { libc::kill(self.child.id() as i32, sig) };
+        assert_eq!(r, 0, "kill({}, {sig})", self.child.id());
+    }
+
+    /// Sends SIGTERM and waits for the exit; returns the status.
+    pub fn terminate(&mut self) -> ExitStatus {
+        self.signal(libc::SIGTERM);
+        self.wait_exit(WAIT)
+    }
+
+    pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                self.exited = Some(st);
+                for r in self.readers.drain(..) {
+                    let _ = r.join();
+                }
+                return st;
+            }
+            if start.elapsed() > timeout {
+                let _ = self.child.kill();
+                panic!(
+                    "nagare did not exit within {timeout:?}; stderr:\n{}",
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Waits until stdout holds `n` lines.
+    pub fn wait_stdout_lines(&self, n: usize) -> Vec<String> {
+        wait_until(WAIT, &format!("{n} lines on nagare's stdout"), || {
+            self.stdout().lines().count() >= n
+        });
+        self.stdout().lines().map(String::from).collect()
+    }
+
+    pub fn metrics(&self) -> String {
+        http_get(self.monitor.expect("a monitor port"), "/metrics").1
+    }
+
+    /// The value of `nagare_<name>{plugin="<plugin>",…}` in /metrics.
+    pub fn metric(&self, name: &str, plugin: &str) -> u64 {
+        metric_value(&self.metrics(), name, plugin)
+    }
+
+    pub fn wait_metric(&self, name: &str, plugin: &str, want: u64) {
+        let mut last = 0;
+        let start = Instant::now();
+        loop {
+            last = self.metric(name, plugin);
+            if last == want {
+                return;
+            }
+            if start.elapsed() > WAIT {
+                panic!(
+                    "metric nagare_{name}{{plugin={plugin}}} is {last}, expected {want}; stderr:\n{}",
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.exited.is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Reads `nagare_<name>{plugin="<plugin>",…} VALUE` from Prometheus text.
+pub fn metric_value(text: &str, name: &str, plugin: &str) -> u64 {
+    let prefix = format!("nagare_{name}{{plugin=\"{plugin}\",");
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix(&prefix) {
+            let v = rest.rsplit(' ').next().unwrap();
+            return v
+                .parse()
+                .unwrap_or_else(|_| panic!("metric value in {line:?}"));
+        }
+    }
+    panic!("no metric nagare_{name} for plugin {plugin} in:\n{text}");
+}
+
+/// A minimal HTTP/1.1 GET on loopback; returns (status, body).
+pub fn http_get(port: u16, path: &str) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the monitor");
+    s.set_read_timeout(Some(WAIT)).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = Vec::new();
+    s.read_to_end(&mut resp).expect("read the HTTP response");
+    let text = String::from_utf8_lossy(&resp).into_owned();
+    let status: u16 = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or_else(|| panic!("bad HTTP response {text:?}"));
+    let (head, body) = text.split_once("\r\n\r\n").expect("HTTP head and body");
+    let body = if head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    (status, body)
+}
+
+fn dechunk(mut s: &str) -> String {
+    let mut out = String::new();
+    while let Some((len, rest)) = s.split_once("\r\n") {
+        let n = usize::from_str_radix(len.trim(), 16).unwrap_or(0);
+        if n == 0 {
+            break;
+        }
+        out.push_str(&rest[..n]);
+        s = &rest[n + 2..];
+    }
+    out
+}
+
+// ---------------------------------------------------------------- sender
+
+pub trait Conn: Read + Write + Send {
+    fn set_timeout(&self, d: Option<Duration>);
+    fn shutdown_write(&self);
+}
+
+impl Conn for TcpStream {
+    fn set_timeout(&self, d: Option<Duration>) {
+        self.set_read_timeout(d).unwrap();
+        self.set_write_timeout(d).unwrap();
+    }
+    fn shutdown_write(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Write);
+    }
+}
+
+impl Conn for UnixStream {
+    fn set_timeout(&self, d: Option<Duration>) {
+        self.set_read_timeout(d).unwrap();
+        self.set_write_timeout(d).unwrap();
+    }
+    fn shutdown_write(&self) {
+        let _ = self.shutdown(std::net::Shutdown::Write);
+    }
+}
+
+/// A forward protocol client on a blocking socket.
+pub struct Sender {
+    pub conn: Box<dyn Conn>,
+    buf: Vec<u8>,
+}
+
+impl Sender {
+    pub fn tcp(port: u16) -> Sender {
+        let s = TcpStream::connect(("127.0.0.1", port)).expect("connect to nagare");
+        s.set_nodelay(true).unwrap();
+        s.set_timeout(Some(WAIT));
+        Sender {
+            conn: Box::new(s),
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn unix(path: &Path) -> Sender {
+        let s = UnixStream::connect(path).expect("connect to nagare's UNIX socket");
+        s.set_timeout(Some(WAIT));
+        Sender {
+            conn: Box::new(s),
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn raw(&mut self, bytes: &[u8]) {
+        self.conn.write_all(bytes).expect("send");
+    }
+
+    /// One PackedForward frame holding the given seqs.
+    pub fn packed(&mut self, tag: &str, seqs: std::ops::Range<u64>, chunk: Option<&[u8]>) {
+        let (e, n) = entries(seqs);
+        let mut f = Vec::new();
+        encode_packed_forward(&mut f, tag, &e, n, chunk, Compression::None).unwrap();
+        self.raw(&f);
+    }
+
+    /// One CompressedPackedForward (gzip) frame.
+    pub fn compressed(&mut self, tag: &str, seqs: std::ops::Range<u64>, chunk: Option<&[u8]>) {
+        let (e, n) = entries(seqs);
+        let mut f = Vec::new();
+        encode_packed_forward(&mut f, tag, &e, n, chunk, Compression::Gzip).unwrap();
+        self.raw(&f);
+    }
+
+    /// One Forward-mode frame.
+    pub fn forward(&mut self, tag: &str, seqs: std::ops::Range<u64>, chunk: Option<&[u8]>) {
+        let (e, n) = entries(seqs);
+        let mut f = Vec::new();
+        encode_forward(&mut f, tag, &e, n, chunk);
+        self.raw(&f);
+    }
+
+    /// One Message-mode frame.
+    pub fn message(&mut self, tag: &str, seq: u64, chunk: Option<&[u8]>) {
+        let mut f = Vec::new();
+        encode_message(
+            &mut f,
+            tag,
+            EventTime::now(),
+            &record(seq, &message_for(seq)),
+            chunk,
+        );
+        self.raw(&f);
+    }
+
+    /// Sends `n` events in PackedForward frames of `per_frame`.
+    pub fn send_seqs(&mut self, tag: &str, n: u64, per_frame: u64) {
+        let mut s = 0;
+        while s < n {
+            let e = (s + per_frame).min(n);
+            self.packed(tag, s..e, None);
+            s = e;
+        }
+    }
+
+    /// Reads one complete msgpack value (ack, HELO, PONG) as raw bytes.
+    pub fn read_msg(&mut self) -> Result<Vec<u8>, String> {
+        read_msg(&mut *self.conn, &mut self.buf)
+    }
+
+    /// Reads an ack and returns the raw message bytes.
+    pub fn read_ack(&mut self) -> Vec<u8> {
+        self.read_msg().expect("an ack")
+    }
+
+    /// True when the peer closed the connection (read returns 0 or an error)
+    /// within the socket's timeout.
+    pub fn closed_by_peer(&mut self) -> bool {
+        let mut b = [0u8; 256];
+        loop {
+            match self.conn.read(&mut b) {
+                Ok(0) => return true,
+                Ok(_) => continue,
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut =>
+                {
+                    return false
+                }
+                Err(_) => return true,
+            }
+        }
+    }
+
+    /// Client side of the handshake; returns the PONG.
+    pub fn handshake(&mut self, key: &str, hostname: &str, user: &str, pass: &str) -> Pong {
+        let helo = Helo::decode(&self.read_msg().expect("HELO")).expect("a HELO");
+        let salt = b"0123456789abcdef".to_vec();
+        let ping = Ping {
+            hostname: hostname.as_bytes().to_vec(),
+            shared_key_salt: salt.clone(),
+            shared_key_digest: handshake::shared_key_digest(
+                &salt,
+                hostname.as_bytes(),
+                &helo.nonce,
+                key.as_bytes(),
+            )
+            .into_bytes(),
+            username: user.as_bytes().to_vec(),
+            password_digest: if helo.auth.is_empty() {
+                Vec::new()
+            } else {
+                handshake::password_digest(&helo.auth, user.as_bytes(), pass.as_bytes())
+                    .into_bytes()
+            },
+        };
+        let mut out = Vec::new();
+        ping.encode(&mut out);
+        self.raw(&out);
+        let pong = Pong::decode(&self.read_msg().expect("PONG")).expect("a PONG");
+        if pong.auth_ok {
+            let want =
+                handshake::shared_key_digest(&salt, &pong.hostname, &helo.nonce, key.as_bytes());
+            assert_eq!(
+                pong.shared_key_digest,
+                want.into_bytes(),
+                "server digest in PONG"
+            );
+        }
+        pong
+    }
+
+    pub fn finish(self) {
+        self.conn.shutdown_write();
+    }
+}
+
+/// Reads one msgpack value from a blocking stream, keeping extra bytes in `buf`.
+pub fn read_msg<R: Read + ?Sized>(r: &mut R, buf: &mut Vec<u8>) -> Result<Vec<u8>, String> {
+    loop {
+        match skip_value(buf, 0) {
+            Ok(end) => {
+                let m = buf[..end].to_vec();
+                buf.drain(..end);
+                return Ok(m);
+            }
+            Err(ScanError::Invalid(m)) => return Err(m.to_string()),
+            Err(ScanError::Incomplete(_)) => {}
+        }
+        let mut b = [0u8; 4096];
+        match r.read(&mut b) {
+            Ok(0) => return Err("closed".into()),
+            Ok(n) => buf.extend_from_slice(&b[..n]),
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+/// The ack message for a raw msgpack chunk value: `{"ack": <chunk>}`.
+pub fn ack_bytes(raw_chunk_value: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    nagare_forward::encode_ack(&mut out, raw_chunk_value);
+    out
+}
+
+/// msgpack str bytes (header included) of `s`.
+pub fn mp_str(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_str(&mut out, s);
+    out
+}
+
+// ---------------------------------------------------------------- sink
+
+#[derive(Clone, Default)]
+pub struct SinkOpts {
+    /// Require the handshake with this key.
+    pub shared_key: Option<String>,
+    /// Do not answer acks (the sender times out and resends).
+    pub no_ack: bool,
+}
+
+#[derive(Default)]
+struct SinkState {
+    events: Mutex<Vec<(String, u64)>>,
+    frames: Mutex<u64>,
+    /// Raw chunk ids seen, in order.
+    chunks: Mutex<Vec<Vec<u8>>>,
+    connections: Mutex<u64>,
+    paused: AtomicBool,
+}
+
+/// An in-test forward server on 127.0.0.1:port that decodes frames with
+/// nagare_forward, records (tag, seq), answers acks, and can be stopped and
+/// started again on the same port.
+pub struct Sink {
+    pub port: u16,
+    opts: SinkOpts,
+    state: Arc<SinkState>,
+    stop: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Sink {
+    pub fn start(opts: SinkOpts) -> Sink {
+        Self::start_on(free_port(), opts)
+    }
+
+    pub fn start_on(port: u16, opts: SinkOpts) -> Sink {
+        let mut s = Sink {
+            port,
+            opts,
+            state: Arc::new(SinkState::default()),
+            stop: Arc::new(AtomicBool::new(true)),
+            conns: Arc::new(Mutex::new(Vec::new())),
+            thread: None,
+        };
+        s.restart();
+        s
+    }
+
+    /// (Re)binds the port and accepts again; recorded events are kept.
+    pub fn restart(&mut self) {
+        assert!(self.thread.is_none(), "sink already running");
+        let start = Instant::now();
+        let l = loop {
+            match TcpListener::bind(("127.0.0.1", self.port)) {
+                Ok(l) => break l,
+                Err(e) if start.elapsed() < WAIT => {
+                    let _ = e;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("sink cannot bind 127.0.0.1:{}: {e}", self.port),
+            }
+        };
+        l.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        self.stop = stop.clone();
+        let state = self.state.clone();
+        let conns = self.conns.clone();
+        let opts = self.opts.clone();
+        self.thread = Some(std::thread::spawn(move || {
+            let mut handlers = Vec::new();
+            while !stop.load(SeqCst) {
+                match l.accept() {
+                    Ok((c, _)) => {
+                        c.set_nonblocking(false).unwrap();
+                        *state.connections.lock().unwrap() += 1;
+                        conns.lock().unwrap().push(c.try_clone().unwrap());
+                        let (state, stop, opts) = (state.clone(), stop.clone(), opts.clone());
+                        handlers.push(std::thread::spawn(move || {
+                            let _ = sink_conn(c, &state, &stop, &opts);
+                        }));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+            drop(l);
+            for c in conns.lock().unwrap().drain(..) {
+                let _ = c.shutdown(std::net::Shutdown::Both);
+            }
+            for h in handlers {
+                let _ = h.join();
+            }
+        }));
+    }
+
+    /// Stops accepting and closes every connection (like a killed server).
+    pub fn stop(&mut self) {
+        self.stop.store(true, SeqCst);
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+
+    /// While paused, connections stop reading (the sender's writes back up).
+    pub fn pause(&self, on: bool) {
+        self.state.paused.store(on, SeqCst);
+    }
+
+    pub fn events(&self) -> Vec<(String, u64)> {
+        self.state.events.lock().unwrap().clone()
+    }
+
+    pub fn seqs(&self) -> Vec<u64> {
+        self.events().into_iter().map(|(_, s)| s).collect()
+    }
+
+    pub fn count(&self) -> usize {
+        self.state.events.lock().unwrap().len()
+    }
+
+    pub fn frames(&self) -> u64 {
+        *self.state.frames.lock().unwrap()
+    }
+
+    pub fn chunks(&self) -> Vec<Vec<u8>> {
+        self.state.chunks.lock().unwrap().clone()
+    }
+
+    pub fn connections(&self) -> u64 {
+        *self.state.connections.lock().unwrap()
+    }
+
+    pub fn wait_count(&self, n: usize) {
+        wait_until(
+            WAIT,
+            &format!("{n} events at the sink on {}", self.port),
+            || self.count() >= n,
+        );
+    }
+}
+
+impl Drop for Sink {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn sink_conn(
+    mut c: TcpStream,
+    st: &SinkState,
+    stop: &AtomicBool,
+    opts: &SinkOpts,
+) -> Result<(), String> {
+    c.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut buf: Vec<u8> = Vec::new();
+    if let Some(key) = &opts.shared_key {
+        sink_handshake(&mut c, &mut buf, key, stop)?;
+    }
+    let limits = Limits::default();
+    let mut b = vec![0u8; 256 * 1024];
+    loop {
+        if stop.load(SeqCst) {
+            return Ok(());
+        }
+        // Decode every complete frame.
+        loop {
+            let sc = match scan_frame(&buf, &limits) {
+                Ok(Some(sc)) => sc,
+                Ok(None) => break,
+                Err(e) => return Err(format!("sink: bad frame: {e}")),
+            };
+            let bytes = Bytes::copy_from_slice(&buf[..sc.len]);
+            buf.drain(..sc.len);
+            let f = sc
+                .into_frame(bytes, &limits, EventTime::now())
+                .map_err(|e| format!("sink: bad frame: {e}"))?;
+            let recs = decode_entries(&f.entries);
+            assert_eq!(recs.len() as u32, f.count);
+            {
+                let mut ev = st.events.lock().unwrap();
+                for r in &recs {
+                    ev.push((f.tag.clone(), seq_of(r)));
+                }
+            }
+            *st.frames.lock().unwrap() += 1;
+            if let Some(id) = &f.chunk {
+                st.chunks.lock().unwrap().push(id.to_vec());
+                if !opts.no_ack {
+                    c.write_all(&ack_bytes(id)).map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        if st.paused.load(SeqCst) {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
+        match c.read(&mut b) {
+            Ok(0) => return Ok(()),
+            Ok(n) => buf.extend_from_slice(&b[..n]),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    || e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+}
+
+fn sink_handshake(
+    c: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    key: &str,
+    stop: &AtomicBool,
+) -> Result<(), String> {
+    let nonce = b"sink-nonce-\xff\x00\x01".to_vec();
+    let mut out = Vec::new();
+    Helo {
+        nonce: nonce.clone(),
+        auth: Vec::new(),
+        keepalive: true,
+    }
+    .encode(&mut out);
+    c.write_all(&out).map_err(|e| e.to_string())?;
+    let ping = loop {
+        match read_msg(c, buf) {
+            Ok(m) => break Ping::decode(&m).map_err(|e| e.to_string())?,
+            Err(e) if e.contains("temporarily") || e.contains("timed out") => {
+                if stop.load(SeqCst) {
+                    return Err("stopped".into());
+                }
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    let want = handshake::shared_key_digest(
+        &ping.shared_key_salt,
+        &ping.hostname,
+        &nonce,
+        key.as_bytes(),
+    );
+    let ok = want.as_bytes() == ping.shared_key_digest.as_slice();
+    out.clear();
+    Pong {
+        auth_ok: ok,
+        reason: if ok { Vec::new() } else { b"bad key".to_vec() },
+        hostname: b"sink".to_vec(),
+        shared_key_digest: handshake::shared_key_digest(
+            &ping.shared_key_salt,
+            b"sink",
+            &nonce,
+            key.as_bytes(),
+        )
+        .into_bytes(),
+    }
+    .encode(&mut out);
+    c.write_all(&out).map_err(|e| e.to_string())?;
+    if ok {
+        Ok(())
+    } else {
+        Err("bad key".into())
+    }
+}
+
+// ---------------------------------------------------------------- outputs
+
+/// Parses JSON lines `{"time","tag","record"}` and returns (tag, seq) of each.
+pub fn json_lines_seqs(text: &str) -> Vec<(String, u64)> {
+    text.lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l:?}: {e}"));
+            (
+                v["tag"].as_str().expect("tag").to_string(),
+                v["record"]["seq"].as_u64().expect("record.seq"),
+            )
+        })
+        .collect()
+}
+
+/// Reads a file (empty string when it does not exist yet).
+pub fn read_file(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}
+
+/// Waits until the file at `p` holds `n` lines; returns its text.
+pub fn wait_file_lines(p: &Path, n: usize) -> String {
+    wait_until(WAIT, &format!("{n} lines in {}", p.display()), || {
+        read_file(p).lines().count() >= n
+    });
+    read_file(p)
+}
+
+pub fn seqs(v: &[(String, u64)]) -> Vec<u64> {
+    v.iter().map(|(_, s)| *s).collect()
+}
