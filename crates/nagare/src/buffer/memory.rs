@@ -13,13 +13,21 @@ use super::{BufferConfig, OverflowAction};
 use crate::outputs::{FlushError, Output};
 use crate::stats::PluginStats;
 
-/// A closed chunk: one tag and its events as PackedForward entries.
+/// Batches at least this big are kept as they arrived (shared, not copied);
+/// smaller ones are copied together so a chunk does not become thousands of
+/// tiny pieces.
+const SHARE_THRESHOLD: usize = 32 * 1024;
+
+/// A closed chunk: one tag and its events as PackedForward entries, held in
+/// one or more segments that together form the payload.
 #[derive(Debug, Clone)]
 pub struct Chunk {
     /// Unique id, stable across retries (sent as the forward `chunk` option).
     pub id: [u8; 16],
     pub tag: Arc<str>,
-    pub data: Bytes,
+    pub segments: Vec<Bytes>,
+    /// Total payload bytes of all segments.
+    pub len: usize,
     pub count: u32,
 }
 
@@ -27,12 +35,60 @@ impl Chunk {
     pub fn id_hex(&self) -> String {
         hex::encode(self.id)
     }
+
+    /// Every event of the chunk: (time, record, whole entry).
+    pub fn entries(&self) -> impl Iterator<Item = (nagare_forward::EventTime, &[u8], &[u8])> {
+        self.segments
+            .iter()
+            .flat_map(|s| crate::formats::entries(s))
+    }
+
+    /// The payload in one piece (copies unless there is a single segment).
+    pub fn contiguous(&self) -> Bytes {
+        match self.segments.as_slice() {
+            [one] => one.clone(),
+            many => {
+                let mut b = BytesMut::with_capacity(self.len);
+                for s in many {
+                    b.extend_from_slice(s);
+                }
+                b.freeze()
+            }
+        }
+    }
 }
 
 struct Staging {
-    data: BytesMut,
+    segments: Vec<Bytes>,
+    /// Small batches copied together; becomes a segment when closed.
+    small: BytesMut,
+    len: usize,
     count: u32,
     created: Instant,
+}
+
+impl Staging {
+    fn push(&mut self, part: &Bytes) {
+        if part.len() >= SHARE_THRESHOLD {
+            if !self.small.is_empty() {
+                self.segments.push(self.small.split().freeze());
+            }
+            self.segments.push(part.clone());
+        } else {
+            if self.small.capacity() == 0 {
+                self.small.reserve(SHARE_THRESHOLD * 4);
+            }
+            self.small.extend_from_slice(part);
+        }
+        self.len += part.len();
+    }
+
+    fn into_segments(mut self) -> Vec<Bytes> {
+        if !self.small.is_empty() {
+            self.segments.push(self.small.freeze());
+        }
+        self.segments
+    }
 }
 
 #[derive(Default)]
@@ -100,11 +156,13 @@ impl Buffer {
     fn close_staged(&self, st: &mut State, tag: &Arc<str>) {
         if let Some(s) = st.staged.remove(tag) {
             if s.count > 0 {
+                let (len, count) = (s.len, s.count);
                 st.queue.push_back(Chunk {
                     id: self.new_id(),
                     tag: tag.clone(),
-                    data: s.data.freeze(),
-                    count: s.count,
+                    segments: s.into_segments(),
+                    len,
+                    count,
                 });
                 PluginStats::add(&self.stats.buffer_chunks, 1);
                 self.queued.notify_one();
@@ -139,7 +197,7 @@ impl Buffer {
                         }
                         OverflowAction::DropOldestChunk => {
                             if let Some(old) = st.queue.pop_front() {
-                                st.bytes -= old.data.len();
+                                st.bytes -= old.len;
                                 PluginStats::add(&self.stats.dropped, old.count as u64);
                                 self.stats.buffer_chunks.fetch_sub(1, Relaxed);
                                 tracing::warn!(output = %self.name, events = old.count, tag = %old.tag,
@@ -163,9 +221,7 @@ impl Buffer {
         let limit = self.cfg.chunk_limit_size.0 as usize;
         let rec_limit = self.cfg.chunk_limit_records.unwrap_or(u32::MAX);
         let key: Arc<str> = match st.staged.get_key_value(tag) {
-            Some((k, s))
-                if s.count > 0 && (s.data.len() + len > limit || s.count + count > rec_limit) =>
-            {
+            Some((k, s)) if s.count > 0 && (s.len + len > limit || s.count + count > rec_limit) => {
                 let k = k.clone();
                 self.close_staged(st, &k);
                 k
@@ -174,15 +230,17 @@ impl Buffer {
             None => Arc::from(tag),
         };
         let s = st.staged.entry(key.clone()).or_insert_with(|| Staging {
-            data: BytesMut::with_capacity(len.max(limit.min(1 << 20))),
+            segments: Vec::new(),
+            small: BytesMut::new(),
+            len: 0,
             count: 0,
             created: Instant::now(),
         });
         for p in parts {
-            s.data.extend_from_slice(p);
+            s.push(p);
         }
         s.count += count;
-        let full = s.data.len() >= limit || s.count >= rec_limit;
+        let full = s.len >= limit || s.count >= rec_limit;
         st.bytes += len;
         self.stats.buffer_bytes.store(st.bytes as u64, Relaxed);
         PluginStats::add(&self.stats.events_in, count as u64);
@@ -228,7 +286,7 @@ impl Buffer {
 
     fn commit(&self, chunk: &Chunk) {
         let mut st = self.state.lock().expect("buffer state");
-        st.bytes -= chunk.data.len();
+        st.bytes -= chunk.len;
         self.stats.buffer_bytes.store(st.bytes as u64, Relaxed);
         self.stats.buffer_chunks.fetch_sub(1, Relaxed);
         drop(st);
@@ -244,7 +302,7 @@ impl Buffer {
             let err = match self.output.write(chunk).await {
                 Ok(()) => {
                     PluginStats::add(&self.stats.events_out, chunk.count as u64);
-                    PluginStats::add(&self.stats.bytes_out, chunk.data.len() as u64);
+                    PluginStats::add(&self.stats.bytes_out, chunk.len as u64);
                     return;
                 }
                 Err(e) => e,
@@ -338,5 +396,119 @@ impl Buffer {
     /// Events still held (staged, queued or in flight).
     pub fn held_bytes(&self) -> usize {
         self.state.lock().expect("buffer state").bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::units::Size;
+    use async_trait::async_trait;
+
+    /// Records every chunk it is given.
+    #[derive(Default)]
+    struct Collect(Mutex<Vec<Chunk>>);
+
+    #[async_trait]
+    impl Output for Collect {
+        async fn write(&self, chunk: &Chunk) -> Result<(), FlushError> {
+            self.0.lock().unwrap().push(chunk.clone());
+            Ok(())
+        }
+    }
+
+    fn buffer(cfg: BufferConfig) -> (Arc<Buffer>, Arc<Collect>) {
+        let out = Arc::new(Collect::default());
+        let b = Buffer::new(
+            "test",
+            cfg,
+            Arc::new(PluginStats::default()),
+            out.clone(),
+            None,
+        );
+        (b, out)
+    }
+
+    #[tokio::test]
+    async fn big_batches_are_shared_small_ones_copied_together() {
+        let (b, out) = buffer(BufferConfig::default());
+        let big = Bytes::from(vec![0x90u8; SHARE_THRESHOLD]);
+        let small = Bytes::from_static(&[0x90, 0x90]);
+        b.append("t", &[small.clone(), small.clone()], 2)
+            .await
+            .unwrap();
+        b.append("t", &[big.clone()], 1).await.unwrap();
+        b.append("t", &[small.clone()], 1).await.unwrap();
+        let tasks = b.start();
+        b.close();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let chunks = out.0.lock().unwrap();
+        assert_eq!(chunks.len(), 1);
+        let c = &chunks[0];
+        assert_eq!((c.count, c.len), (4, SHARE_THRESHOLD + 6));
+        assert_eq!(c.segments.len(), 3);
+        assert_eq!(c.segments[0].len(), 4);
+        assert_eq!(
+            c.segments[1].as_ptr(),
+            big.as_ptr(),
+            "the big batch is not copied"
+        );
+        assert_eq!(c.contiguous().len(), c.len);
+    }
+
+    #[tokio::test]
+    async fn chunks_close_at_the_size_limit_and_keep_order() {
+        let (b, out) = buffer(BufferConfig {
+            chunk_limit_size: Size(10),
+            ..Default::default()
+        });
+        let tasks = b.start();
+        for i in 0..10u8 {
+            b.append("t", &[Bytes::from(vec![i; 4])], 1).await.unwrap();
+        }
+        b.close();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let chunks = out.0.lock().unwrap();
+        let all: Vec<u8> = chunks
+            .iter()
+            .flat_map(|c| c.contiguous().to_vec())
+            .collect();
+        let want: Vec<u8> = (0..10u8).flat_map(|i| [i; 4]).collect();
+        assert_eq!(all, want);
+        assert!(chunks.iter().all(|c| c.len <= 12));
+        assert_eq!(b.held_bytes(), 0);
+    }
+
+    #[tokio::test]
+    async fn throw_refuses_when_full_and_drop_oldest_makes_room() {
+        let full = |action| BufferConfig {
+            total_limit_size: Size(8),
+            chunk_limit_size: Size(4),
+            overflow_action: action,
+            ..Default::default()
+        };
+        let (b, _) = buffer(full(OverflowAction::Throw));
+        b.append("t", &[Bytes::from(vec![1u8; 4])], 1)
+            .await
+            .unwrap();
+        b.append("t", &[Bytes::from(vec![2u8; 4])], 1)
+            .await
+            .unwrap();
+        assert!(matches!(
+            b.append("t", &[Bytes::from(vec![3u8; 4])], 1).await,
+            Err(AppendError::Full(_))
+        ));
+        assert_eq!(PluginStats::get(&b.stats.rejected), 1);
+
+        let (b, _) = buffer(full(OverflowAction::DropOldestChunk));
+        for i in 0..3u8 {
+            b.append("t", &[Bytes::from(vec![i; 4])], 1).await.unwrap();
+        }
+        assert_eq!(PluginStats::get(&b.stats.dropped), 1);
+        assert_eq!(b.held_bytes(), 8);
     }
 }

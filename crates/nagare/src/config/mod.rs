@@ -6,7 +6,8 @@
 //! which denies unknown keys. That keeps one serde struct per plugin, next to
 //! the plugin, and still lets every error point at a line.
 
-pub mod reference;
+#[cfg(test)]
+mod reference;
 pub mod units;
 
 use std::fmt;

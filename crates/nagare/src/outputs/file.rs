@@ -15,7 +15,7 @@ use serde::Deserialize;
 use super::stdout::{default_message_key, render_entry};
 use super::{FlushError, Output};
 use crate::buffer::Chunk;
-use crate::formats::{self, Format};
+use crate::formats::Format;
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
@@ -156,12 +156,12 @@ impl Output for FileOutput {
         // Group consecutive events by the file they go to.
         let mut groups: Vec<(PathBuf, Vec<u8>)> = Vec::new();
         let mut last_secs = None;
-        for (time, record, entry) in formats::entries(&chunk.data) {
+        for (time, record, entry) in chunk.entries() {
             let same = last_secs == Some(time.secs) || (!self.has_time && !groups.is_empty());
             if !same {
                 let p = self.render_path(&chunk.tag, time.secs);
                 if groups.last().map(|g| &g.0) != Some(&p) {
-                    groups.push((p, Vec::with_capacity(chunk.data.len())));
+                    groups.push((p, Vec::with_capacity(chunk.len)));
                 }
                 last_secs = Some(time.secs);
             }

@@ -358,11 +358,11 @@ impl ForwardOutput {
             Some(ForwardCompression::Zstd) => Compression::Zstd,
         };
         if compression != Compression::None {
-            let mut whole = Vec::with_capacity(chunk.data.len() / 4);
+            let mut whole = Vec::with_capacity(chunk.len / 4);
             nagare_forward::encode_packed_forward(
                 &mut whole,
                 &chunk.tag,
-                &chunk.data,
+                &chunk.contiguous(),
                 chunk.count,
                 ack_id.as_ref().map(|s| s.as_bytes()),
                 compression,
@@ -373,7 +373,7 @@ impl ForwardOutput {
         let mut head = Vec::with_capacity(16 + chunk.tag.len());
         write_array_len(&mut head, 3);
         write_str(&mut head, chunk.tag.as_bytes());
-        write_bin_header(&mut head, chunk.data.len());
+        write_bin_header(&mut head, chunk.len);
         let mut tail = Vec::with_capacity(64);
         write_map_len(&mut tail, if ack_id.is_some() { 2 } else { 1 });
         write_str(&mut tail, b"size");
@@ -398,7 +398,9 @@ impl ForwardOutput {
                 // The chunk bytes go out as they are, between header and options.
                 Frame::Raw { head, tail } => {
                     c.write_all(head).await?;
-                    c.write_all(&chunk.data).await?;
+                    for seg in &chunk.segments {
+                        c.write_all(seg).await?;
+                    }
                     c.write_all(tail).await?;
                 }
                 Frame::Whole(b) => c.write_all(b).await?,

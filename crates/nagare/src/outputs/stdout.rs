@@ -35,7 +35,7 @@ impl Stdout {
 
 /// Formats a chunk's events for line-oriented outputs (stdout, file).
 pub fn render(format: Format, message_key: &str, chunk: &Chunk, out: &mut Vec<u8>) {
-    for (time, record, entry) in formats::entries(&chunk.data) {
+    for (time, record, entry) in chunk.entries() {
         render_entry(format, message_key, &chunk.tag, time, record, entry, out);
     }
 }
@@ -65,7 +65,7 @@ pub fn render_entry(
 #[async_trait]
 impl Output for Stdout {
     async fn write(&self, chunk: &Chunk) -> Result<(), FlushError> {
-        let mut out = Vec::with_capacity(chunk.data.len() * 2);
+        let mut out = Vec::with_capacity(chunk.len * 2);
         render(self.cfg.format, &self.cfg.message_key, chunk, &mut out);
         let mut so = tokio::io::stdout();
         so.write_all(&out)
