@@ -23,7 +23,7 @@ OUT=${OUT:-$(mktemp -d /tmp/nagare-relay-XXXX)}
 echo "raw results in $OUT" >&2
 
 run() { # run NAME SIZE CMD
-  "$FB" relay --sut-port 34224 --sink-port 34225 --duration "$DURATION" --warmup 3s \
+  "$FB" relay --sut-port "${SUT_PORT:-36224}" --sink-port "${SINK_PORT:-36225}" --duration "$DURATION" --warmup 3s \
     --baseline --size "$2" --batch 200 --quiet --sut-cmd "$3" 2>/dev/null | tail -n 1 >> "$OUT/$1-$2.jsonl"
 }
 for size in $SIZES; do

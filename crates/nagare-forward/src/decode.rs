@@ -151,6 +151,16 @@ pub fn scan_frame(buf: &[u8], limits: &Limits) -> Result<Option<Scanned>, Decode
     }
 }
 
+/// For a buffer that holds the start of a frame, the least total length the
+/// frame can have (exact up to the option map for PackedForward), so a reader
+/// can make room for it at once instead of growing step by step.
+pub fn bytes_needed(buf: &[u8]) -> Option<usize> {
+    match scan_inner(buf) {
+        Err(ScanError::Incomplete(n)) => Some(n),
+        _ => None,
+    }
+}
+
 fn scan_inner(buf: &[u8]) -> Result<Scanned, ScanError> {
     let (n, mut pos) = read_array_len(buf, 0)?;
     if !(2..=4).contains(&n) {
@@ -424,6 +434,10 @@ pub fn normalize_entries(data: Bytes, now: EventTime) -> Result<(Bytes, u32), De
             }
             p = skip_value(buf, tend)?;
             ((inner, tend), true)
+        } else if buf.len() >= p + 10 && buf[p] == 0xd7 && buf[p + 1] == 0x00 {
+            // The common case, a fixext8 EventTime: no need to walk it.
+            p += 10;
+            ((tstart, p), false)
         } else {
             p = skip_value(buf, p)?;
             ((tstart, p), false)

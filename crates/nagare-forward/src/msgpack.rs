@@ -34,92 +34,110 @@ fn be32(buf: &[u8], pos: usize) -> usize {
 }
 
 /// Returns the position just past the value that starts at `pos`.
-pub fn skip_value(buf: &[u8], pos: usize) -> Scan<usize> {
-    skip_depth(buf, pos, 0)
-}
-
-fn skip_depth(buf: &[u8], mut pos: usize, depth: usize) -> Scan<usize> {
-    if depth > MAX_DEPTH {
-        return Err(ScanError::Invalid("msgpack nesting too deep"));
+///
+/// Iterative: one loop over value headers with a counter of values still to
+/// skip per open container, instead of one call per nested value.
+pub fn skip_value(buf: &[u8], mut pos: usize) -> Scan<usize> {
+    // remaining[d]: values still to skip in the container open at depth d;
+    // `depth` is the nesting of the next value to read (0 for the outer one).
+    let mut remaining = [0usize; MAX_DEPTH + 1];
+    let mut depth = 0usize;
+    remaining[0] = 1;
+    loop {
+        if depth > MAX_DEPTH {
+            return Err(ScanError::Invalid("msgpack nesting too deep"));
+        }
+        need(buf, pos, 1)?;
+        let b = buf[pos];
+        pos += 1;
+        // (bytes of payload to skip, number of nested values)
+        let (payload, children) = match b {
+            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0),
+            0x80..=0x8f => (0, 2 * (b & 0x0f) as usize),
+            0x90..=0x9f => (0, (b & 0x0f) as usize),
+            0xa0..=0xbf => ((b & 0x1f) as usize, 0),
+            0xc1 => return Err(ScanError::Invalid("reserved msgpack byte 0xc1")),
+            0xc4 | 0xd9 => {
+                need(buf, pos, 1)?;
+                pos += 1;
+                (buf[pos - 1] as usize, 0)
+            }
+            0xc5 | 0xda => {
+                need(buf, pos, 2)?;
+                pos += 2;
+                (be16(buf, pos - 2), 0)
+            }
+            0xc6 | 0xdb => {
+                need(buf, pos, 4)?;
+                pos += 4;
+                (be32(buf, pos - 4), 0)
+            }
+            0xc7 => {
+                need(buf, pos, 2)?;
+                pos += 2;
+                (buf[pos - 2] as usize, 0)
+            }
+            0xc8 => {
+                need(buf, pos, 3)?;
+                pos += 3;
+                (be16(buf, pos - 3), 0)
+            }
+            0xc9 => {
+                need(buf, pos, 5)?;
+                pos += 5;
+                (be32(buf, pos - 5), 0)
+            }
+            0xca => (4, 0),
+            0xcb => (8, 0),
+            0xcc | 0xd0 => (1, 0),
+            0xcd | 0xd1 => (2, 0),
+            0xce | 0xd2 => (4, 0),
+            0xcf | 0xd3 => (8, 0),
+            0xd4 => (2, 0),
+            0xd5 => (3, 0),
+            0xd6 => (5, 0),
+            0xd7 => (9, 0),
+            0xd8 => (17, 0),
+            0xdc => {
+                need(buf, pos, 2)?;
+                pos += 2;
+                (0, be16(buf, pos - 2))
+            }
+            0xdd => {
+                need(buf, pos, 4)?;
+                pos += 4;
+                (0, be32(buf, pos - 4))
+            }
+            0xde => {
+                need(buf, pos, 2)?;
+                pos += 2;
+                (0, 2 * be16(buf, pos - 2))
+            }
+            0xdf => {
+                need(buf, pos, 4)?;
+                pos += 4;
+                (0, 2 * be32(buf, pos - 4))
+            }
+        };
+        need(buf, pos, payload)?;
+        pos += payload;
+        remaining[depth] -= 1;
+        if children > 0 {
+            depth += 1;
+            if depth > MAX_DEPTH {
+                return Err(ScanError::Invalid("msgpack nesting too deep"));
+            }
+            remaining[depth] = children;
+        } else {
+            // Close every container whose last value this was.
+            while remaining[depth] == 0 {
+                if depth == 0 {
+                    return Ok(pos);
+                }
+                depth -= 1;
+            }
+        }
     }
-    need(buf, pos, 1)?;
-    let b = buf[pos];
-    pos += 1;
-    // (bytes of payload to skip, number of nested values to skip)
-    let (payload, children) = match b {
-        0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0),
-        0x80..=0x8f => (0, 2 * (b & 0x0f) as usize),
-        0x90..=0x9f => (0, (b & 0x0f) as usize),
-        0xa0..=0xbf => ((b & 0x1f) as usize, 0),
-        0xc1 => return Err(ScanError::Invalid("reserved msgpack byte 0xc1")),
-        0xc4 | 0xd9 => {
-            need(buf, pos, 1)?;
-            pos += 1;
-            (buf[pos - 1] as usize, 0)
-        }
-        0xc5 | 0xda => {
-            need(buf, pos, 2)?;
-            pos += 2;
-            (be16(buf, pos - 2), 0)
-        }
-        0xc6 | 0xdb => {
-            need(buf, pos, 4)?;
-            pos += 4;
-            (be32(buf, pos - 4), 0)
-        }
-        0xc7 => {
-            need(buf, pos, 2)?;
-            pos += 2;
-            (buf[pos - 2] as usize, 0)
-        }
-        0xc8 => {
-            need(buf, pos, 3)?;
-            pos += 3;
-            (be16(buf, pos - 3), 0)
-        }
-        0xc9 => {
-            need(buf, pos, 5)?;
-            pos += 5;
-            (be32(buf, pos - 5), 0)
-        }
-        0xca => (4, 0),
-        0xcb => (8, 0),
-        0xcc | 0xd0 => (1, 0),
-        0xcd | 0xd1 => (2, 0),
-        0xce | 0xd2 => (4, 0),
-        0xcf | 0xd3 => (8, 0),
-        0xd4 => (2, 0),
-        0xd5 => (3, 0),
-        0xd6 => (5, 0),
-        0xd7 => (9, 0),
-        0xd8 => (17, 0),
-        0xdc => {
-            need(buf, pos, 2)?;
-            pos += 2;
-            (0, be16(buf, pos - 2))
-        }
-        0xdd => {
-            need(buf, pos, 4)?;
-            pos += 4;
-            (0, be32(buf, pos - 4))
-        }
-        0xde => {
-            need(buf, pos, 2)?;
-            pos += 2;
-            (0, 2 * be16(buf, pos - 2))
-        }
-        0xdf => {
-            need(buf, pos, 4)?;
-            pos += 4;
-            (0, 2 * be32(buf, pos - 4))
-        }
-    };
-    need(buf, pos, payload)?;
-    pos += payload;
-    for _ in 0..children {
-        pos = skip_depth(buf, pos, depth + 1)?;
-    }
-    Ok(pos)
 }
 
 /// Reads an array header; returns (length, position of the first element).
@@ -313,6 +331,137 @@ pub fn write_bool(out: &mut Vec<u8>, v: bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The former recursive scanner, kept as the reference that the
+    /// iterative `skip_value` must agree with.
+    fn skip_depth(buf: &[u8], mut pos: usize, depth: usize) -> Scan<usize> {
+        if depth > MAX_DEPTH {
+            return Err(ScanError::Invalid("msgpack nesting too deep"));
+        }
+        need(buf, pos, 1)?;
+        let b = buf[pos];
+        pos += 1;
+        // (bytes of payload to skip, number of nested values to skip)
+        let (payload, children) = match b {
+            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0),
+            0x80..=0x8f => (0, 2 * (b & 0x0f) as usize),
+            0x90..=0x9f => (0, (b & 0x0f) as usize),
+            0xa0..=0xbf => ((b & 0x1f) as usize, 0),
+            0xc1 => return Err(ScanError::Invalid("reserved msgpack byte 0xc1")),
+            0xc4 | 0xd9 => {
+                need(buf, pos, 1)?;
+                pos += 1;
+                (buf[pos - 1] as usize, 0)
+            }
+            0xc5 | 0xda => {
+                need(buf, pos, 2)?;
+                pos += 2;
+                (be16(buf, pos - 2), 0)
+            }
+            0xc6 | 0xdb => {
+                need(buf, pos, 4)?;
+                pos += 4;
+                (be32(buf, pos - 4), 0)
+            }
+            0xc7 => {
+                need(buf, pos, 2)?;
+                pos += 2;
+                (buf[pos - 2] as usize, 0)
+            }
+            0xc8 => {
+                need(buf, pos, 3)?;
+                pos += 3;
+                (be16(buf, pos - 3), 0)
+            }
+            0xc9 => {
+                need(buf, pos, 5)?;
+                pos += 5;
+                (be32(buf, pos - 5), 0)
+            }
+            0xca => (4, 0),
+            0xcb => (8, 0),
+            0xcc | 0xd0 => (1, 0),
+            0xcd | 0xd1 => (2, 0),
+            0xce | 0xd2 => (4, 0),
+            0xcf | 0xd3 => (8, 0),
+            0xd4 => (2, 0),
+            0xd5 => (3, 0),
+            0xd6 => (5, 0),
+            0xd7 => (9, 0),
+            0xd8 => (17, 0),
+            0xdc => {
+                need(buf, pos, 2)?;
+                pos += 2;
+                (0, be16(buf, pos - 2))
+            }
+            0xdd => {
+                need(buf, pos, 4)?;
+                pos += 4;
+                (0, be32(buf, pos - 4))
+            }
+            0xde => {
+                need(buf, pos, 2)?;
+                pos += 2;
+                (0, 2 * be16(buf, pos - 2))
+            }
+            0xdf => {
+                need(buf, pos, 4)?;
+                pos += 4;
+                (0, 2 * be32(buf, pos - 4))
+            }
+        };
+        need(buf, pos, payload)?;
+        pos += payload;
+        for _ in 0..children {
+            pos = skip_depth(buf, pos, depth + 1)?;
+        }
+        Ok(pos)
+    }
+
+    #[test]
+    fn iterative_skip_agrees_with_recursive_reference() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        // Biased bytes: mostly small headers and containers, so that the
+        // random buffers nest and end in every possible place.
+        let pick = [
+            0x00u8, 0x01, 0x7f, 0x80, 0x81, 0x82, 0x8f, 0x90, 0x91, 0x92, 0x9f, 0xa0, 0xa1, 0xa3,
+            0xc0, 0xc1, 0xc2, 0xc4, 0xc7, 0xca, 0xcb, 0xcc, 0xd4, 0xd7, 0xd9, 0xdc, 0xdd, 0xde,
+            0xdf, 0xe0, 0xff,
+        ];
+        for _ in 0..60_000 {
+            let n = rng.gen_range(0..48);
+            let buf: Vec<u8> = (0..n)
+                .map(|_| {
+                    if rng.gen_bool(0.7) {
+                        pick[rng.gen_range(0..pick.len())]
+                    } else {
+                        rng.gen()
+                    }
+                })
+                .collect();
+            let start = if n > 0 { rng.gen_range(0..n) } else { 0 };
+            assert_eq!(
+                skip_value(&buf, start),
+                skip_depth(&buf, start, 0),
+                "{buf:02x?} at {start}"
+            );
+        }
+        for d in [MAX_DEPTH - 1, MAX_DEPTH, MAX_DEPTH + 1, MAX_DEPTH + 2] {
+            for tail in [&[][..], &[0x01], &[0x90], &[0x80]] {
+                let mut v = vec![0x91u8; d];
+                v.extend_from_slice(tail);
+                assert_eq!(
+                    skip_value(&v, 0),
+                    skip_depth(&v, 0, 0),
+                    "depth {d} {tail:?}"
+                );
+                let mut m = [0x81u8, 0xa0].repeat(d);
+                m.extend_from_slice(tail);
+                assert_eq!(skip_value(&m, 0), skip_depth(&m, 0, 0), "map depth {d}");
+            }
+        }
+    }
 
     #[test]
     fn skips_nested_values() {

@@ -331,8 +331,13 @@ where
         if closing {
             return Ok(());
         }
-        if buf.capacity() - buf.len() < 64 * 1024 {
-            buf.reserve(256 * 1024);
+        // Make room for the whole frame being received in one step (big frames
+        // would otherwise be copied over and over as the buffer grows).
+        let want = nagare_forward::bytes_needed(&buf)
+            .map_or(0, |n| (n + 64).saturating_sub(buf.len()))
+            .max(64 * 1024);
+        if buf.capacity() - buf.len() < want {
+            buf.reserve(want.max(256 * 1024));
         }
         let read = tokio::select! {
             r = tokio::time::timeout(ctx.cfg.idle_timeout.0, s.read_buf(&mut buf)) => r,

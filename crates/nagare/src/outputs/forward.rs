@@ -272,15 +272,22 @@ impl ForwardOutput {
             .filter(|&i| !self.servers[i].cfg.standby && self.servers[i].up.load(Relaxed))
             .collect();
         let mut order = Vec::new();
-        let total: u64 = primary
+        // Weights reduced by their common divisor, so equal weights alternate
+        // chunk by chunk instead of sending `weight` chunks in a row to each.
+        let g = primary
             .iter()
             .map(|&i| self.servers[i].cfg.weight as u64)
+            .fold(0, gcd)
+            .max(1);
+        let total: u64 = primary
+            .iter()
+            .map(|&i| self.servers[i].cfg.weight as u64 / g)
             .sum();
         if total > 0 {
             let mut pick = (self.rr.fetch_add(1, Relaxed) as u64) % total;
             let mut first = primary[0];
             for &i in &primary {
-                let w = self.servers[i].cfg.weight as u64;
+                let w = self.servers[i].cfg.weight as u64 / g;
                 if pick < w {
                     first = i;
                     break;
@@ -436,6 +443,14 @@ impl ForwardOutput {
             s.idle.lock().expect("server").push(c);
         }
         Ok(())
+    }
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }
 

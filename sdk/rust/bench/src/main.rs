@@ -1,0 +1,136 @@
+//! `nagare-logger-bench <impl> <host:port> <events>`: emits `<events>`
+//! records of a 100-byte message plus a seq from one thread, waits until they
+//! are delivered, and prints one JSON line of figures.
+//!
+//! impl: `nagare` (Logger::emit of a serde struct), `nagare-tracing`
+//! (tracing::info! through NagareLayer), `tracing-fluentd` (tracing::info!
+//! through tracing-fluentd 0.5's layer).
+
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use nagare_logger::{Config, Logger, NagareLayer};
+use serde::Serialize;
+use tracing_subscriber::layer::SubscriberExt;
+
+#[derive(Serialize)]
+struct Rec<'a> {
+    seq: u64,
+    message: &'a str,
+}
+
+const SAMPLE_EVERY: u64 = 64;
+
+struct Timer {
+    samples: Vec<u64>,
+}
+
+impl Timer {
+    #[inline]
+    fn run(&mut self, i: u64, f: impl FnOnce()) {
+        if i.is_multiple_of(SAMPLE_EVERY) {
+            let t = Instant::now();
+            f();
+            self.samples.push(t.elapsed().as_nanos() as u64);
+        } else {
+            f();
+        }
+    }
+    fn pct(&mut self, p: f64) -> u64 {
+        self.samples.sort_unstable();
+        let i = ((self.samples.len() as f64 - 1.0) * p).round() as usize;
+        self.samples[i]
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() != 4 {
+        eprintln!(
+            "usage: {} nagare|nagare-tracing|tracing-fluentd HOST:PORT EVENTS",
+            args[0]
+        );
+        std::process::exit(2);
+    }
+    let (which, addr, n) = (
+        args[1].as_str(),
+        args[2].clone(),
+        args[3].parse::<u64>().unwrap(),
+    );
+    // 100 printable bytes, as flowbench's own sender uses.
+    let msg: String = (0..100).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+    let mut timer = Timer {
+        samples: Vec::with_capacity((n / SAMPLE_EVERY + 1) as usize),
+    };
+    let cfg = || {
+        Config::new()
+            .servers([addr.as_str()])
+            .unwrap()
+            .buffer_limit(512 << 20)
+    };
+    let t0 = Instant::now();
+    let emitted;
+    let mut dropped = 0;
+    match which {
+        "nagare" => {
+            let log = Logger::new(cfg()).unwrap();
+            for i in 0..n {
+                timer.run(i, || {
+                    log.emit(
+                        "bench.rust",
+                        &Rec {
+                            seq: i,
+                            message: &msg,
+                        },
+                    )
+                    .unwrap()
+                });
+            }
+            emitted = t0.elapsed();
+            log.flush(Duration::from_secs(300)).unwrap();
+            dropped = log.stats().dropped;
+            log.close(Duration::from_secs(5)).unwrap();
+        }
+        "nagare-tracing" => {
+            let log = Logger::new(cfg()).unwrap();
+            let sub =
+                tracing_subscriber::registry().with(NagareLayer::new(log.clone(), "bench.rust"));
+            tracing::subscriber::with_default(sub, || {
+                for i in 0..n {
+                    timer.run(i, || tracing::info!(seq = i, "{}", msg));
+                }
+            });
+            emitted = t0.elapsed();
+            log.flush(Duration::from_secs(300)).unwrap();
+            dropped = log.stats().dropped;
+            log.close(Duration::from_secs(5)).unwrap();
+        }
+        "tracing-fluentd" => {
+            let a = addr.clone();
+            let (layer, guard) = tracing_fluentd::Builder::new("bench.rust")
+                .flatten()
+                .with_writer(move || TcpStream::connect(&a))
+                .layer_guarded()
+                .unwrap();
+            let sub = tracing_subscriber::registry().with(layer);
+            tracing::subscriber::with_default(sub, || {
+                for i in 0..n {
+                    timer.run(i, || tracing::info!(seq = i, "{}", msg));
+                }
+            });
+            emitted = t0.elapsed();
+            drop(guard); // flushes and joins the worker
+        }
+        other => panic!("unknown impl {other}"),
+    }
+    let total = t0.elapsed();
+    println!(
+        "{{\"impl\":\"{which}\",\"events\":{n},\"dropped\":{dropped},\"emit_s\":{:.4},\"total_s\":{:.4},\"events_per_s\":{:.0},\"emit_ns_mean\":{:.1},\"emit_ns_p50\":{},\"emit_ns_p99\":{}}}",
+        emitted.as_secs_f64(),
+        total.as_secs_f64(),
+        n as f64 / total.as_secs_f64(),
+        emitted.as_nanos() as f64 / n as f64,
+        timer.pct(0.5),
+        timer.pct(0.99),
+    );
+}

@@ -1,0 +1,740 @@
+//! nagare-logger: a client for nagare (and Fluentd, Fluent Bit) over the
+//! forward protocol v1.
+//!
+//! `emit` encodes the record into an in-memory buffer and returns; a
+//! background thread batches the buffered events into PackedForward frames
+//! (one per tag per batch) and writes them over one persistent connection,
+//! reconnecting with backoff, failing over between servers, spilling to disk
+//! when memory is full and, with `require_ack`, resending frames until the
+//! server acknowledged them.
+//!
+//! ```no_run
+//! use nagare_logger::{Config, Logger};
+//! use std::time::Duration;
+//!
+//! #[derive(serde::Serialize)]
+//! struct Access<'a> { path: &'a str, status: u16 }
+//!
+//! let log = Logger::new(Config::new().servers(["127.0.0.1:24224"])?)?;
+//! log.emit("app.access", &Access { path: "/", status: 200 })?;
+//! log.flush(Duration::from_secs(5))?;
+//! println!("{:?}", log.stats());
+//! # Ok::<(), nagare_logger::Error>(())
+//! ```
+
+mod config;
+mod conn;
+mod fork;
+#[cfg(feature = "tracing")]
+mod layer;
+mod sender;
+mod spill;
+#[cfg(feature = "tls")]
+mod tls;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use serde::Serialize;
+
+pub use config::{Compress, Config, Endpoint, ErrorHandler, Overflow};
+#[cfg(feature = "tracing")]
+pub use layer::NagareLayer;
+pub use nagare_forward::EventTime;
+#[cfg(feature = "tls")]
+pub use tls::TlsConfig;
+
+use spill::Spill;
+
+/// Everything that can go wrong, in `emit`/`flush`/`close` results and in the
+/// error callback.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid configuration: {0}")]
+    Config(String),
+    #[error("the record could not be encoded: {0}")]
+    Encode(String),
+    #[error("the record must encode to a msgpack map")]
+    NotAMap,
+    #[error("the logger is closed")]
+    Closed,
+    #[error("buffer full: event dropped")]
+    Dropped,
+    #[error("timed out with {remaining} events not yet delivered")]
+    Timeout { remaining: u64 },
+    #[error("cannot connect to {server}: {reason}")]
+    Connect { server: String, reason: String },
+    #[error("connection to {server} lost: {reason}")]
+    Disconnected { server: String, reason: String },
+    #[error("handshake with {server} failed: {reason}")]
+    Handshake { server: String, reason: String },
+    #[error("no ack from {server} within {timeout:?}; resending {frames} frames")]
+    AckTimeout {
+        server: String,
+        timeout: Duration,
+        frames: usize,
+    },
+    #[error("spill file {path}: {source}")]
+    Spill {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Counters the application can read at any time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Events delivered (written to the server; acked with `require_ack`).
+    pub sent: u64,
+    /// Events accepted and not yet delivered (memory + spill file).
+    pub buffered: u64,
+    /// Bytes of encoded events held in memory.
+    pub buffered_bytes: u64,
+    /// Events written to the spill file (in total).
+    pub spilled: u64,
+    /// Events dropped (buffer full with `overflow = drop`, spill file full, block timeout).
+    pub dropped: u64,
+    /// Connections established after the first one.
+    pub reconnects: u64,
+    /// Errors reported to the error callback.
+    pub errors: u64,
+}
+
+struct TagBuf {
+    tag: String,
+    entries: Vec<u8>,
+    count: u32,
+}
+
+pub(crate) struct State {
+    bufs: Vec<TagBuf>,
+    index: HashMap<String, usize>,
+    last: usize,
+    pending_bytes: usize,
+    first_pending: Option<Instant>,
+    inflight_bytes: usize,
+    spill: Option<Spill>,
+    accepted: u64,
+    completed: u64,
+    sender_waiting: bool,
+    flush_waiters: usize,
+    blocked: usize,
+    closing: bool,
+    stop: bool,
+    exited: bool,
+    overflowing: bool,
+    scratch: Vec<u8>,
+    /// Full batches (`batch_bytes` reached), oldest first, waiting for the sender.
+    sealed: Vec<(String, Vec<u8>, u32)>,
+    batch_bytes: usize,
+}
+
+impl State {
+    fn buf_index(&mut self, tag: &str) -> usize {
+        if let Some(b) = self.bufs.get(self.last) {
+            if b.tag == tag {
+                return self.last;
+            }
+        }
+        let i = match self.index.get(tag) {
+            Some(&i) => i,
+            None => {
+                self.bufs.push(TagBuf {
+                    tag: tag.to_string(),
+                    entries: Vec::new(),
+                    count: 0,
+                });
+                self.index.insert(tag.to_string(), self.bufs.len() - 1);
+                self.bufs.len() - 1
+            }
+        };
+        self.last = i;
+        i
+    }
+
+    fn push_pending(&mut self, tag: &str, count: u32, entries: &[u8]) {
+        let i = self.buf_index(tag);
+        let b = &mut self.bufs[i];
+        b.entries.extend_from_slice(entries);
+        b.count += count;
+        self.pending_bytes += entries.len();
+        if self.first_pending.is_none() {
+            self.first_pending = Some(Instant::now());
+        }
+        self.seal_if_full(i);
+    }
+
+    /// Closes tag buffer `i` as a batch once it holds `batch_bytes`, so no
+    /// frame grows past that size however long the sender was away.
+    #[inline]
+    fn seal_if_full(&mut self, i: usize) {
+        let b = &mut self.bufs[i];
+        if b.entries.len() >= self.batch_bytes {
+            let cap = b.entries.len() + b.entries.len() / 8;
+            let entries = std::mem::replace(&mut b.entries, Vec::with_capacity(cap));
+            self.sealed.push((b.tag.clone(), entries, b.count));
+            b.count = 0;
+        }
+    }
+
+    /// Takes every pending event as batches: sealed ones first (older).
+    pub(crate) fn take_pending(&mut self, out: &mut Vec<(String, Vec<u8>, u32)>) {
+        out.append(&mut self.sealed);
+        for b in self.bufs.iter_mut().filter(|b| b.count > 0) {
+            let cap = b.entries.len().min(self.batch_bytes + 4096);
+            let entries = std::mem::replace(&mut b.entries, Vec::with_capacity(cap));
+            out.push((b.tag.clone(), entries, b.count));
+            b.count = 0;
+        }
+        self.pending_bytes = 0;
+    }
+
+    fn memory_used(&self) -> usize {
+        self.pending_bytes + self.inflight_bytes
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Counters {
+    sent: AtomicU64,
+    spilled: AtomicU64,
+    dropped: AtomicU64,
+    reconnects: AtomicU64,
+    errors: AtomicU64,
+}
+
+pub(crate) struct Shared {
+    state: Mutex<State>,
+    /// The sender waits here for work.
+    work: Condvar,
+    /// Blocked emitters wait here for room.
+    space: Condvar,
+    /// flush/close wait here for deliveries.
+    done: Condvar,
+    counters: Counters,
+    cfg: Config,
+    #[cfg(feature = "tls")]
+    tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+impl Shared {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn report(&self, e: &Error) {
+        self.counters.errors.fetch_add(1, Relaxed);
+        if let Some(h) = &self.cfg.error_handler {
+            h(e);
+        }
+    }
+
+    /// Marks `count` events holding `bytes` of memory as delivered.
+    pub(crate) fn complete(&self, count: u64, bytes: usize) {
+        self.counters.sent.fetch_add(count, Relaxed);
+        let mut st = self.lock();
+        st.inflight_bytes -= bytes;
+        st.completed += count;
+        if st.blocked > 0 {
+            self.space.notify_all();
+        }
+        if st.flush_waiters > 0 || st.closing {
+            self.done.notify_all();
+        }
+    }
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    fork_gen: u64,
+}
+
+impl Inner {
+    fn start(cfg: Config) -> Result<Inner, Error> {
+        let spill = match &cfg.spill_path {
+            Some(p) => Some(Spill::open(p, cfg.spill_limit).map_err(|e| Error::Spill {
+                path: p.display().to_string(),
+                source: e,
+            })?),
+            None => None,
+        };
+        #[cfg(feature = "tls")]
+        let tls = cfg.tls.as_ref().map(tls::client_config).transpose()?;
+        let left = spill.as_ref().map_or(0, |s| s.events());
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State {
+                bufs: Vec::new(),
+                index: HashMap::new(),
+                last: 0,
+                pending_bytes: 0,
+                first_pending: None,
+                inflight_bytes: 0,
+                spill,
+                // Events left in the spill file by an earlier run count as buffered.
+                accepted: left,
+                completed: 0,
+                sender_waiting: false,
+                flush_waiters: 0,
+                blocked: 0,
+                closing: false,
+                stop: false,
+                exited: false,
+                overflowing: false,
+                scratch: Vec::new(),
+                sealed: Vec::new(),
+                batch_bytes: cfg.batch_bytes,
+            }),
+            work: Condvar::new(),
+            space: Condvar::new(),
+            done: Condvar::new(),
+            counters: Counters::default(),
+            cfg,
+            #[cfg(feature = "tls")]
+            tls,
+        });
+        let s2 = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name("nagare-logger".into())
+            .spawn(move || sender::run(s2))?;
+        Ok(Inner {
+            shared,
+            thread: Mutex::new(Some(thread)),
+            fork_gen: fork::generation(),
+        })
+    }
+}
+
+struct Core {
+    inner: ArcSwap<Inner>,
+    cfg: Config,
+    refork: Mutex<()>,
+}
+
+impl Drop for Core {
+    fn drop(&mut self) {
+        let inner = self.inner.load_full();
+        if inner.fork_gen == fork::generation() {
+            let _ = close_inner(&inner, self.cfg.close_timeout);
+        }
+    }
+}
+
+/// The client. Cheap to clone (clones share one buffer and connection); the
+/// buffered events are delivered (within `close_timeout`) when the last clone
+/// is dropped, or by [`Logger::close`].
+#[derive(Clone)]
+pub struct Logger(Arc<Core>);
+
+enum Outcome {
+    Ok,
+    Dropped { first: bool },
+}
+
+impl Logger {
+    /// Starts the sender thread. Connecting happens in the background: an
+    /// unreachable server is not an error here (events wait in the buffer).
+    pub fn new(cfg: Config) -> Result<Logger, Error> {
+        cfg.validate()?;
+        fork::register();
+        let inner = Inner::start(cfg.clone())?;
+        Ok(Logger(Arc::new(Core {
+            inner: ArcSwap::from_pointee(inner),
+            cfg,
+            refork: Mutex::new(()),
+        })))
+    }
+
+    /// The current generation; after a fork, the child starts fresh: a new
+    /// buffer (the parent's events are the parent's), a new connection, and a
+    /// spill file named after the child's pid.
+    fn inner(&self) -> arc_swap::Guard<Arc<Inner>> {
+        let g = self.0.inner.load();
+        if g.fork_gen == fork::generation() {
+            return g;
+        }
+        drop(g);
+        let _l = self.0.refork.lock().unwrap_or_else(|e| e.into_inner());
+        let g = self.0.inner.load();
+        if g.fork_gen == fork::generation() {
+            return g;
+        }
+        drop(g);
+        let mut cfg = self.0.cfg.clone();
+        if let Some(p) = &cfg.spill_path {
+            let mut s = p.clone().into_os_string();
+            s.push(format!(".{}", std::process::id()));
+            cfg.spill_path = Some(s.into());
+        }
+        match Inner::start(cfg) {
+            Ok(new) => {
+                // Never touch the parent's state in the child: its locks may
+                // have been held by threads that do not exist here.
+                std::mem::forget(self.0.inner.swap(Arc::new(new)));
+            }
+            Err(e) => {
+                if let Some(h) = &self.0.cfg.error_handler {
+                    h(&e);
+                }
+            }
+        }
+        self.0.inner.load()
+    }
+
+    /// Emits a record (any `Serialize` value that encodes to a map: a struct,
+    /// a map, `serde_json::Value::Object`) with the current time.
+    pub fn emit<T: Serialize + ?Sized>(&self, tag: &str, record: &T) -> Result<(), Error> {
+        self.emit_at(tag, EventTime::now(), record)
+    }
+
+    /// Emits a record with the given time.
+    pub fn emit_at<T: Serialize + ?Sized>(
+        &self,
+        tag: &str,
+        time: EventTime,
+        record: &T,
+    ) -> Result<(), Error> {
+        self.emit_with(tag, time, |out| {
+            let mut ser = rmp_serde::Serializer::new(out).with_struct_map();
+            record
+                .serialize(&mut ser)
+                .map_err(|e| Error::Encode(e.to_string()))
+        })
+    }
+
+    /// Emits a record that is already encoded as a msgpack map.
+    pub fn emit_msgpack(&self, tag: &str, time: EventTime, record: &[u8]) -> Result<(), Error> {
+        match nagare_forward::msgpack::skip_value(record, 0) {
+            Ok(n) if n == record.len() => {}
+            _ => return Err(Error::Encode("not one complete msgpack value".into())),
+        }
+        self.emit_with(tag, time, |out| {
+            out.extend_from_slice(record);
+            Ok(())
+        })
+    }
+
+    fn emit_with(
+        &self,
+        tag: &str,
+        time: EventTime,
+        enc: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        let inner = self.inner();
+        let sh = &*inner.shared;
+        let outcome = {
+            let mut guard = sh.lock();
+            let st = &mut *guard;
+            if st.closing {
+                return Err(Error::Closed);
+            }
+            let spilling = st.spill.as_ref().is_some_and(|s| !s.is_empty());
+            if !spilling {
+                let i = st.buf_index(tag);
+                let b = &mut st.bufs[i].entries;
+                let start = b.len();
+                b.push(0x92);
+                b.extend_from_slice(&time.to_bytes());
+                if let Err(e) = enc(b) {
+                    b.truncate(start);
+                    return Err(e);
+                }
+                if !matches!(b.get(start + 11), Some(0x80..=0x8f | 0xde | 0xdf)) {
+                    b.truncate(start);
+                    return Err(Error::NotAMap);
+                }
+                let n = b.len() - start;
+                let used = st.pending_bytes + st.inflight_bytes;
+                if used + n <= sh.cfg.buffer_limit || used == 0 {
+                    st.bufs[i].count += 1;
+                    st.pending_bytes += n;
+                    st.seal_if_full(i);
+                    st.accepted += 1;
+                    st.overflowing = false;
+                    if st.first_pending.is_none() {
+                        st.first_pending = Some(Instant::now());
+                        if st.sender_waiting {
+                            st.sender_waiting = false;
+                            sh.work.notify_one();
+                        }
+                    } else if st.sender_waiting && st.pending_bytes >= sh.cfg.batch_bytes {
+                        st.sender_waiting = false;
+                        sh.work.notify_one();
+                    }
+                    return Ok(());
+                }
+                st.scratch.clear();
+                st.scratch.extend_from_slice(&b[start..]);
+                b.truncate(start);
+            } else {
+                st.scratch.clear();
+                st.scratch.push(0x92);
+                st.scratch.extend_from_slice(&time.to_bytes());
+                enc(&mut st.scratch)?;
+                if !matches!(st.scratch.get(11), Some(0x80..=0x8f | 0xde | 0xdf)) {
+                    return Err(Error::NotAMap);
+                }
+            }
+            self.overflow(sh, guard, tag)?
+        };
+        match outcome {
+            Outcome::Ok => Ok(()),
+            Outcome::Dropped { first } => {
+                if first {
+                    sh.report(&Error::Dropped);
+                }
+                Err(Error::Dropped)
+            }
+        }
+    }
+
+    /// The memory buffer had no room (or the spill file holds older events):
+    /// the encoded entry is in `st.scratch`.
+    fn overflow(
+        &self,
+        sh: &Shared,
+        mut guard: MutexGuard<'_, State>,
+        tag: &str,
+    ) -> Result<Outcome, Error> {
+        let st = &mut *guard;
+        // While the spill file holds events, newer ones queue behind them so
+        // the order is kept, whatever the overflow policy.
+        let spill_first = st.spill.as_ref().is_some_and(|s| !s.is_empty());
+        if let Some(sp) = st.spill.as_mut() {
+            if spill_first || sh.cfg.overflow == Overflow::Spill {
+                match sp.append(tag, 1, &st.scratch) {
+                    Ok(true) => {
+                        st.accepted += 1;
+                        sh.counters.spilled.fetch_add(1, Relaxed);
+                        if st.sender_waiting {
+                            st.sender_waiting = false;
+                            sh.work.notify_one();
+                        }
+                        return Ok(Outcome::Ok);
+                    }
+                    Ok(false) => {}
+                    Err(e) => {
+                        let err = Error::Spill {
+                            path: sp.path().display().to_string(),
+                            source: e,
+                        };
+                        drop(guard);
+                        sh.counters.dropped.fetch_add(1, Relaxed);
+                        sh.report(&err);
+                        return Ok(Outcome::Dropped { first: false });
+                    }
+                }
+                return Ok(self.drop_event(sh, guard));
+            }
+        }
+        if sh.cfg.overflow == Overflow::Block {
+            let deadline = sh.cfg.block_timeout.map(|d| Instant::now() + d);
+            let n = guard.scratch.len();
+            guard.blocked += 1;
+            loop {
+                if guard.closing {
+                    guard.blocked -= 1;
+                    return Err(Error::Closed);
+                }
+                let used = guard.memory_used();
+                if used + n <= sh.cfg.buffer_limit || used == 0 {
+                    let st = &mut *guard;
+                    st.blocked -= 1;
+                    let scratch = std::mem::take(&mut st.scratch);
+                    st.push_pending(tag, 1, &scratch);
+                    st.scratch = scratch;
+                    st.accepted += 1;
+                    if st.sender_waiting {
+                        st.sender_waiting = false;
+                        sh.work.notify_one();
+                    }
+                    return Ok(Outcome::Ok);
+                }
+                // Make sure the sender sends what is pending.
+                if guard.sender_waiting {
+                    guard.sender_waiting = false;
+                    sh.work.notify_one();
+                }
+                guard = match deadline {
+                    None => sh.space.wait(guard).unwrap_or_else(|e| e.into_inner()),
+                    Some(d) => {
+                        let now = Instant::now();
+                        if now >= d {
+                            guard.blocked -= 1;
+                            return Ok(self.drop_event(sh, guard));
+                        }
+                        sh.space
+                            .wait_timeout(guard, d - now)
+                            .unwrap_or_else(|e| e.into_inner())
+                            .0
+                    }
+                };
+            }
+        }
+        Ok(self.drop_event(sh, guard))
+    }
+
+    fn drop_event(&self, sh: &Shared, mut guard: MutexGuard<'_, State>) -> Outcome {
+        let first = !guard.overflowing;
+        guard.overflowing = true;
+        drop(guard);
+        sh.counters.dropped.fetch_add(1, Relaxed);
+        Outcome::Dropped { first }
+    }
+
+    /// Waits until every event emitted before this call was delivered (acked
+    /// with `require_ack`), including spilled ones.
+    pub fn flush(&self, timeout: Duration) -> Result<(), Error> {
+        flush_inner(&self.inner(), timeout)
+    }
+
+    /// Delivers what is buffered within `timeout`, stops the sender and
+    /// refuses further events. Events not delivered in time are written to
+    /// the spill file when one is configured (and sent by the next logger
+    /// that opens it); otherwise they are lost and the error says how many.
+    pub fn close(&self, timeout: Duration) -> Result<(), Error> {
+        close_inner(&self.inner(), timeout)
+    }
+
+    pub fn stats(&self) -> Stats {
+        let inner = self.inner();
+        let sh = &inner.shared;
+        let c = &sh.counters;
+        let (buffered, bytes) = {
+            let st = sh.lock();
+            (
+                st.accepted.saturating_sub(st.completed),
+                st.memory_used() as u64,
+            )
+        };
+        Stats {
+            sent: c.sent.load(Relaxed),
+            buffered,
+            buffered_bytes: bytes,
+            spilled: c.spilled.load(Relaxed),
+            dropped: c.dropped.load(Relaxed),
+            reconnects: c.reconnects.load(Relaxed),
+            errors: c.errors.load(Relaxed),
+        }
+    }
+}
+
+fn flush_inner(inner: &Inner, timeout: Duration) -> Result<(), Error> {
+    let sh = &inner.shared;
+    let deadline = Instant::now() + timeout;
+    let mut st = sh.lock();
+    let target = st.accepted;
+    st.flush_waiters += 1;
+    let res = loop {
+        if st.completed >= target {
+            break Ok(());
+        }
+        if st.exited {
+            break Err(Error::Closed);
+        }
+        if st.sender_waiting {
+            st.sender_waiting = false;
+            sh.work.notify_one();
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            break Err(Error::Timeout {
+                remaining: target - st.completed,
+            });
+        }
+        st = sh
+            .done
+            .wait_timeout(st, (deadline - now).min(Duration::from_millis(50)))
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    };
+    st.flush_waiters -= 1;
+    res
+}
+
+fn close_inner(inner: &Inner, timeout: Duration) -> Result<(), Error> {
+    let sh = &inner.shared;
+    let deadline = Instant::now() + timeout;
+    {
+        let mut st = sh.lock();
+        if st.exited {
+            return Ok(());
+        }
+        st.closing = true;
+        sh.work.notify_one();
+        sh.space.notify_all();
+    }
+    let res = flush_inner(inner, timeout);
+    let remaining = {
+        let mut st = sh.lock();
+        st.stop = true;
+        sh.work.notify_one();
+        // The sender may be inside a connect or write: give it its timeouts.
+        let hard = deadline.max(Instant::now())
+            + sh.cfg.connect_timeout.max(sh.cfg.write_timeout)
+            + Duration::from_secs(1);
+        while !st.exited {
+            let now = Instant::now();
+            if now >= hard {
+                break;
+            }
+            st = sh
+                .done
+                .wait_timeout(st, hard - now)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        st.accepted.saturating_sub(st.completed)
+    };
+    if let Some(t) = inner
+        .thread
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take()
+    {
+        if t.is_finished() {
+            let _ = t.join();
+        }
+    }
+    match res {
+        Ok(()) => Ok(()),
+        Err(Error::Timeout { .. }) if remaining == 0 => Ok(()),
+        Err(Error::Timeout { .. }) => Err(Error::Timeout { remaining }),
+        Err(e) => Err(e),
+    }
+}
+
+/// Encodes one PackedForward frame `[tag, bin(entries), {"size": count, "chunk"?: id}]`
+/// exactly as the logger writes it.
+pub fn encode_packed_frame(tag: &str, entries: &[u8], count: u32, chunk: Option<&str>) -> Vec<u8> {
+    let (head, tail) = sender::frame_parts(tag, entries.len(), count, chunk, false);
+    let mut out = Vec::with_capacity(head.len() + entries.len() + tail.len());
+    out.extend_from_slice(&head);
+    out.extend_from_slice(entries);
+    out.extend_from_slice(&tail);
+    out
+}
+
+/// Encodes one `[EventTime, record]` entry the way `emit` does (records as
+/// msgpack maps, structs with field names).
+pub fn encode_entry<T: Serialize + ?Sized>(
+    out: &mut Vec<u8>,
+    time: EventTime,
+    record: &T,
+) -> Result<(), Error> {
+    let start = out.len();
+    out.push(0x92);
+    out.extend_from_slice(&time.to_bytes());
+    let mut ser = rmp_serde::Serializer::new(&mut *out).with_struct_map();
+    if let Err(e) = record.serialize(&mut ser) {
+        out.truncate(start);
+        return Err(Error::Encode(e.to_string()));
+    }
+    Ok(())
+}
