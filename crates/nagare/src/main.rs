@@ -15,6 +15,12 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// mimalloc keeps freed memory for reuse: the forward input's big receive
+/// buffers would otherwise be mapped and unmapped per frame, and page faults
+/// showed up as the top cost of relaying large events.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "nagare",
