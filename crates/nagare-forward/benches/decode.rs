@@ -1,47 +1,72 @@
-//! Hot path of the forward input: scanning and checking a PackedForward frame.
+//! Hot path of the forward input: scanning and checking a frame.
+//!
+//! `cargo bench -p nagare-forward --bench decode` (add `-- --quick` for a
+//! short run). Throughput is in events.
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use nagare_forward::{
-    encode_packed_forward, scan_frame, write_entry, Compression, EventTime, Limits,
+    encode_forward, encode_packed_forward, scan_frame, write_entry, Compression, EventTime, Limits,
 };
 
-fn frame(events: u32, size: usize) -> Vec<u8> {
+/// `events` entries of `{"seq": u32, "message": <size bytes>}`.
+fn entries(events: u32, size: usize) -> Vec<u8> {
     let mut entries = Vec::new();
     for seq in 0..events {
         let mut rec = vec![0x82, 0xa3, b's', b'e', b'q', 0xce];
         rec.extend_from_slice(&seq.to_be_bytes());
         rec.extend_from_slice(&[0xa7, b'm', b'e', b's', b's', b'a', b'g', b'e', 0xda]);
         rec.extend_from_slice(&(size as u16).to_be_bytes());
-        rec.extend(std::iter::repeat(b'x').take(size));
+        rec.resize(rec.len() + size, b'x');
         write_entry(&mut entries, EventTime::new(1_700_000_000, seq), &rec);
     }
+    entries
+}
+
+fn packed(events: u32, size: usize, c: Compression) -> Vec<u8> {
     let mut f = Vec::new();
     encode_packed_forward(
         &mut f,
         "bench.load",
-        &entries,
+        &entries(events, size),
         events,
         None,
-        Compression::None,
+        c,
     )
     .unwrap();
     f
 }
 
-fn bench(c: &mut Criterion) {
+fn forward(events: u32, size: usize) -> Vec<u8> {
+    let mut f = Vec::new();
+    encode_forward(&mut f, "bench.load", &entries(events, size), events, None);
+    f
+}
+
+fn bench_frame(c: &mut Criterion, name: &str, f: Vec<u8>) {
     let lim = Limits::default();
+    let f = Bytes::from(f);
+    let mut g = c.benchmark_group(name);
+    g.throughput(Throughput::Elements(200));
+    g.bench_function("scan+check", |b| {
+        b.iter(|| {
+            let s = scan_frame(&f, &lim).unwrap().unwrap();
+            s.into_frame(f.clone(), &lim, EventTime::default()).unwrap()
+        })
+    });
+    g.finish();
+}
+
+fn bench(c: &mut Criterion) {
     for size in [100usize, 1024] {
-        let f = Bytes::from(frame(200, size));
-        let mut g = c.benchmark_group(format!("packed_200x{size}"));
-        g.throughput(Throughput::Elements(200));
-        g.bench_function("scan+check", |b| {
-            b.iter(|| {
-                let s = scan_frame(&f, &lim).unwrap().unwrap();
-                s.into_frame(f.clone(), &lim, EventTime::default()).unwrap()
-            })
-        });
-        g.finish();
+        bench_frame(
+            c,
+            &format!("packed_200x{size}"),
+            packed(200, size, Compression::None),
+        );
     }
+    bench_frame(c, "forward_200x100", forward(200, 100));
+    bench_frame(c, "gzip_200x100", packed(200, 100, Compression::Gzip));
+    bench_frame(c, "zstd_200x100", packed(200, 100, Compression::Zstd));
 }
 
 criterion_group!(benches, bench);

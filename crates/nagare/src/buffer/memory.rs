@@ -437,8 +437,10 @@ mod tests {
         b.append("t", &[small.clone(), small.clone()], 2)
             .await
             .unwrap();
-        b.append("t", &[big.clone()], 1).await.unwrap();
-        b.append("t", &[small.clone()], 1).await.unwrap();
+        b.append("t", std::slice::from_ref(&big), 1).await.unwrap();
+        b.append("t", std::slice::from_ref(&small), 1)
+            .await
+            .unwrap();
         let tasks = b.start();
         b.close();
         for t in tasks {

@@ -72,7 +72,7 @@ impl fmt::Display for Size {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.0;
         for (unit, m) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
-            if n >= m && n % m == 0 {
+            if n >= m && n.is_multiple_of(m) {
                 return write!(f, "{}{unit}", n / m);
             }
         }

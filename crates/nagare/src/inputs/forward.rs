@@ -440,15 +440,18 @@ async fn handshake_server<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let nonce: [u8; 16] = rand::random();
+    // Nonce and salt are packed as str: keep them ASCII (hex of random bytes)
+    // so clients that decode str as UTF-8 (Node's and Python's msgpack) hash
+    // the same bytes we do.
+    let nonce = hex::encode(rand::random::<[u8; 16]>()).into_bytes();
     let auth: Vec<u8> = if ctx.cfg.users.is_empty() {
         Vec::new()
     } else {
-        rand::random::<[u8; 16]>().to_vec()
+        hex::encode(rand::random::<[u8; 16]>()).into_bytes()
     };
     let mut out = Vec::new();
     handshake::Helo {
-        nonce: nonce.to_vec(),
+        nonce: nonce.clone(),
         auth: auth.clone(),
         keepalive: true,
     }

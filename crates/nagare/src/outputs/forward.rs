@@ -256,64 +256,53 @@ impl ForwardOutput {
     }
 
     /// Servers in the order to try for the next chunk: the weighted pick
-    /// first, then the other active ones, then standbys.
+    /// among the primaries that are up, the other primaries that are up, the
+    /// primaries that are down but due for another try, and — only while no
+    /// primary is up — the standbys.
     fn candidates(&self) -> Vec<usize> {
-        let recover_by_time = self.cfg.heartbeat_type == HeartbeatType::None;
-        let usable = |s: &Server| {
-            s.up.load(Relaxed)
-                || (recover_by_time
-                    && s.down_since
-                        .lock()
-                        .expect("server")
-                        .is_none_or(|t| t.elapsed() >= self.cfg.recover_wait.0))
-                || s.may_try()
+        let servers = &self.servers;
+        let up = |i: &usize| servers[*i].up.load(Relaxed);
+        let due = |i: &usize| {
+            let s = &servers[*i];
+            if self.cfg.heartbeat_type == HeartbeatType::None {
+                let since = *s.down_since.lock().expect("server");
+                since.is_none_or(|t| t.elapsed() >= self.cfg.recover_wait.0) || s.may_try()
+            } else {
+                s.may_try()
+            }
         };
-        let primary: Vec<usize> = (0..self.servers.len())
-            .filter(|&i| !self.servers[i].cfg.standby && self.servers[i].up.load(Relaxed))
-            .collect();
-        let mut order = Vec::new();
-        // Weights reduced by their common divisor, so equal weights alternate
-        // chunk by chunk instead of sending `weight` chunks in a row to each.
-        let g = primary
+        let (standby, primary): (Vec<usize>, Vec<usize>) =
+            (0..servers.len()).partition(|&i| servers[i].cfg.standby);
+        let active: Vec<usize> = primary.iter().copied().filter(up).collect();
+        let mut order = Vec::with_capacity(servers.len());
+        // Weighted round robin: the counter walks the servers' weight ranges,
+        // with weights divided by their gcd so equal weights alternate chunk
+        // by chunk instead of in runs of `weight` chunks.
+        let g = active
             .iter()
-            .map(|&i| self.servers[i].cfg.weight as u64)
+            .map(|&i| servers[i].cfg.weight as u64)
             .fold(0, gcd)
             .max(1);
-        let total: u64 = primary
+        let total: u64 = active
             .iter()
-            .map(|&i| self.servers[i].cfg.weight as u64 / g)
+            .map(|&i| servers[i].cfg.weight as u64 / g)
             .sum();
         if total > 0 {
             let mut pick = (self.rr.fetch_add(1, Relaxed) as u64) % total;
-            let mut first = primary[0];
-            for &i in &primary {
-                let w = self.servers[i].cfg.weight as u64 / g;
+            for &i in &active {
+                let w = servers[i].cfg.weight as u64 / g;
                 if pick < w {
-                    first = i;
+                    order.push(i);
                     break;
                 }
                 pick -= w;
             }
-            order.push(first);
-            order.extend(primary.iter().copied().filter(|&i| i != first));
-        } else {
-            order.extend(primary.iter().copied());
         }
-        // Down primaries whose backoff has passed, then standbys.
-        order.extend((0..self.servers.len()).filter(|&i| {
-            let s = &self.servers[i];
-            !s.cfg.standby && !s.up.load(Relaxed) && usable(s)
-        }));
-        if order.is_empty()
-            || self
-                .servers
-                .iter()
-                .all(|s| s.cfg.standby || !s.up.load(Relaxed))
-        {
-            order.extend((0..self.servers.len()).filter(|&i| {
-                let s = &self.servers[i];
-                s.cfg.standby && usable(s)
-            }));
+        let first = order.first().copied();
+        order.extend(active.iter().copied().filter(|&i| Some(i) != first));
+        order.extend(primary.iter().copied().filter(|i| !up(i) && due(i)));
+        if active.is_empty() {
+            order.extend(standby.iter().copied().filter(|i| up(i) || due(i)));
         }
         order
     }
@@ -565,7 +554,11 @@ impl Output for ForwardOutput {
     async fn write(&self, chunk: &Chunk) -> Result<(), FlushError> {
         let (frame, ack_id) = self.frame(chunk)?;
         let mut errors = Vec::new();
-        for i in self.candidates() {
+        let mut tried = Vec::new();
+        // The candidates are recomputed after each failure, so a standby takes
+        // over within the same write once the last primary is marked down.
+        while let Some(i) = self.candidates().into_iter().find(|i| !tried.contains(i)) {
+            tried.push(i);
             let s = &self.servers[i];
             match self.send_to(s, chunk, &frame, ack_id.as_deref()).await {
                 Ok(()) => {

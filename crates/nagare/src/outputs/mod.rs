@@ -89,12 +89,12 @@ fn build_one(spec: &OutputSpec, reg: &Registry) -> anyhow::Result<Arc<Buffer>> {
     ))
 }
 
+/// Routing rules in config order: the patterns of an output and its route.
+pub type Rules = Vec<(Vec<Pattern>, Route)>;
+
 /// Builds every output with its buffer; returns the routing rules and the
 /// buffers (to start and to drain at shutdown).
-pub fn build(
-    specs: &[OutputSpec],
-    reg: &Registry,
-) -> anyhow::Result<(Vec<(Vec<Pattern>, Route)>, Vec<Arc<Buffer>>)> {
+pub fn build(specs: &[OutputSpec], reg: &Registry) -> anyhow::Result<(Rules, Vec<Arc<Buffer>>)> {
     let mut rules = Vec::new();
     let mut all = Vec::new();
     for spec in specs {
