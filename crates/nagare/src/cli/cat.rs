@@ -91,8 +91,7 @@ async fn connect(a: &CatArgs) -> Result<Box<dyn Stream>, String> {
 
 async fn run(a: &CatArgs) -> Result<u64, String> {
     let mut conn = connect(a).await?;
-    let stdin = std::io::stdin();
-    let mut input = stdin.lock();
+    let mut input = std::io::BufReader::with_capacity(1 << 16, std::io::stdin().lock());
     let mut entries = Vec::new();
     let mut count = 0u32;
     let mut sent = 0u64;
@@ -121,7 +120,8 @@ async fn run(a: &CatArgs) -> Result<u64, String> {
             }
         }
         // Send when the batch is full, at the end, or when no more input is waiting.
-        let idle = input.fill_buf().map(|b| b.is_empty()).unwrap_or(true);
+        // "Nothing more buffered" must not read: that would wait for the next line.
+        let idle = input.buffer().is_empty();
         if count > 0 && (eof || idle || count as usize >= a.batch) {
             frame_no += 1;
             let id = a
