@@ -9,7 +9,8 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
-use super::{BufferConfig, OverflowAction};
+use super::file::{ChunkFile, FileStore, Recovered};
+use super::{BufferConfig, OverflowAction, SyncMode};
 use crate::outputs::{FlushError, Output};
 use crate::stats::PluginStats;
 
@@ -29,6 +30,8 @@ pub struct Chunk {
     /// Total payload bytes of all segments.
     pub len: usize,
     pub count: u32,
+    /// The chunk's file, for a file buffer: removed once the chunk is committed.
+    pub file: Option<std::path::PathBuf>,
 }
 
 impl Chunk {
@@ -59,12 +62,16 @@ impl Chunk {
 }
 
 struct Staging {
+    /// The chunk id, fixed when the chunk starts (it names the chunk file).
+    id: [u8; 16],
     segments: Vec<Bytes>,
     /// Small batches copied together; becomes a segment when closed.
     small: BytesMut,
     len: usize,
     count: u32,
     created: Instant,
+    /// The chunk's file, for a file buffer.
+    file: Option<ChunkFile>,
 }
 
 impl Staging {
@@ -100,6 +107,14 @@ struct State {
     closing: bool,
 }
 
+fn remove_file(chunk: &Chunk) {
+    if let Some(p) = &chunk.file {
+        if let Err(e) = std::fs::remove_file(p) {
+            tracing::warn!(file = %p.display(), error = %e, "cannot remove a delivered chunk file");
+        }
+    }
+}
+
 /// Why an append was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum AppendError {
@@ -107,6 +122,8 @@ pub enum AppendError {
     Full(String),
     #[error("buffer of {0} is shutting down")]
     Closed(String),
+    #[error("buffer of {0} cannot write to disk: {1}")]
+    Disk(String, String),
 }
 
 pub struct Buffer {
@@ -122,6 +139,8 @@ pub struct Buffer {
     secondary: Option<(Arc<dyn Output>, Arc<PluginStats>)>,
     next_id: AtomicU64,
     id_seed: u64,
+    /// Chunk files, for `type = "file"`.
+    store: Option<FileStore>,
 }
 
 impl Buffer {
@@ -131,11 +150,29 @@ impl Buffer {
         stats: Arc<PluginStats>,
         output: Arc<dyn Output>,
         secondary: Option<(Arc<dyn Output>, Arc<PluginStats>)>,
+        store: Option<(FileStore, Vec<Recovered>)>,
     ) -> Arc<Buffer> {
+        let mut state = State::default();
+        let store = store.map(|(store, recovered)| {
+            for r in recovered {
+                state.bytes += r.data.len();
+                PluginStats::add(&stats.buffer_chunks, 1);
+                state.queue.push_back(Chunk {
+                    id: r.id,
+                    tag: Arc::from(r.tag.as_str()),
+                    len: r.data.len(),
+                    segments: vec![r.data],
+                    count: r.count,
+                    file: Some(r.path),
+                });
+            }
+            stats.buffer_bytes.store(state.bytes as u64, Relaxed);
+            store
+        });
         Arc::new(Buffer {
             cfg,
             name: name.to_string(),
-            state: Mutex::new(State::default()),
+            state: Mutex::new(state),
             queued: Notify::new(),
             space: Notify::new(),
             stats,
@@ -143,6 +180,7 @@ impl Buffer {
             secondary,
             next_id: AtomicU64::new(0),
             id_seed: rand::random(),
+            store,
         })
     }
 
@@ -156,13 +194,15 @@ impl Buffer {
     fn close_staged(&self, st: &mut State, tag: &Arc<str>) {
         if let Some(s) = st.staged.remove(tag) {
             if s.count > 0 {
-                let (len, count) = (s.len, s.count);
+                let (id, len, count) = (s.id, s.len, s.count);
+                let file = s.file.as_ref().map(|f| f.path.clone());
                 st.queue.push_back(Chunk {
-                    id: self.new_id(),
+                    id,
                     tag: tag.clone(),
                     segments: s.into_segments(),
                     len,
                     count,
+                    file,
                 });
                 PluginStats::add(&self.stats.buffer_chunks, 1);
                 self.queued.notify_one();
@@ -173,12 +213,23 @@ impl Buffer {
     /// Appends a batch: `parts` are PackedForward entries holding `count`
     /// events in total. Waits while the buffer is full and the overflow
     /// action is `block`.
-    pub async fn append(&self, tag: &str, parts: &[Bytes], count: u32) -> Result<(), AppendError> {
+    ///
+    /// With a file buffer the batch is written to its chunk file first; when
+    /// `durable` (the sender waits for an ack) or `sync = "always"`, the file
+    /// is fsync'd before this returns.
+    pub async fn append(
+        &self,
+        tag: &str,
+        parts: &[Bytes],
+        count: u32,
+        durable: bool,
+    ) -> Result<(), AppendError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         loop {
             let space = self.space.notified();
             tokio::pin!(space);
-            {
+            // The lock must be gone before any await: decide inside, act after.
+            let staged = {
                 let mut st = self.state.lock().expect("buffer state");
                 if st.closing {
                     return Err(AppendError::Closed(self.name.clone()));
@@ -186,7 +237,9 @@ impl Buffer {
                 // A batch larger than the whole limit is let in when the buffer is
                 // empty, or it could never be accepted.
                 let over = st.bytes > 0 && st.bytes + len > self.cfg.total_limit_size.0 as usize;
-                if over {
+                if !over {
+                    Some(self.append_locked(&mut st, tag, parts, count, len)?)
+                } else {
                     match self.cfg.overflow_action {
                         OverflowAction::Block => {
                             space.as_mut().enable();
@@ -198,6 +251,7 @@ impl Buffer {
                         OverflowAction::DropOldestChunk => {
                             if let Some(old) = st.queue.pop_front() {
                                 st.bytes -= old.len;
+                                remove_file(&old);
                                 PluginStats::add(&self.stats.dropped, old.count as u64);
                                 self.stats.buffer_chunks.fetch_sub(1, Relaxed);
                                 tracing::warn!(output = %self.name, events = old.count, tag = %old.tag,
@@ -208,16 +262,25 @@ impl Buffer {
                             space.as_mut().enable();
                         }
                     }
-                } else {
-                    self.append_locked(&mut st, tag, parts, count, len);
-                    return Ok(());
+                    None
                 }
+            };
+            match staged {
+                Some(file) => return self.sync(file, durable).await,
+                None => space.await,
             }
-            space.await;
         }
     }
 
-    fn append_locked(&self, st: &mut State, tag: &str, parts: &[Bytes], count: u32, len: usize) {
+    /// Stages a batch; returns the chunk file's handle when it may need an fsync.
+    fn append_locked(
+        &self,
+        st: &mut State,
+        tag: &str,
+        parts: &[Bytes],
+        count: u32,
+        len: usize,
+    ) -> Result<Option<std::fs::File>, AppendError> {
         let limit = self.cfg.chunk_limit_size.0 as usize;
         let rec_limit = self.cfg.chunk_limit_records.unwrap_or(u32::MAX);
         let key: Arc<str> = match st.staged.get_key_value(tag) {
@@ -229,13 +292,37 @@ impl Buffer {
             Some((k, _)) => k.clone(),
             None => Arc::from(tag),
         };
-        let s = st.staged.entry(key.clone()).or_insert_with(|| Staging {
-            segments: Vec::new(),
-            small: BytesMut::new(),
-            len: 0,
-            count: 0,
-            created: Instant::now(),
-        });
+        if !st.staged.contains_key(&key) {
+            let id = self.new_id();
+            let file = match &self.store {
+                Some(store) => Some(
+                    store
+                        .create(&id, &key)
+                        .map_err(|e| self.disk_error(store, e))?,
+                ),
+                None => None,
+            };
+            st.staged.insert(
+                key.clone(),
+                Staging {
+                    id,
+                    segments: Vec::new(),
+                    small: BytesMut::new(),
+                    len: 0,
+                    count: 0,
+                    created: Instant::now(),
+                    file,
+                },
+            );
+        }
+        let s = st.staged.get_mut(&key).expect("staged chunk");
+        let mut handle = None;
+        if let Some(f) = &mut s.file {
+            let store = self.store.as_ref().expect("file buffer");
+            f.append(parts, count)
+                .map_err(|e| self.disk_error(store, e))?;
+            handle = f.handle().ok();
+        }
         for p in parts {
             s.push(p);
         }
@@ -247,6 +334,35 @@ impl Buffer {
         PluginStats::add(&self.stats.bytes_in, len as u64);
         if full {
             self.close_staged(st, &key);
+        }
+        Ok(handle)
+    }
+
+    fn disk_error(&self, store: &FileStore, e: std::io::Error) -> AppendError {
+        PluginStats::add(&self.stats.errors, 1);
+        tracing::error!(output = %self.name, path = %store.dir().display(), error = %e,
+            "cannot write to the buffer directory; batch refused (the sender keeps it)");
+        AppendError::Disk(self.name.clone(), format!("{}: {e}", store.dir().display()))
+    }
+
+    /// Makes a chunk file's new record durable when the policy asks for it.
+    async fn sync(&self, file: Option<std::fs::File>, durable: bool) -> Result<(), AppendError> {
+        let Some(f) = file else { return Ok(()) };
+        let wanted = match self.cfg.sync {
+            SyncMode::Always => true,
+            SyncMode::Ack => durable,
+            SyncMode::Never => false,
+        };
+        if !wanted {
+            return Ok(());
+        }
+        match tokio::task::spawn_blocking(move || f.sync_data()).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(AppendError::Disk(self.name.clone(), format!("fsync: {e}"))),
+            Err(e) => Err(AppendError::Disk(
+                self.name.clone(),
+                format!("fsync task: {e}"),
+            )),
         }
     }
 
@@ -285,6 +401,7 @@ impl Buffer {
     }
 
     fn commit(&self, chunk: &Chunk) {
+        remove_file(chunk);
         let mut st = self.state.lock().expect("buffer state");
         st.bytes -= chunk.len;
         self.stats.buffer_bytes.store(st.bytes as u64, Relaxed);
@@ -425,6 +542,7 @@ mod tests {
             Arc::new(PluginStats::default()),
             out.clone(),
             None,
+            None,
         );
         (b, out)
     }
@@ -434,11 +552,13 @@ mod tests {
         let (b, out) = buffer(BufferConfig::default());
         let big = Bytes::from(vec![0x90u8; SHARE_THRESHOLD]);
         let small = Bytes::from_static(&[0x90, 0x90]);
-        b.append("t", &[small.clone(), small.clone()], 2)
+        b.append("t", &[small.clone(), small.clone()], 2, false)
             .await
             .unwrap();
-        b.append("t", std::slice::from_ref(&big), 1).await.unwrap();
-        b.append("t", std::slice::from_ref(&small), 1)
+        b.append("t", std::slice::from_ref(&big), 1, false)
+            .await
+            .unwrap();
+        b.append("t", std::slice::from_ref(&small), 1, false)
             .await
             .unwrap();
         let tasks = b.start();
@@ -468,7 +588,9 @@ mod tests {
         });
         let tasks = b.start();
         for i in 0..10u8 {
-            b.append("t", &[Bytes::from(vec![i; 4])], 1).await.unwrap();
+            b.append("t", &[Bytes::from(vec![i; 4])], 1, false)
+                .await
+                .unwrap();
         }
         b.close();
         for t in tasks {
@@ -494,21 +616,23 @@ mod tests {
             ..Default::default()
         };
         let (b, _) = buffer(full(OverflowAction::Throw));
-        b.append("t", &[Bytes::from(vec![1u8; 4])], 1)
+        b.append("t", &[Bytes::from(vec![1u8; 4])], 1, false)
             .await
             .unwrap();
-        b.append("t", &[Bytes::from(vec![2u8; 4])], 1)
+        b.append("t", &[Bytes::from(vec![2u8; 4])], 1, false)
             .await
             .unwrap();
         assert!(matches!(
-            b.append("t", &[Bytes::from(vec![3u8; 4])], 1).await,
+            b.append("t", &[Bytes::from(vec![3u8; 4])], 1, false).await,
             Err(AppendError::Full(_))
         ));
         assert_eq!(PluginStats::get(&b.stats.rejected), 1);
 
         let (b, _) = buffer(full(OverflowAction::DropOldestChunk));
         for i in 0..3u8 {
-            b.append("t", &[Bytes::from(vec![i; 4])], 1).await.unwrap();
+            b.append("t", &[Bytes::from(vec![i; 4])], 1, false)
+                .await
+                .unwrap();
         }
         assert_eq!(PluginStats::get(&b.stats.dropped), 1);
         assert_eq!(b.held_bytes(), 8);

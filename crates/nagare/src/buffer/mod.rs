@@ -5,6 +5,7 @@
 //! `flush_interval`) → flushing → committed. The buffer, not the output,
 //! owns retries, backoff and the hand-over to the secondary output.
 
+mod file;
 mod memory;
 
 use std::time::Duration;
@@ -13,7 +14,24 @@ use serde::Deserialize;
 
 use crate::config::units::{Dur, Size};
 
+pub use file::FileStore;
 pub use memory::{Buffer, Chunk};
+
+/// When a file buffer fsyncs its chunk files.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema, Default,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum SyncMode {
+    /// Before acknowledging a batch whose sender asked for an ack (default):
+    /// an acked event survives a power loss; others survive a crash of nagare.
+    #[default]
+    Ack,
+    /// After every batch.
+    Always,
+    /// Never; the operating system writes the pages back in its own time.
+    Never,
+}
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema, Default,
@@ -44,11 +62,13 @@ pub enum OverflowAction {
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct BufferConfig {
-    /// "memory" (default) or "file" (not in this version).
+    /// "memory" (default) or "file": chunks kept in files under `path`, recovered after a restart or crash.
     #[serde(rename = "type")]
     pub kind: BufferType,
-    /// Directory of a file buffer.
+    /// Directory of a file buffer (one per output; a lock keeps a second process out).
     pub path: Option<String>,
+    /// File buffer: when to fsync — "ack" (before acking a batch that asked for an ack), "always" or "never".
+    pub sync: SyncMode,
     /// A chunk is closed and queued once it holds this many bytes (default "8MiB").
     pub chunk_limit_size: Size,
     /// ... or this many events (default: no limit).
@@ -78,6 +98,7 @@ impl Default for BufferConfig {
         BufferConfig {
             kind: BufferType::Memory,
             path: None,
+            sync: SyncMode::Ack,
             chunk_limit_size: Size(8 << 20),
             chunk_limit_records: None,
             flush_interval: Dur(Duration::from_secs(1)),

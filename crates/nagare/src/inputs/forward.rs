@@ -392,7 +392,7 @@ where
         tracing::warn!(input = %ctx.name, tag = %p.tag, events = p.count, "no output matches this tag; events discarded");
     }
     for out in route.iter() {
-        out.append(&p.tag, &p.parts, p.count)
+        out.append(&p.tag, &p.parts, p.count, !p.acks.is_empty())
             .await
             .map_err(|e| format!("{e}; {} events not acknowledged", p.count))?;
     }

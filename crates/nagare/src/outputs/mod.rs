@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::buffer::{Buffer, BufferType, Chunk};
+use crate::buffer::{Buffer, BufferType, Chunk, FileStore};
 use crate::config::OutputSpec;
 use crate::router::{Pattern, Route};
 use crate::stats::Registry;
@@ -64,12 +64,18 @@ fn make(kind: &OutputKind, name: &str) -> anyhow::Result<Arc<dyn Output>> {
 }
 
 fn build_one(spec: &OutputSpec, reg: &Registry) -> anyhow::Result<Arc<Buffer>> {
-    if spec.buffer.kind == BufferType::File {
-        anyhow::bail!(
-            "{}: buffer type \"file\" is not available in this version; use \"memory\"",
-            spec.name
-        );
-    }
+    let store = match (spec.buffer.kind, &spec.buffer.path) {
+        (BufferType::File, Some(path)) => Some(
+            FileStore::open(std::path::Path::new(path), &spec.name).map_err(anyhow::Error::msg)?,
+        ),
+        (BufferType::File, None) => {
+            anyhow::bail!(
+                "{}: a file buffer needs `path` in [output.buffer]",
+                spec.name
+            )
+        }
+        (BufferType::Memory, _) => None,
+    };
     let stats = reg.register("output", &spec.name, spec.kind.type_name());
     let output = make(&spec.kind, &spec.name)?;
     let secondary = match &spec.secondary {
@@ -86,6 +92,7 @@ fn build_one(spec: &OutputSpec, reg: &Registry) -> anyhow::Result<Arc<Buffer>> {
         stats,
         output,
         secondary,
+        store,
     ))
 }
 

@@ -282,10 +282,9 @@ impl Daemon {
     }
 
     pub fn wait_metric(&self, name: &str, plugin: &str, want: u64) {
-        let mut last = 0;
         let start = Instant::now();
         loop {
-            last = self.metric(name, plugin);
+            let last = self.metric(name, plugin);
             if last == want {
                 return;
             }
@@ -370,6 +369,8 @@ fn dechunk(mut s: &str) -> String {
 pub trait Conn: Read + Write + Send {
     fn set_timeout(&self, d: Option<Duration>);
     fn shutdown_write(&self);
+    /// This end's address as the daemon logs it as `peer=`.
+    fn local(&self) -> String;
 }
 
 impl Conn for TcpStream {
@@ -380,6 +381,9 @@ impl Conn for TcpStream {
     fn shutdown_write(&self) {
         let _ = self.shutdown(std::net::Shutdown::Write);
     }
+    fn local(&self) -> String {
+        self.local_addr().unwrap().to_string()
+    }
 }
 
 impl Conn for UnixStream {
@@ -389,6 +393,9 @@ impl Conn for UnixStream {
     }
     fn shutdown_write(&self) {
         let _ = self.shutdown(std::net::Shutdown::Write);
+    }
+    fn local(&self) -> String {
+        String::new()
     }
 }
 
@@ -409,6 +416,23 @@ impl Sender {
         }
     }
 
+    /// A sender whose socket has a small fixed send buffer, so back-pressure
+    /// shows up in its progress soon.
+    pub fn tcp_small(port: u16) -> Sender {
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.set_send_buffer_size(64 * 1024).unwrap();
+        let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+        sock.connect(&addr.into()).expect("connect to nagare");
+        let s: TcpStream = sock.into();
+        s.set_nodelay(true).unwrap();
+        s.set_timeout(Some(Duration::from_secs(60)));
+        Sender {
+            conn: Box::new(s),
+            buf: Vec::new(),
+        }
+    }
+
     pub fn unix(path: &Path) -> Sender {
         let s = UnixStream::connect(path).expect("connect to nagare's UNIX socket");
         s.set_timeout(Some(WAIT));
@@ -416,6 +440,10 @@ impl Sender {
             conn: Box::new(s),
             buf: Vec::new(),
         }
+    }
+
+    pub fn local(&self) -> String {
+        self.conn.local()
     }
 
     pub fn raw(&mut self, bytes: &[u8]) {
@@ -501,6 +529,12 @@ impl Sender {
     /// Client side of the handshake; returns the PONG.
     pub fn handshake(&mut self, key: &str, hostname: &str, user: &str, pass: &str) -> Pong {
         let helo = Helo::decode(&self.read_msg().expect("HELO")).expect("a HELO");
+        // Clients that decode msgpack str as UTF-8 (Node's, Python's) must
+        // hash the very bytes the server sent.
+        assert!(
+            std::str::from_utf8(&helo.nonce).is_ok() && std::str::from_utf8(&helo.auth).is_ok(),
+            "HELO nonce and auth salt are str: they must be valid UTF-8"
+        );
         let salt = b"0123456789abcdef".to_vec();
         let ping = Ping {
             hostname: hostname.as_bytes().to_vec(),
@@ -584,6 +618,8 @@ pub struct SinkOpts {
     pub shared_key: Option<String>,
     /// Do not answer acks (the sender times out and resends).
     pub no_ack: bool,
+    /// A small fixed SO_RCVBUF (no autotuning), so a paused sink pushes back soon.
+    pub rcvbuf: Option<usize>,
 }
 
 #[derive(Default)]
@@ -631,7 +667,7 @@ impl Sink {
         assert!(self.thread.is_none(), "sink already running");
         let start = Instant::now();
         let l = loop {
-            match TcpListener::bind(("127.0.0.1", self.port)) {
+            match listen(self.port, self.opts.rcvbuf) {
                 Ok(l) => break l,
                 Err(e) if start.elapsed() < WAIT => {
                     let _ = e;
@@ -716,6 +752,19 @@ impl Sink {
             || self.count() >= n,
         );
     }
+}
+
+fn listen(port: u16, rcvbuf: Option<usize>) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Socket, Type};
+    let s = Socket::new(Domain::IPV4, Type::STREAM, None)?;
+    s.set_reuse_address(true)?;
+    if let Some(n) = rcvbuf {
+        s.set_recv_buffer_size(n)?;
+    }
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    s.bind(&addr.into())?;
+    s.listen(128)?;
+    Ok(s.into())
 }
 
 impl Drop for Sink {
@@ -872,4 +921,16 @@ pub fn wait_file_lines(p: &Path, n: usize) -> String {
 
 pub fn seqs(v: &[(String, u64)]) -> Vec<u64> {
     v.iter().map(|(_, s)| *s).collect()
+}
+
+/// Lines of `stderr` that log a closed connection of `peer` with a reason.
+pub fn bad_peer_lines(stderr: &str, peer: &str) -> Vec<String> {
+    let needle = format!("peer={peer} ");
+    stderr
+        .lines()
+        .filter(|l| {
+            (l.contains(&needle) || l.ends_with(&format!("peer={peer}"))) && l.contains("reason=")
+        })
+        .map(String::from)
+        .collect()
 }

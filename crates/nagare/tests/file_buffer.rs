@@ -1,0 +1,222 @@
+//! The file buffer: acked events survive kill -9, torn and corrupt chunk
+//! files are handled at start, and two processes cannot share a buffer path.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+fn relay_config(port: u16, sink: u16, dir: &std::path::Path) -> String {
+    format!(
+        r#"
+[[input]]
+type = "forward"
+bind = "127.0.0.1:{port}"
+
+[[output]]
+type = "forward"
+match = "**"
+heartbeat_type = "none"
+recover_wait = "200ms"
+[[output.server]]
+address = "127.0.0.1:{sink}"
+[output.buffer]
+type = "file"
+path = "{}"
+flush_interval = "100ms"
+chunk_limit_size = "64KiB"
+retry_wait = "100ms"
+retry_max_interval = "300ms"
+"#,
+        dir.join("buf").display()
+    )
+}
+
+/// Sends `range` in acked frames of 50 events; returns once every ack came.
+fn send_acked(port: u16, range: std::ops::Range<u64>) {
+    let mut s = Sender::tcp(port);
+    let mut seq = range.start;
+    while seq < range.end {
+        let end = (seq + 50).min(range.end);
+        let id = format!("c{seq}");
+        s.packed("fb.test", seq..end, Some(id.as_bytes()));
+        let ack = s.read_ack();
+        assert_eq!(ack, ack_bytes(&mp_str(id.as_bytes())), "ack for {id}");
+        seq = end;
+    }
+    s.finish();
+}
+
+#[test]
+fn acked_events_survive_kill_9_while_the_downstream_is_down() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, sink_port) = (free_port(), free_port());
+    let cfg = relay_config(port, sink_port, dir.path());
+    let mut relay = Daemon::start(dir.path(), "relay", &cfg, None);
+    relay.wait_port(port);
+    // The downstream is not up yet: every acked event can only be on disk.
+    send_acked(port, 0..2000);
+    relay.signal(libc::SIGKILL);
+    relay.wait_exit(WAIT);
+    let chunk_files = std::fs::read_dir(dir.path().join("buf"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .path()
+                .extension()
+                .is_some_and(|x| x == "chunk")
+        })
+        .count();
+    assert!(chunk_files > 0, "the chunks are on disk after kill -9");
+
+    let sink = Sink::start_on(sink_port, SinkOpts::default());
+    let mut relay = Daemon::start(dir.path(), "relay", &cfg, None);
+    relay.wait_port(port);
+    sink.wait_count(2000);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_exact_seqs(&sink.seqs(), 2000);
+    assert!(
+        relay.stderr().contains("recovered buffered chunks"),
+        "{}",
+        relay.stderr()
+    );
+    // Delivered chunks are removed from disk.
+    wait_until(WAIT, "chunk files removed after delivery", || {
+        std::fs::read_dir(dir.path().join("buf"))
+            .unwrap()
+            .all(|e| e.unwrap().path().extension().is_none_or(|x| x != "chunk"))
+    });
+}
+
+#[test]
+fn every_acked_event_arrives_when_the_relay_is_killed_under_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, sink_port) = (free_port(), free_port());
+    let cfg = relay_config(port, sink_port, dir.path());
+    let sink = Sink::start_on(sink_port, SinkOpts::default());
+    let mut relay = Daemon::start(dir.path(), "relay", &cfg, None);
+    relay.wait_port(port);
+    // A steady load in another thread; kill -9 while it runs.
+    let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
+    let acked2 = acked.clone();
+    let load = std::thread::spawn(move || {
+        let mut s = Sender::tcp(port);
+        for f in 0..400u64 {
+            let (a, b) = (f * 25, f * 25 + 25);
+            let id = format!("k{f}");
+            s.packed("fb.load", a..b, Some(id.as_bytes()));
+            match s.read_msg() {
+                Ok(_) => acked2.lock().unwrap().extend(a..b),
+                Err(_) => return, // the relay died: stop, unacked frames are the sender's
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    });
+    wait_until(WAIT, "some acked events", || {
+        acked.lock().unwrap().len() >= 2500
+    });
+    relay.signal(libc::SIGKILL);
+    relay.wait_exit(WAIT);
+    load.join().unwrap();
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() >= 2500);
+
+    let mut relay = Daemon::start(dir.path(), "relay", &cfg, None);
+    relay.wait_port(port);
+    wait_until(WAIT, "every acked event at the sink", || {
+        let got: std::collections::HashSet<u64> = sink.seqs().into_iter().collect();
+        acked.iter().all(|s| got.contains(s))
+    });
+    relay.terminate();
+}
+
+#[test]
+fn torn_and_corrupt_chunk_files_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, sink_port) = (free_port(), free_port());
+    let cfg = relay_config(port, sink_port, dir.path());
+    let mut relay = Daemon::start(dir.path(), "relay", &cfg, None);
+    relay.wait_port(port);
+    // Two tags, so two chunk files.
+    let mut s = Sender::tcp(port);
+    s.packed("fb.a", 0..100, Some(b"a1"));
+    s.read_ack();
+    s.packed("fb.b", 100..200, Some(b"b1"));
+    s.read_ack();
+    relay.signal(libc::SIGKILL);
+    relay.wait_exit(WAIT);
+    let mut files: Vec<_> = std::fs::read_dir(dir.path().join("buf"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "chunk"))
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 2);
+    // Find which file holds which tag, corrupt fb.b's payload, tear fb.a's tail.
+    let holds = |p: &std::path::Path, tag: &[u8]| {
+        let raw = std::fs::read(p).unwrap();
+        raw.windows(tag.len()).any(|w| w == tag)
+    };
+    let (a, b) = if holds(&files[0], b"fb.a") {
+        (files[0].clone(), files[1].clone())
+    } else {
+        (files[1].clone(), files[0].clone())
+    };
+    let mut raw = std::fs::read(&b).unwrap();
+    let n = raw.len();
+    raw[n - 5] ^= 0x55;
+    std::fs::write(&b, raw).unwrap();
+    let mut raw = std::fs::read(&a).unwrap();
+    raw.extend_from_slice(&[0, 0, 1, 0, 0, 0]); // half a record header
+    std::fs::write(&a, raw).unwrap();
+
+    let sink = Sink::start_on(sink_port, SinkOpts::default());
+    let mut relay = Daemon::start(dir.path(), "relay", &cfg, None);
+    relay.wait_port(port);
+    sink.wait_count(100);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_exact_seqs(&sink.seqs(), 100);
+    let quarantined = dir
+        .path()
+        .join("buf/quarantine")
+        .join(b.file_name().unwrap());
+    assert!(quarantined.exists(), "the corrupt chunk is quarantined");
+    let err = relay.stderr();
+    assert!(err.contains("corrupt buffer chunk quarantined"), "{err}");
+    assert!(err.contains("torn tail"), "{err}");
+    // The daemon is up and still delivers.
+    let mut s = Sender::tcp(port);
+    s.packed("fb.a", 100..150, Some(b"a2"));
+    s.read_ack();
+    sink.wait_count(150);
+    relay.terminate();
+}
+
+#[test]
+fn two_processes_cannot_share_a_buffer_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let (p1, p2, sink_port) = (free_port(), free_port(), free_port());
+    let mut first = Daemon::start(
+        dir.path(),
+        "one",
+        &relay_config(p1, sink_port, dir.path()),
+        None,
+    );
+    first.wait_port(p1);
+    let mut second = Daemon::start(
+        dir.path(),
+        "two",
+        &relay_config(p2, sink_port, dir.path()),
+        None,
+    );
+    let st = second.wait_exit(WAIT);
+    assert_eq!(st.code(), Some(1));
+    let err = second.stderr();
+    assert!(
+        err.contains("is in use by another nagare process") && err.contains("buf"),
+        "{err}"
+    );
+    first.terminate();
+}
