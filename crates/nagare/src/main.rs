@@ -4,6 +4,7 @@ mod buffer;
 mod cli;
 mod config;
 mod daemon;
+mod dedup;
 mod formats;
 mod inputs;
 mod monitor;

@@ -27,6 +27,8 @@ pub struct PluginStats {
     pub buffer_chunks: AtomicU64,
     /// Inputs: connections accepted and closed for bad input.
     pub connections: AtomicU64,
+    /// Inputs: events of resent chunks acked again without being stored.
+    pub duplicates: AtomicU64,
     pub bad_input: AtomicU64,
 }
 

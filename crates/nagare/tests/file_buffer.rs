@@ -220,3 +220,50 @@ fn two_processes_cannot_share_a_buffer_path() {
     );
     first.terminate();
 }
+
+#[test]
+fn a_resent_chunk_is_acked_but_stored_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, mon) = (free_port(), free_port());
+    let cfg = format!(
+        r#"
+[monitor]
+bind = "127.0.0.1:{mon}"
+[[input]]
+type = "forward"
+bind = "127.0.0.1:{port}"
+dedup_path = "{}"
+[[output]]
+type = "stdout"
+match = "**"
+[output.buffer]
+flush_interval = "50ms"
+"#,
+        dir.path().join("ids").display()
+    );
+    let mut d = Daemon::start(dir.path(), "dedup", &cfg, Some(mon));
+    d.wait_port(port);
+    let mut s = Sender::tcp(port);
+    for _ in 0..3 {
+        // Same chunk id three times, as a sender whose acks got lost would.
+        s.packed("dd", 0..10, Some(b"same-id\n"));
+        assert_eq!(s.read_ack(), ack_bytes(&mp_str(b"same-id\n")));
+    }
+    s.packed("dd", 10..20, Some(b"other-id"));
+    s.read_ack();
+    d.wait_stdout_lines(20);
+    d.wait_metric("duplicate_events_total", "forward#0", 20);
+    // The window survives a restart (dedup_path).
+    assert!(d.terminate().success());
+    let mut d = Daemon::start(dir.path(), "dedup", &cfg, Some(mon));
+    d.wait_port(port);
+    let mut s = Sender::tcp(port);
+    s.packed("dd", 0..10, Some(b"same-id\n"));
+    s.read_ack();
+    s.packed("dd", 20..25, Some(b"new-id"));
+    s.read_ack();
+    let lines = d.wait_stdout_lines(5);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(d.stdout().lines().count(), 5, "{lines:?}");
+    d.terminate();
+}

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::units::{Dur, Size};
+use crate::dedup::RecentIds;
 use crate::router::{Route, Router};
 use crate::stats::PluginStats;
 
@@ -65,6 +66,17 @@ pub struct ForwardInputConfig {
     /// Answer UDP heartbeats on the same port (default true).
     #[serde(default = "yes")]
     pub heartbeat: bool,
+    /// Remember this many recently acked chunk ids, and ack a resent chunk
+    /// again without storing it twice (default 10000; 0 turns it off).
+    #[serde(default = "default_dedup_window")]
+    pub dedup_window: usize,
+    /// Keep the remembered chunk ids in this file, so they survive a restart.
+    #[serde(default)]
+    pub dedup_path: Option<String>,
+}
+
+fn default_dedup_window() -> usize {
+    10_000
 }
 
 fn default_max_frame() -> Size {
@@ -89,6 +101,7 @@ struct Ctx {
     hostname: String,
     /// Clones live as long as connections; the count tells when all are done.
     live: Arc<()>,
+    recent: RecentIds,
 }
 
 pub async fn start(
@@ -107,7 +120,13 @@ pub async fn start(
         .self_hostname
         .clone()
         .unwrap_or_else(|| gethostname::gethostname().to_string_lossy().into_owned());
+    let recent = RecentIds::open(
+        cfg.dedup_window,
+        cfg.dedup_path.as_deref().map(std::path::Path::new),
+    )
+    .map_err(|e| anyhow::anyhow!("{name}: dedup_path: {e}"))?;
     let ctx = Arc::new(Ctx {
+        recent,
         cfg: cfg.clone(),
         name: name.to_string(),
         router,
@@ -306,6 +325,23 @@ where
                 }
             };
             PluginStats::add(&ctx.stats.bytes_in, frame.entries.len() as u64);
+            if let Some(id) = frame.chunk.as_ref().filter(|id| ctx.recent.contains(id)) {
+                // A resend of a chunk already stored: ack it again, store nothing.
+                PluginStats::add(&ctx.stats.duplicates, frame.count as u64);
+                tracing::debug!(input = %ctx.name, peer = %peer, events = frame.count,
+                    "resent chunk already stored; acked without storing it again");
+                match &mut pending {
+                    Some(p) => p.acks.push(id.clone()),
+                    None => {
+                        acks_out.clear();
+                        encode_ack(&mut acks_out, id);
+                        s.write_all(&acks_out)
+                            .await
+                            .map_err(|e| format!("writing ack: {e}"))?;
+                    }
+                }
+                continue;
+            }
             match &mut pending {
                 Some(p) if p.tag == frame.tag => {
                     p.parts.push(frame.entries);
@@ -398,6 +434,7 @@ where
     }
     PluginStats::add(&ctx.stats.events_out, p.count as u64);
     if !p.acks.is_empty() {
+        ctx.recent.insert_all(&p.acks);
         acks_out.clear();
         for id in &p.acks {
             encode_ack(acks_out, id);

@@ -64,6 +64,11 @@ const COUNTERS: &[(&str, &str, Counter)] = &[
     ("bad_input_total", "Connections closed for bad input", |s| {
         PluginStats::get(&s.bad_input)
     }),
+    (
+        "duplicate_events_total",
+        "Events of resent chunks acked again without being stored twice",
+        |s| PluginStats::get(&s.duplicates),
+    ),
 ];
 
 const GAUGES: &[(&str, &str, Counter)] = &[
