@@ -41,6 +41,8 @@ enum Command {
     Check(cli::check::CheckArgs),
     /// Send JSON objects read from stdin, one per line, as events (like fluent-cat).
     Cat(cli::cat::CatArgs),
+    /// Send chunk files (a file buffer's dead letters) to a forward server, with acks.
+    Replay(cli::replay::ReplayArgs),
 }
 
 fn main() -> ExitCode {
@@ -49,5 +51,6 @@ fn main() -> ExitCode {
         Command::Run(a) => cli::run::main(a),
         Command::Check(a) => cli::check::main(a),
         Command::Cat(a) => cli::cat::main(a),
+        Command::Replay(a) => cli::replay::main(a),
     }
 }

@@ -267,3 +267,66 @@ flush_interval = "50ms"
     assert_eq!(d.stdout().lines().count(), 5, "{lines:?}");
     d.terminate();
 }
+
+#[test]
+fn dead_letters_after_the_retry_limit_and_replay_delivers_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, dead_port, mon) = (free_port(), free_port(), free_port());
+    let cfg = format!(
+        r#"
+[monitor]
+bind = "127.0.0.1:{mon}"
+[[input]]
+type = "forward"
+bind = "127.0.0.1:{port}"
+[[output]]
+type = "forward"
+match = "**"
+heartbeat_type = "none"
+connect_timeout = "500ms"
+[[output.server]]
+address = "127.0.0.1:{dead_port}"
+[output.buffer]
+type = "file"
+path = "{}"
+flush_interval = "50ms"
+retry_wait = "50ms"
+retry_max_interval = "100ms"
+retry_max_times = 2
+"#,
+        dir.path().join("buf").display()
+    );
+    let mut relay = Daemon::start(dir.path(), "relay", &cfg, Some(mon));
+    relay.wait_port(port);
+    send_acked(port, 0..500);
+    // Nobody ever listens on dead_port: every chunk ends in the dead letters.
+    relay.wait_metric("secondary_events_total", "forward#0", 500);
+    assert_eq!(relay.metric("lost_events_total", "forward#0"), 0);
+    let dead = dir.path().join("buf/dead-letters");
+    assert!(std::fs::read_dir(&dead).unwrap().count() > 0);
+    assert!(
+        relay.stderr().contains("dead-letter file"),
+        "{}",
+        relay.stderr()
+    );
+    relay.terminate();
+
+    let sink = Sink::start(SinkOpts::default());
+    let out = std::process::Command::new(BIN)
+        .args(["replay", dead.to_str().unwrap(), "--to"])
+        .arg(format!("127.0.0.1:{}", sink.port))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("sent 500 events"));
+    assert_exact_seqs(&sink.seqs(), 500);
+    assert_eq!(
+        std::fs::read_dir(&dead).unwrap().count(),
+        0,
+        "replayed files are removed"
+    );
+}

@@ -125,27 +125,53 @@ impl FileStore {
 
     /// Starts the file of a new chunk.
     pub fn create(&self, id: &[u8; 16], tag: &str) -> io::Result<ChunkFile> {
-        let path = self.dir.join(format!("{}.chunk", hex::encode(id)));
-        let mut file = OpenOptions::new()
-            .create_new(true)
-            .append(true)
-            .open(&path)?;
-        let mut h = Vec::with_capacity(19 + tag.len());
-        h.extend_from_slice(MAGIC);
-        h.push(VERSION);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        h.extend_from_slice(&now.to_be_bytes());
-        h.extend_from_slice(&(tag.len() as u16).to_be_bytes());
-        h.extend_from_slice(tag.as_bytes());
-        file.write_all(&h)?;
-        Ok(ChunkFile { file, path })
+        create_chunk_file(&self.dir, id, tag)
+    }
+
+    /// Writes a chunk whose retries ran out to `<path>/dead-letters/`, in the
+    /// chunk file format (`nagare replay` sends such files); returns the file.
+    pub fn write_dead_letter(
+        &self,
+        id: &[u8; 16],
+        tag: &str,
+        segments: &[Bytes],
+        count: u32,
+    ) -> io::Result<PathBuf> {
+        let dir = self.dir.join("dead-letters");
+        fs::create_dir_all(&dir)?;
+        let mut f = create_chunk_file(&dir, id, tag)?;
+        f.append(segments, count)?;
+        f.file.sync_data()?;
+        Ok(f.path)
     }
 
     pub fn dir(&self) -> &Path {
         &self.dir
     }
+}
+
+/// Reads a chunk file (buffer chunk or dead letter) for `nagare replay`.
+pub fn read_chunk_file(path: &Path) -> Result<Option<Recovered>, String> {
+    read_chunk(path)
+}
+
+fn create_chunk_file(dir: &Path, id: &[u8; 16], tag: &str) -> io::Result<ChunkFile> {
+    let path = dir.join(format!("{}.chunk", hex::encode(id)));
+    let mut file = OpenOptions::new()
+        .create_new(true)
+        .append(true)
+        .open(&path)?;
+    let mut h = Vec::with_capacity(19 + tag.len());
+    h.extend_from_slice(MAGIC);
+    h.push(VERSION);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    h.extend_from_slice(&now.to_be_bytes());
+    h.extend_from_slice(&(tag.len() as u16).to_be_bytes());
+    h.extend_from_slice(tag.as_bytes());
+    file.write_all(&h)?;
+    Ok(ChunkFile { file, path })
 }
 
 impl ChunkFile {

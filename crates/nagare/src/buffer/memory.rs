@@ -462,6 +462,19 @@ impl Buffer {
                 }
             }
         }
+        // A file buffer's default secondary: a dead-letter file `nagare replay` can send.
+        if let Some(store) = &self.store {
+            match store.write_dead_letter(&chunk.id, &chunk.tag, &chunk.segments, chunk.count) {
+                Ok(path) => {
+                    PluginStats::add(&self.stats.to_secondary, chunk.count as u64);
+                    tracing::error!(output = %self.name, chunk = %chunk.id_hex(), events = chunk.count,
+                        file = %path.display(), "chunk written to the dead-letter file (send it again with `nagare replay`)");
+                    return;
+                }
+                Err(e) => tracing::error!(output = %self.name, chunk = %chunk.id_hex(),
+                    path = %store.dir().display(), error = %e, "cannot write the dead-letter file"),
+            }
+        }
         PluginStats::add(&self.stats.lost, chunk.count as u64);
         tracing::error!(output = %self.name, chunk = %chunk.id_hex(), events = chunk.count,
             "chunk discarded: retries exhausted and no secondary output took it");

@@ -14,7 +14,7 @@ use serde::Deserialize;
 
 use crate::config::units::{Dur, Size};
 
-pub use file::FileStore;
+pub use file::{read_chunk_file, FileStore};
 pub use memory::{Buffer, Chunk};
 
 /// When a file buffer fsyncs its chunk files.

@@ -2,6 +2,7 @@
 
 pub mod cat;
 pub mod check;
+pub mod replay;
 pub mod run;
 
 /// Exit code for a bad configuration or bad usage.
