@@ -1,0 +1,213 @@
+/**
+ * Throughput and per-call cost of emit() into a forward sink (flowbench), for
+ * @nagare/logger and for fluent-logger 3.4 (the established Node client).
+ *
+ *   npm run bench -- [--events 1000000] [--runs 3] [--flowbench PATH]
+ *
+ * One emitting loop (the main thread) sends records {seq, message: 100 bytes}.
+ * It emits in chunks of 1000 and yields to the event loop between chunks, so
+ * both libraries get to write (neither has a sending thread of its own).
+ * Reported per library: events/s from the first emit until everything was
+ * handed to the socket and the sink counted it, the sink's own rate, and the
+ * mean time spent inside one emit() call.
+ */
+import { type ChildProcess, spawn } from "node:child_process";
+import * as fs from "node:fs";
+import * as net from "node:net";
+import * as path from "node:path";
+import { NagareClient } from "../src/client";
+
+// fluent-logger has no bundled types we rely on: a minimal shape of what is used.
+interface FluentSender {
+  emit(label: string, data: object, timestampOrCb?: unknown, cb?: (err?: Error) => void): void;
+  end(label?: string, data?: object, cb?: () => void): void;
+  on(ev: string, f: (e: Error) => void): void;
+}
+const fluent = require("fluent-logger") as {
+  createFluentSender(prefix: string | null, opts: object): FluentSender;
+  EventTime: { now(): unknown };
+};
+
+const args = process.argv.slice(2);
+function arg(name: string, def: string): string {
+  const i = args.indexOf(`--${name}`);
+  return i >= 0 && args[i + 1] !== undefined ? (args[i + 1] as string) : def;
+}
+const EVENTS = Number(arg("events", "1000000"));
+const RUNS = Number(arg("runs", "3"));
+const FLOWBENCH = arg("flowbench", path.resolve(__dirname, "../../../../../shared/bench/bin/flowbench"));
+const CHUNK = 1000;
+const MESSAGE = "x".repeat(100);
+
+interface Result {
+  eventsPerS: number;
+  sinkEventsPerS: number;
+  emitNs: number;
+  received: number;
+}
+
+async function freePort(): Promise<number> {
+  const s = net.createServer();
+  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
+  const port = (s.address() as net.AddressInfo).port;
+  await new Promise<void>((r) => s.close(() => r()));
+  return port;
+}
+
+async function startSink(port: number): Promise<{ proc: ChildProcess; summary: Promise<{ [k: string]: unknown }> }> {
+  const proc = spawn(FLOWBENCH, ["sink", "--listen", `127.0.0.1:${port}`, "--idle-exit", "3s", "--quiet"], {
+    stdio: ["ignore", "pipe", "inherit"],
+  });
+  let out = "";
+  proc.stdout?.setEncoding("utf8").on("data", (d: string) => {
+    out += d;
+  });
+  const summary = new Promise<{ [k: string]: unknown }>((resolve, reject) => {
+    proc.once("exit", () => {
+      const line = out.trim().split("\n").pop() ?? "";
+      try {
+        resolve(JSON.parse(line));
+      } catch {
+        reject(new Error(`flowbench sink printed no summary: ${out}`));
+      }
+    });
+  });
+  for (let i = 0; i < 200; i++) {
+    const ok = await new Promise<boolean>((r) => {
+      const c = net.connect(port, "127.0.0.1");
+      c.once("connect", () => {
+        c.destroy();
+        r(true);
+      });
+      c.once("error", () => r(false));
+    });
+    if (ok) return { proc, summary };
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  throw new Error("flowbench sink did not start");
+}
+
+type Emitter = {
+  emit: (i: number) => void;
+  finish: () => Promise<void>;
+};
+
+async function run(make: (port: number) => Emitter): Promise<Result> {
+  const port = await freePort();
+  const sink = await startSink(port);
+  const e = make(port);
+  let inEmit = 0n;
+  const t0 = process.hrtime.bigint();
+  for (let i = 0; i < EVENTS;) {
+    const a = process.hrtime.bigint();
+    const end = Math.min(EVENTS, i + CHUNK);
+    for (; i < end; i++) e.emit(i);
+    inEmit += process.hrtime.bigint() - a;
+    await new Promise((r) => setImmediate(r));
+  }
+  await e.finish();
+  const t1 = process.hrtime.bigint();
+  const s = await sink.summary;
+  const received = Number(s.events);
+  return {
+    eventsPerS: EVENTS / (Number(t1 - t0) / 1e9),
+    sinkEventsPerS: Number(s.events_per_s),
+    emitNs: Number(inEmit) / EVENTS,
+    received,
+  };
+}
+
+function nagare(port: number): Emitter {
+  const client = new NagareClient({ port, bufferLimit: 64 * 1024 * 1024, overflow: "drop" });
+  return {
+    emit: (i) => {
+      client.emit("bench.nagare", { seq: i, message: MESSAGE });
+    },
+    finish: async () => {
+      if (!(await client.close(60_000))) throw new Error("nagare client did not deliver everything");
+      if (client.stats().dropped > 0) throw new Error(`dropped ${client.stats().dropped}`);
+    },
+  };
+}
+
+function fluentLogger(mode: "Message" | "PackedForward", eventTime = true) {
+  return (port: number): Emitter => {
+    const sender = fluent.createFluentSender(null, { host: "127.0.0.1", port, eventMode: mode, flushInterval: 20 });
+    sender.on("error", (e) => console.error("fluent-logger:", e.message));
+    let last: Promise<void> = Promise.resolve();
+    return {
+      emit: (i) => {
+        if (i === EVENTS - 1) {
+          // fluent-logger takes the callback as the 3rd argument when there is no timestamp
+          last = new Promise((r) => {
+            if (eventTime) sender.emit("bench.fluent", { seq: i, message: MESSAGE }, fluent.EventTime.now(), () => r());
+            else sender.emit("bench.fluent", { seq: i, message: MESSAGE }, () => r());
+          });
+        } else if (eventTime) {
+          sender.emit("bench.fluent", { seq: i, message: MESSAGE }, fluent.EventTime.now());
+        } else {
+          sender.emit("bench.fluent", { seq: i, message: MESSAGE });
+        }
+      },
+      finish: async () => {
+        await last;
+        await new Promise<void>((r) => sender.end(undefined, undefined, r));
+      },
+    };
+  };
+}
+
+function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.floor(s.length / 2)] as number;
+}
+
+async function main(): Promise<void> {
+  if (!fs.existsSync(FLOWBENCH)) {
+    throw new Error(`${FLOWBENCH} missing: cd shared/bench/flowbench && go build -o ../bin/flowbench ./...`);
+  }
+  const libs: [string, (port: number) => Emitter][] = [
+    ["@nagare/logger (PackedForward, EventTime)", nagare],
+    ["fluent-logger 3.4 Message mode (EventTime)", fluentLogger("Message")],
+    ["fluent-logger 3.4 PackedForward (EventTime)", fluentLogger("PackedForward")],
+    ["fluent-logger 3.4 PackedForward (integer seconds)", fluentLogger("PackedForward", false)],
+  ];
+  const table: { [k: string]: { eventsPerS: number; sinkEventsPerS: number; emitNs: number } } = {};
+  for (const [name, make] of libs) {
+    const rs: Result[] = [];
+    for (let r = 0; r < RUNS; r++) {
+      const res = await run(make);
+      if (res.received !== EVENTS) throw new Error(`${name}: sink received ${res.received} of ${EVENTS}`);
+      console.error(
+        `${name} run ${r + 1}: ${Math.round(res.eventsPerS)} ev/s (sink ${Math.round(res.sinkEventsPerS)}), emit ${res.emitNs.toFixed(0)} ns`,
+      );
+      rs.push(res);
+    }
+    table[name] = {
+      eventsPerS: Math.round(median(rs.map((r) => r.eventsPerS))),
+      sinkEventsPerS: Math.round(median(rs.map((r) => r.sinkEventsPerS))),
+      emitNs: Math.round(median(rs.map((r) => r.emitNs))),
+    };
+  }
+  console.log(`events=${EVENTS} runs=${RUNS} record={seq, message: 100 bytes}, medians:`);
+  console.table(table);
+  const ours = table[libs[0]?.[0] as string]?.eventsPerS ?? 0;
+  const best = Math.max(...libs.slice(1).map(([n]) => table[n]?.eventsPerS ?? 0));
+  console.log(`ratio vs best fluent-logger mode: ${(ours / best).toFixed(2)}x`);
+}
+
+let finished = false;
+process.on("exit", () => {
+  if (!finished) {
+    console.error("bench ended before it finished (a library never reported delivery)");
+    process.exitCode = 1;
+  }
+});
+main()
+  .then(() => {
+    finished = true;
+  })
+  .catch((e) => {
+    console.error(e);
+    process.exit(1);
+  });
