@@ -330,3 +330,85 @@ retry_max_times = 2
         "replayed files are removed"
     );
 }
+
+/// Unmounts the test's tmpfs on drop.
+struct Mount(std::path::PathBuf);
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[test]
+fn a_full_disk_blocks_the_sender_and_recovers_when_space_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let buf = dir.path().join("buf");
+    std::fs::create_dir_all(&buf).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+        .arg(&buf)
+        .output();
+    match mounted {
+        Ok(o) if o.status.success() => {}
+        other => {
+            // Only a machine that cannot mount (not root, no tmpfs) gets here.
+            eprintln!(
+                "SKIPPED LOUDLY: a_full_disk_blocks_the_sender: cannot mount a 256 KiB tmpfs here ({other:?}); \
+                 run the tests as root to cover the full-disk path"
+            );
+            return;
+        }
+    }
+    let _mount = Mount(buf.clone());
+    let (port, sink_port) = (free_port(), free_port());
+    let cfg = format!(
+        r#"
+[[input]]
+type = "forward"
+bind = "127.0.0.1:{port}"
+[[output]]
+type = "forward"
+match = "**"
+heartbeat_type = "none"
+recover_wait = "200ms"
+connect_timeout = "300ms"
+[[output.server]]
+address = "127.0.0.1:{sink_port}"
+[output.buffer]
+type = "file"
+path = "{}"
+flush_interval = "100ms"
+chunk_limit_size = "32KiB"
+overflow_action = "block"
+retry_wait = "100ms"
+retry_max_interval = "300ms"
+"#,
+        buf.display()
+    );
+    let mut relay = Daemon::start(dir.path(), "relay", &cfg, None);
+    relay.wait_port(port);
+    let n = 8000u64; // ~900 KB of events for a 256 KiB disk
+    let sender = std::thread::spawn(move || send_acked(port, 0..n));
+    wait_until(WAIT, "the disk-full error naming the buffer path", || {
+        let e = relay.stderr();
+        e.contains("cannot write to the buffer directory") && e.contains(buf.to_str().unwrap())
+    });
+    assert!(
+        !sender.is_finished(),
+        "the sender is held back while the disk is full"
+    );
+    assert!(relay.child.try_wait().unwrap().is_none(), "nagare stays up");
+    // Space returns as the downstream comes back and delivered chunks are removed.
+    let sink = Sink::start_on(sink_port, SinkOpts::default());
+    sender
+        .join()
+        .expect("every frame acked once space returned");
+    sink.wait_count(n as usize);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_exact_seqs(&sink.seqs(), n);
+    relay.terminate();
+}

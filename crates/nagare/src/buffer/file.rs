@@ -43,6 +43,8 @@ pub struct Recovered {
 pub struct ChunkFile {
     file: File,
     pub path: PathBuf,
+    /// Bytes of whole records (and the header) written so far.
+    len: u64,
 }
 
 impl FileStore {
@@ -170,8 +172,16 @@ fn create_chunk_file(dir: &Path, id: &[u8; 16], tag: &str) -> io::Result<ChunkFi
     h.extend_from_slice(&now.to_be_bytes());
     h.extend_from_slice(&(tag.len() as u16).to_be_bytes());
     h.extend_from_slice(tag.as_bytes());
-    file.write_all(&h)?;
-    Ok(ChunkFile { file, path })
+    if let Err(e) = file.write_all(&h) {
+        // A disk that filled up mid-header leaves no half-made chunk behind.
+        let _ = fs::remove_file(&path);
+        return Err(e);
+    }
+    Ok(ChunkFile {
+        file,
+        path,
+        len: h.len() as u64,
+    })
 }
 
 impl ChunkFile {
@@ -189,7 +199,18 @@ impl ChunkFile {
         for p in parts {
             rec.extend_from_slice(p);
         }
-        self.file.write_all(&rec)
+        match self.file.write_all(&rec) {
+            Ok(()) => {
+                self.len += rec.len() as u64;
+                Ok(())
+            }
+            Err(e) => {
+                // A short write (disk full) must not leave half a record that
+                // later records would follow.
+                let _ = self.file.set_len(self.len);
+                Err(e)
+            }
+        }
     }
 
     /// A second handle on the same file, to fsync outside the buffer's lock.

@@ -139,6 +139,8 @@ pub struct Buffer {
     secondary: Option<(Arc<dyn Output>, Arc<PluginStats>)>,
     next_id: AtomicU64,
     id_seed: u64,
+    /// When the last disk error was logged (unix ms).
+    last_disk_log: AtomicU64,
     /// Chunk files, for `type = "file"`.
     store: Option<FileStore>,
 }
@@ -180,6 +182,7 @@ impl Buffer {
             secondary,
             next_id: AtomicU64::new(0),
             id_seed: rand::random(),
+            last_disk_log: AtomicU64::new(0),
             store,
         })
     }
@@ -193,7 +196,12 @@ impl Buffer {
 
     fn close_staged(&self, st: &mut State, tag: &Arc<str>) {
         if let Some(s) = st.staged.remove(tag) {
-            if s.count > 0 {
+            if s.count == 0 {
+                // Started, but its first write failed: nothing to keep.
+                if let Some(f) = &s.file {
+                    let _ = std::fs::remove_file(&f.path);
+                }
+            } else {
                 let (id, len, count) = (s.id, s.len, s.count);
                 let file = s.file.as_ref().map(|f| f.path.clone());
                 st.queue.push_back(Chunk {
@@ -225,6 +233,7 @@ impl Buffer {
         durable: bool,
     ) -> Result<(), AppendError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
+        let mut disk_wait = false;
         loop {
             let space = self.space.notified();
             tokio::pin!(space);
@@ -238,7 +247,18 @@ impl Buffer {
                 // empty, or it could never be accepted.
                 let over = st.bytes > 0 && st.bytes + len > self.cfg.total_limit_size.0 as usize;
                 if !over {
-                    Some(self.append_locked(&mut st, tag, parts, count, len)?)
+                    match self.append_locked(&mut st, tag, parts, count, len) {
+                        Ok(file) => Some(file),
+                        // Disk full or unwritable: "block" waits for space (delivered
+                        // chunks free theirs), "throw" and "drop_oldest_chunk" refuse.
+                        Err(AppendError::Disk(..))
+                            if self.cfg.overflow_action == OverflowAction::Block =>
+                        {
+                            disk_wait = true;
+                            None
+                        }
+                        Err(e) => return Err(e),
+                    }
                 } else {
                     match self.cfg.overflow_action {
                         OverflowAction::Block => {
@@ -267,6 +287,10 @@ impl Buffer {
             };
             match staged {
                 Some(file) => return self.sync(file, durable).await,
+                None if disk_wait => {
+                    disk_wait = false;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
                 None => space.await,
             }
         }
@@ -340,8 +364,23 @@ impl Buffer {
 
     fn disk_error(&self, store: &FileStore, e: std::io::Error) -> AppendError {
         PluginStats::add(&self.stats.errors, 1);
-        tracing::error!(output = %self.name, path = %store.dir().display(), error = %e,
-            "cannot write to the buffer directory; batch refused (the sender keeps it)");
+        // While the disk stays full, say so every 10 s, not on every retry.
+        let now = crate::formats::unix_millis();
+        let last = self.last_disk_log.load(Relaxed);
+        if now.saturating_sub(last) >= 10_000
+            && self
+                .last_disk_log
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_ok()
+        {
+            let what = if self.cfg.overflow_action == OverflowAction::Block {
+                "waiting for space (overflow_action = block); the inputs feeding it are paused"
+            } else {
+                "batch refused; the sender keeps it"
+            };
+            tracing::error!(output = %self.name, path = %store.dir().display(), error = %e,
+                "cannot write to the buffer directory: {what}");
+        }
         AppendError::Disk(self.name.clone(), format!("{}: {e}", store.dir().display()))
     }
 
