@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use tokio::sync::Notify;
+use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 
 use super::file::{ChunkFile, FileStore, Recovered};
@@ -105,6 +105,8 @@ struct State {
     /// Bytes of staged, queued and in-flight chunks.
     bytes: usize,
     closing: bool,
+    /// Inputs waiting for a chunk's delivery (`ack = "delivered"`), by chunk id.
+    waiters: HashMap<[u8; 16], Vec<oneshot::Sender<bool>>>,
 }
 
 fn remove_file(chunk: &Chunk) {
@@ -225,13 +227,17 @@ impl Buffer {
     /// With a file buffer the batch is written to its chunk file first; when
     /// `durable` (the sender waits for an ack) or `sync = "always"`, the file
     /// is fsync'd before this returns.
+    ///
+    /// With `delivery`, the returned receiver resolves once the chunk holding
+    /// the batch was delivered (true) or gave up on (false).
     pub async fn append(
         &self,
         tag: &str,
         parts: &[Bytes],
         count: u32,
         durable: bool,
-    ) -> Result<(), AppendError> {
+        delivery: bool,
+    ) -> Result<Option<oneshot::Receiver<bool>>, AppendError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let mut disk_wait = false;
         loop {
@@ -248,7 +254,10 @@ impl Buffer {
                 let over = st.bytes > 0 && st.bytes + len > self.cfg.total_limit_size.0 as usize;
                 if !over {
                     match self.append_locked(&mut st, tag, parts, count, len) {
-                        Ok(file) => Some(file),
+                        Ok(file) => {
+                            let rx = delivery.then(|| self.wait_delivery(&mut st, tag));
+                            Some((file, rx))
+                        }
                         // Disk full or unwritable: "block" waits for space (delivered
                         // chunks free theirs), "throw" and "drop_oldest_chunk" refuse.
                         Err(AppendError::Disk(..))
@@ -272,6 +281,9 @@ impl Buffer {
                             if let Some(old) = st.queue.pop_front() {
                                 st.bytes -= old.len;
                                 remove_file(&old);
+                                for w in st.waiters.remove(&old.id).unwrap_or_default() {
+                                    let _ = w.send(false);
+                                }
                                 PluginStats::add(&self.stats.dropped, old.count as u64);
                                 self.stats.buffer_chunks.fetch_sub(1, Relaxed);
                                 tracing::warn!(output = %self.name, events = old.count, tag = %old.tag,
@@ -286,7 +298,7 @@ impl Buffer {
                 }
             };
             match staged {
-                Some(file) => return self.sync(file, durable).await,
+                Some((file, rx)) => return self.sync(file, durable).await.map(|()| rx),
                 None if disk_wait => {
                     disk_wait = false;
                     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -360,6 +372,18 @@ impl Buffer {
             self.close_staged(st, &key);
         }
         Ok(handle)
+    }
+
+    /// Registers a waiter for the delivery of `tag`'s staged chunk, or of the
+    /// chunk just queued when the batch filled it.
+    fn wait_delivery(&self, st: &mut State, tag: &str) -> oneshot::Receiver<bool> {
+        let (tx, rx) = oneshot::channel();
+        let id = match st.staged.get(tag) {
+            Some(s) => s.id,
+            None => st.queue.back().map_or([0; 16], |c| c.id),
+        };
+        st.waiters.entry(id).or_default().push(tx);
+        rx
     }
 
     fn disk_error(&self, store: &FileStore, e: std::io::Error) -> AppendError {
@@ -439,9 +463,12 @@ impl Buffer {
         }
     }
 
-    fn commit(&self, chunk: &Chunk) {
+    fn commit(&self, chunk: &Chunk, delivered: bool) {
         remove_file(chunk);
         let mut st = self.state.lock().expect("buffer state");
+        for w in st.waiters.remove(&chunk.id).unwrap_or_default() {
+            let _ = w.send(delivered);
+        }
         st.bytes -= chunk.len;
         self.stats.buffer_bytes.store(st.bytes as u64, Relaxed);
         self.stats.buffer_chunks.fetch_sub(1, Relaxed);
@@ -451,7 +478,8 @@ impl Buffer {
 
     /// Writes one chunk, retrying with backoff; after the retry limit the
     /// chunk goes to the secondary output.
-    async fn deliver(&self, chunk: &Chunk) {
+    /// Returns whether the output itself took the chunk.
+    async fn deliver(&self, chunk: &Chunk) -> bool {
         let started = Instant::now();
         let mut attempt: u32 = 0;
         loop {
@@ -459,7 +487,7 @@ impl Buffer {
                 Ok(()) => {
                     PluginStats::add(&self.stats.events_out, chunk.count as u64);
                     PluginStats::add(&self.stats.bytes_out, chunk.len as u64);
-                    return;
+                    return true;
                 }
                 Err(e) => e,
             };
@@ -471,7 +499,7 @@ impl Buffer {
                 tracing::error!(output = %self.name, chunk = %chunk.id_hex(), tag = %chunk.tag,
                     events = chunk.count, retries = attempt, error = %msg, "giving up on chunk");
                 self.to_secondary(chunk).await;
-                return;
+                return false;
             }
             let wait = self.cfg.backoff(attempt);
             attempt += 1;
@@ -526,8 +554,8 @@ impl Buffer {
             let b = self.clone();
             tasks.push(tokio::spawn(async move {
                 while let Some(chunk) = b.next_chunk().await {
-                    b.deliver(&chunk).await;
-                    b.commit(&chunk);
+                    let delivered = b.deliver(&chunk).await;
+                    b.commit(&chunk, delivered);
                 }
             }));
         }
@@ -604,13 +632,13 @@ mod tests {
         let (b, out) = buffer(BufferConfig::default());
         let big = Bytes::from(vec![0x90u8; SHARE_THRESHOLD]);
         let small = Bytes::from_static(&[0x90, 0x90]);
-        b.append("t", &[small.clone(), small.clone()], 2, false)
+        b.append("t", &[small.clone(), small.clone()], 2, false, false)
             .await
             .unwrap();
-        b.append("t", std::slice::from_ref(&big), 1, false)
+        b.append("t", std::slice::from_ref(&big), 1, false, false)
             .await
             .unwrap();
-        b.append("t", std::slice::from_ref(&small), 1, false)
+        b.append("t", std::slice::from_ref(&small), 1, false, false)
             .await
             .unwrap();
         let tasks = b.start();

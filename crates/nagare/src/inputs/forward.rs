@@ -73,6 +73,21 @@ pub struct ForwardInputConfig {
     /// Keep the remembered chunk ids in this file, so they survive a restart.
     #[serde(default)]
     pub dedup_path: Option<String>,
+    /// When to answer a sender's ack request: "buffered" (default; the batch is
+    /// in every matched output's buffer, fsync'd for file buffers) or
+    /// "delivered" (every matched output delivered it downstream).
+    #[serde(default)]
+    pub ack: AckMode,
+}
+
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum AckMode {
+    #[default]
+    Buffered,
+    Delivered,
 }
 
 fn default_dedup_window() -> usize {
@@ -427,10 +442,24 @@ where
         PluginStats::add(&ctx.stats.errors, 1);
         tracing::warn!(input = %ctx.name, tag = %p.tag, events = p.count, "no output matches this tag; events discarded");
     }
+    let wants_ack = !p.acks.is_empty();
+    let delivery = wants_ack && ctx.cfg.ack == AckMode::Delivered;
+    let mut deliveries = Vec::new();
     for out in route.iter() {
-        out.append(&p.tag, &p.parts, p.count, !p.acks.is_empty())
+        let rx = out
+            .append(&p.tag, &p.parts, p.count, wants_ack, delivery)
             .await
             .map_err(|e| format!("{e}; {} events not acknowledged", p.count))?;
+        deliveries.extend(rx);
+    }
+    // ack = "delivered": hold the ack until every output delivered the batch.
+    for rx in deliveries {
+        if rx.await != Ok(true) {
+            return Err(format!(
+                "{} events were not delivered downstream (retries ran out); not acknowledged",
+                p.count
+            ));
+        }
     }
     PluginStats::add(&ctx.stats.events_out, p.count as u64);
     if !p.acks.is_empty() {

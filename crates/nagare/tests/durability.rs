@@ -1,5 +1,6 @@
-//! The file buffer: acked events survive kill -9, torn and corrupt chunk
-//! files are handled at start, and two processes cannot share a buffer path.
+//! Durable delivery: the file buffer (acked events survive kill -9; torn and corrupt chunk
+//! files at start; one process per buffer path), dead letters and replay, a full disk,
+//! no duplicates across nagare hops, and acks held until delivery.
 
 mod common;
 
@@ -531,4 +532,46 @@ fn a_chain_with_the_middle_killed_under_load_loses_and_duplicates_nothing() {
     let unique: std::collections::HashSet<u64> = seqs.iter().copied().collect();
     assert_eq!(unique.len(), 20_000, "nothing lost");
     assert_eq!(seqs.len() - unique.len(), 0, "duplicates");
+}
+
+#[test]
+fn ack_delivered_waits_for_the_downstream() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, sink_port) = (free_port(), free_port());
+    let cfg = format!(
+        r#"
+[[input]]
+type = "forward"
+bind = "127.0.0.1:{port}"
+ack = "delivered"
+[[output]]
+type = "forward"
+match = "**"
+require_ack_response = true
+heartbeat_type = "none"
+recover_wait = "100ms"
+connect_timeout = "300ms"
+[[output.server]]
+address = "127.0.0.1:{sink_port}"
+[output.buffer]
+flush_interval = "50ms"
+retry_wait = "100ms"
+retry_max_interval = "200ms"
+"#
+    );
+    let mut relay = Daemon::start(dir.path(), "relay", &cfg, None);
+    relay.wait_port(port);
+    let sender = std::thread::spawn(move || {
+        let mut s = Sender::tcp(port);
+        s.packed("dl", 0..100, Some(b"d1"));
+        let ack = s.read_ack();
+        assert_eq!(ack, ack_bytes(&mp_str(b"d1")));
+    });
+    // The downstream is down: the batch is buffered, but not acked.
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(!sender.is_finished(), "acked before the downstream had it");
+    let sink = Sink::start_on(sink_port, SinkOpts::default());
+    sender.join().unwrap();
+    assert_exact_seqs(&sink.seqs(), 100);
+    relay.terminate();
 }
