@@ -668,7 +668,7 @@ mod tests {
         });
         let tasks = b.start();
         for i in 0..10u8 {
-            b.append("t", &[Bytes::from(vec![i; 4])], 1, false)
+            b.append("t", &[Bytes::from(vec![i; 4])], 1, false, false)
                 .await
                 .unwrap();
         }
@@ -696,21 +696,21 @@ mod tests {
             ..Default::default()
         };
         let (b, _) = buffer(full(OverflowAction::Throw));
-        b.append("t", &[Bytes::from(vec![1u8; 4])], 1, false)
+        b.append("t", &[Bytes::from(vec![1u8; 4])], 1, false, false)
             .await
             .unwrap();
-        b.append("t", &[Bytes::from(vec![2u8; 4])], 1, false)
+        b.append("t", &[Bytes::from(vec![2u8; 4])], 1, false, false)
             .await
             .unwrap();
         assert!(matches!(
-            b.append("t", &[Bytes::from(vec![3u8; 4])], 1, false).await,
+            b.append("t", &[Bytes::from(vec![3u8; 4])], 1, false, false).await,
             Err(AppendError::Full(_))
         ));
         assert_eq!(PluginStats::get(&b.stats.rejected), 1);
 
         let (b, _) = buffer(full(OverflowAction::DropOldestChunk));
         for i in 0..3u8 {
-            b.append("t", &[Bytes::from(vec![i; 4])], 1, false)
+            b.append("t", &[Bytes::from(vec![i; 4])], 1, false, false)
                 .await
                 .unwrap();
         }
