@@ -16,12 +16,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// mimalloc keeps freed memory for reuse: the forward input's big receive
-/// buffers would otherwise be mapped and unmapped per frame, and page faults
-/// showed up as the top cost of relaying large events.
-#[global_allocator]
-static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 #[derive(Parser)]
 #[command(
     name = "nagare",
@@ -46,11 +40,24 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    keep_freed_memory_mapped();
     let cli = Cli::parse();
     match cli.command {
         Command::Run(a) => cli::run::main(a),
         Command::Check(a) => cli::check::main(a),
         Command::Cat(a) => cli::cat::main(a),
         Command::Replay(a) => cli::replay::main(a),
+    }
+}
+
+/// Big receive buffers (a frame of large events is hundreds of KiB) would be
+/// mapped and unmapped by glibc for every frame, and the page faults were the
+/// top cost of relaying large events: serve them from the heap and keep freed
+/// memory for reuse instead.
+fn keep_freed_memory_mapped() {
+    // SAFETY: mallopt only tunes the allocator; called before any threads start.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 128 << 20);
     }
 }

@@ -123,7 +123,9 @@ fn overflow_throw_refuses_and_counts() {
     }
     assert!(accepted > 0);
     d.wait_metric("rejected_events_total", "forward#0", per);
-    assert!(d.stderr().contains("is full"), "{}", d.stderr());
+    wait_until(WAIT, "the log line of the refused batch", || {
+        d.stderr().contains("is full")
+    });
     // Downstream comes up: every accepted event arrives, the refused ones do not.
     let sink = Sink::start_on(sink_port, SinkOpts::default());
     sink.wait_count(accepted as usize);
@@ -184,7 +186,9 @@ fn overflow_drop_oldest_chunk_counts() {
     // The newest events survive; drops are whole chunks of the oldest.
     assert!(set.contains(&(n - 1)));
     assert_eq!(d.metric("rejected_events_total", "forward#0"), 0);
-    assert!(d.stderr().contains("dropped the oldest chunk"));
+    wait_until(WAIT, "the log line of the dropped chunk", || {
+        d.stderr().contains("dropped the oldest chunk")
+    });
     assert!(d.terminate().success());
 }
 
@@ -237,15 +241,26 @@ fn overflow_block_slows_the_sender_without_loss() {
         })
     };
     // While the sink does not read, the sender stalls well short of the end.
-    std::thread::sleep(Duration::from_millis(1500));
-    let at1 = sent.load(SeqCst);
+    let start = Instant::now();
+    let stalled = loop {
+        let a = sent.load(SeqCst);
+        std::thread::sleep(Duration::from_millis(500));
+        let b = sent.load(SeqCst);
+        assert!(
+            b < n,
+            "the sender was not slowed: sent all {n} events while the sink was paused"
+        );
+        if a == b {
+            break b;
+        }
+        assert!(start.elapsed() < WAIT, "the sender never stalled");
+    };
     std::thread::sleep(Duration::from_millis(1000));
-    let at2 = sent.load(SeqCst);
-    assert!(
-        at2 < n,
-        "the sender was not slowed: sent all {n} events while the sink was paused"
+    assert_eq!(
+        sent.load(SeqCst),
+        stalled,
+        "the sender made progress while blocked"
     );
-    assert_eq!(at1, at2, "the sender made progress while blocked");
     let held = d.metric("buffer_bytes", "forward#0");
     assert!(
         held <= 256 * 1024 + 64 * 1024,
@@ -320,9 +335,10 @@ fn exhausted_retries_go_to_the_secondary() {
     d.wait_metric("secondary_events_total", "forward#0", 1500);
     assert_eq!(d.metric("lost_events_total", "forward#0"), 0);
     assert_eq!(d.metric("events_out_total", "forward#0"), 0);
+    let retries = d.metric("retries_total", "forward#0");
+    assert!(d.terminate().success());
+    // Each chunk had its first try plus 2 retries (stderr is complete now).
     let chunks = d.stderr().matches("giving up on chunk").count() as u64;
     assert!(chunks >= 1);
-    // Each chunk had its first try plus 2 retries.
-    assert_eq!(d.metric("retries_total", "forward#0"), chunks * 2);
-    assert!(d.terminate().success());
+    assert_eq!(retries, chunks * 2);
 }

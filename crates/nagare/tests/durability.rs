@@ -575,3 +575,88 @@ retry_max_interval = "200ms"
     assert_exact_seqs(&sink.seqs(), 100);
     relay.terminate();
 }
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn block_slows_the_sender_and_keeps_memory_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let sink = Sink::start(SinkOpts {
+        rcvbuf: Some(64 * 1024),
+        ..Default::default()
+    });
+    sink.pause(true);
+    let cfg = format!(
+        r#"
+[[input]]
+type = "forward"
+bind = "127.0.0.1:{port}"
+[[output]]
+type = "forward"
+match = "**"
+heartbeat_type = "none"
+send_timeout = "30s"
+[[output.server]]
+address = "127.0.0.1:{}"
+[output.buffer]
+type = "file"
+path = "{}"
+flush_interval = "50ms"
+chunk_limit_size = "256KiB"
+total_limit_size = "2MiB"
+overflow_action = "block"
+"#,
+        sink.port,
+        dir.path().join("buf").display()
+    );
+    let mut relay = Daemon::start(dir.path(), "relay", &cfg, None);
+    relay.wait_port(port);
+    let pid = relay.child.id();
+    let idle_rss = rss_kib(pid);
+    let n = 200_000u64; // about 25 MB of events against a 2 MiB buffer
+    let sender = std::thread::spawn(move || {
+        let mut s = Sender::tcp_small(port);
+        s.send_seqs("bp", n, 100);
+        s.finish();
+    });
+    let mut peak = 0;
+    for _ in 0..40 {
+        peak = peak.max(rss_kib(pid));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        !sender.is_finished(),
+        "the sender is held back while the buffer is full"
+    );
+    let held = std::fs::read_dir(dir.path().join("buf"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.metadata().ok())
+        .map(|m| m.len())
+        .sum::<u64>();
+    assert!(
+        held <= 4 << 20,
+        "the file buffer stays near its limit: {held} bytes"
+    );
+    sink.pause(false);
+    sender.join().unwrap();
+    sink.wait_count(n as usize);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_exact_seqs(&sink.seqs(), n);
+    eprintln!("relay RSS: idle {idle_rss} KiB, peak while blocked {peak} KiB");
+    assert!(
+        peak < idle_rss + 16 * 1024,
+        "RSS grew from {idle_rss} KiB to {peak} KiB while blocked"
+    );
+    relay.terminate();
+}

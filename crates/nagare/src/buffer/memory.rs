@@ -703,7 +703,8 @@ mod tests {
             .await
             .unwrap();
         assert!(matches!(
-            b.append("t", &[Bytes::from(vec![3u8; 4])], 1, false, false).await,
+            b.append("t", &[Bytes::from(vec![3u8; 4])], 1, false, false)
+                .await,
             Err(AppendError::Full(_))
         ));
         assert_eq!(PluginStats::get(&b.stats.rejected), 1);

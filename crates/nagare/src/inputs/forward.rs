@@ -506,9 +506,9 @@ async fn handshake_server<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    // Nonce and salt are packed as str: keep them ASCII (hex of random bytes)
-    // so clients that decode str as UTF-8 (Node's and Python's msgpack) hash
-    // the same bytes we do.
+    // Nonce and salt are ASCII (hex of random bytes) so clients that decode
+    // msgpack str as UTF-8 (Node's and Python's msgpack) hash the same bytes
+    // we do.
     let nonce = hex::encode(rand::random::<[u8; 16]>()).into_bytes();
     let auth: Vec<u8> = if ctx.cfg.users.is_empty() {
         Vec::new()
@@ -522,6 +522,25 @@ where
         keepalive: true,
     }
     .encode(&mut out);
+    if !auth.is_empty() {
+        // Send the auth salt as bin, as Fluentd does: Node's fluent-logger
+        // only answers with a username and password digest when the salt is
+        // a bin (a Buffer). The nonce stays str.
+        out.clear();
+        use nagare_forward::msgpack::{
+            write_array_len, write_bin_header, write_bool, write_map_len, write_str,
+        };
+        write_array_len(&mut out, 2);
+        write_str(&mut out, b"HELO");
+        write_map_len(&mut out, 3);
+        write_str(&mut out, b"nonce");
+        write_str(&mut out, &nonce);
+        write_str(&mut out, b"auth");
+        write_bin_header(&mut out, auth.len());
+        out.extend_from_slice(&auth);
+        write_str(&mut out, b"keepalive");
+        write_bool(&mut out, true);
+    }
     s.write_all(&out)
         .await
         .map_err(|e| format!("writing HELO: {e}"))?;
