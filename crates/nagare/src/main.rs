@@ -37,6 +37,10 @@ enum Command {
     Cat(cli::cat::CatArgs),
     /// Send chunk files (a file buffer's dead letters) to a forward server, with acks.
     Replay(cli::replay::ReplayArgs),
+    /// Generate log lines or events at a given rate (like dummer), to a file, stdout, forward, TCP or HTTP.
+    Gen(nagare_bench::gen::GenArgs),
+    /// Benchmark a forward relay (nagare, Fluentd, Fluent Bit): a matrix of rates, sizes and batches.
+    Bench(Box<nagare_bench::bench::BenchArgs>),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +51,8 @@ fn main() -> ExitCode {
         Command::Check(a) => cli::check::main(a),
         Command::Cat(a) => cli::cat::main(a),
         Command::Replay(a) => cli::replay::main(a),
+        Command::Gen(a) => cli::exit(nagare_bench::gen::run_gen(a)),
+        Command::Bench(a) => cli::exit(nagare_bench::bench::run_bench(*a)),
     }
 }
 

@@ -152,6 +152,30 @@ impl FileStore {
     }
 }
 
+/// Writes every byte of `bufs` (std's write_all_vectored is not stable yet).
+fn write_all_vectored(f: &mut File, bufs: &[&[u8]]) -> io::Result<()> {
+    let (mut i, mut off) = (0, 0);
+    while i < bufs.len() {
+        let slices: Vec<io::IoSlice> = std::iter::once(io::IoSlice::new(&bufs[i][off..]))
+            .chain(bufs[i + 1..].iter().map(|b| io::IoSlice::new(b)))
+            .take(1024)
+            .collect();
+        let mut n = match f.write_vectored(&slices) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        while i < bufs.len() && n >= bufs[i].len() - off {
+            n -= bufs[i].len() - off;
+            i += 1;
+            off = 0;
+        }
+        off += n;
+    }
+    Ok(())
+}
+
 /// Reads a chunk file (buffer chunk or dead letter) for `nagare replay`.
 pub fn read_chunk_file(path: &Path) -> Result<Option<Recovered>, String> {
     read_chunk(path)
@@ -185,23 +209,24 @@ fn create_chunk_file(dir: &Path, id: &[u8; 16], tag: &str) -> io::Result<ChunkFi
 }
 
 impl ChunkFile {
-    /// Appends one batch as a record (one write call).
+    /// Appends one batch as a record: the header and the batch's parts go
+    /// out in vectored writes, without first being copied together.
     pub fn append(&mut self, parts: &[Bytes], count: u32) -> io::Result<()> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let mut crc = crc32fast::Hasher::new();
         for p in parts {
             crc.update(p);
         }
-        let mut rec = Vec::with_capacity(RECORD_HEADER + len);
-        rec.extend_from_slice(&(len as u32).to_be_bytes());
-        rec.extend_from_slice(&count.to_be_bytes());
-        rec.extend_from_slice(&crc.finalize().to_be_bytes());
-        for p in parts {
-            rec.extend_from_slice(p);
-        }
-        match self.file.write_all(&rec) {
+        let mut head = [0u8; RECORD_HEADER];
+        head[..4].copy_from_slice(&(len as u32).to_be_bytes());
+        head[4..8].copy_from_slice(&count.to_be_bytes());
+        head[8..].copy_from_slice(&crc.finalize().to_be_bytes());
+        let mut bufs: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
+        bufs.push(&head);
+        bufs.extend(parts.iter().map(|p| &p[..]));
+        match write_all_vectored(&mut self.file, &bufs) {
             Ok(()) => {
-                self.len += rec.len() as u64;
+                self.len += (RECORD_HEADER + len) as u64;
                 Ok(())
             }
             Err(e) => {

@@ -109,6 +109,40 @@ struct State {
     waiters: HashMap<[u8; 16], Vec<oneshot::Sender<bool>>>,
 }
 
+/// Cuts a batch into pieces of at most `max_count` events and about
+/// `max_len` bytes (a single bigger event stays whole), at entry boundaries,
+/// without copying.
+fn split_batch(parts: &[Bytes], max_count: u32, max_len: usize) -> Vec<(Vec<Bytes>, u32)> {
+    let mut out = Vec::new();
+    let (mut cur, mut cur_n, mut cur_len) = (Vec::new(), 0u32, 0usize);
+    for part in parts {
+        let (mut start, mut pos) = (0, 0);
+        while pos < part.len() {
+            // Entries were checked on the way in; a failure would be a bug, and
+            // keeping the rest of the part whole is the safe answer.
+            let end = nagare_forward::msgpack::skip_value(part, pos).unwrap_or(part.len());
+            let size = end - pos;
+            if cur_n > 0 && (cur_n >= max_count || cur_len + size > max_len) {
+                if pos > start {
+                    cur.push(part.slice(start..pos));
+                }
+                out.push((std::mem::take(&mut cur), cur_n));
+                (cur_n, cur_len, start) = (0, 0, pos);
+            }
+            cur_n += 1;
+            cur_len += size;
+            pos = end;
+        }
+        if pos > start {
+            cur.push(part.slice(start..pos));
+        }
+    }
+    if cur_n > 0 {
+        out.push((cur, cur_n));
+    }
+    out
+}
+
 fn remove_file(chunk: &Chunk) {
     if let Some(p) = &chunk.file {
         if let Err(e) = std::fs::remove_file(p) {
@@ -228,8 +262,8 @@ impl Buffer {
     /// `durable` (the sender waits for an ack) or `sync = "always"`, the file
     /// is fsync'd before this returns.
     ///
-    /// With `delivery`, the returned receiver resolves once the chunk holding
-    /// the batch was delivered (true) or gave up on (false).
+    /// With `delivery`, the returned receivers (one per chunk the batch went
+    /// into) resolve once that chunk was delivered (true) or given up on (false).
     pub async fn append(
         &self,
         tag: &str,
@@ -237,7 +271,7 @@ impl Buffer {
         count: u32,
         durable: bool,
         delivery: bool,
-    ) -> Result<Option<oneshot::Receiver<bool>>, AppendError> {
+    ) -> Result<Vec<oneshot::Receiver<bool>>, AppendError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let mut disk_wait = false;
         loop {
@@ -253,9 +287,15 @@ impl Buffer {
                 // empty, or it could never be accepted.
                 let over = st.bytes > 0 && st.bytes + len > self.cfg.total_limit_size.0 as usize;
                 if !over {
-                    match self.append_locked(&mut st, tag, parts, count, len) {
-                        Ok(file) => {
-                            let rx = delivery.then(|| self.wait_delivery(&mut st, tag));
+                    match self.append_pieces(&mut st, tag, parts, count, len) {
+                        Ok((file, ids)) => {
+                            let rx = if delivery {
+                                ids.iter()
+                                    .map(|id| self.wait_delivery(&mut st, *id))
+                                    .collect()
+                            } else {
+                                Vec::new()
+                            };
                             Some((file, rx))
                         }
                         // Disk full or unwritable: "block" waits for space (delivered
@@ -308,7 +348,8 @@ impl Buffer {
         }
     }
 
-    /// Stages a batch; returns the chunk file's handle when it may need an fsync.
+    /// Stages a batch; returns the chunk file's handle when it may need an
+    /// fsync, and the id of the chunk the batch went into.
     fn append_locked(
         &self,
         st: &mut State,
@@ -316,7 +357,7 @@ impl Buffer {
         parts: &[Bytes],
         count: u32,
         len: usize,
-    ) -> Result<Option<std::fs::File>, AppendError> {
+    ) -> Result<(Option<std::fs::File>, [u8; 16]), AppendError> {
         let limit = self.cfg.chunk_limit_size.0 as usize;
         let rec_limit = self.cfg.chunk_limit_records.unwrap_or(u32::MAX);
         let key: Arc<str> = match st.staged.get_key_value(tag) {
@@ -368,22 +409,48 @@ impl Buffer {
         self.stats.buffer_bytes.store(st.bytes as u64, Relaxed);
         PluginStats::add(&self.stats.events_in, count as u64);
         PluginStats::add(&self.stats.bytes_in, len as u64);
+        let id = s.id;
         if full {
             self.close_staged(st, &key);
         }
-        Ok(handle)
+        Ok((handle, id))
     }
 
-    /// Registers a waiter for the delivery of `tag`'s staged chunk, or of the
-    /// chunk just queued when the batch filled it.
-    fn wait_delivery(&self, st: &mut State, tag: &str) -> oneshot::Receiver<bool> {
+    /// Registers a waiter for the delivery of chunk `id`.
+    fn wait_delivery(&self, st: &mut State, id: [u8; 16]) -> oneshot::Receiver<bool> {
         let (tx, rx) = oneshot::channel();
-        let id = match st.staged.get(tag) {
-            Some(s) => s.id,
-            None => st.queue.back().map_or([0; 16], |c| c.id),
-        };
         st.waiters.entry(id).or_default().push(tx);
         rx
+    }
+
+    /// Appends a batch, split at entry boundaries when it is bigger than a
+    /// whole chunk may be; returns the last chunk file handle (for fsync) and
+    /// the ids of the chunks the batch went into.
+    fn append_pieces(
+        &self,
+        st: &mut State,
+        tag: &str,
+        parts: &[Bytes],
+        count: u32,
+        len: usize,
+    ) -> Result<(Option<std::fs::File>, Vec<[u8; 16]>), AppendError> {
+        let max_len = self.cfg.chunk_limit_size.0 as usize;
+        let max_count = self.cfg.chunk_limit_records.unwrap_or(u32::MAX);
+        let mut ids = Vec::new();
+        let mut file = None;
+        if len <= max_len && count <= max_count {
+            let (f, id) = self.append_locked(st, tag, parts, count, len)?;
+            return Ok((f, vec![id]));
+        }
+        for (piece, n) in split_batch(parts, max_count, max_len) {
+            let plen = piece.iter().map(|p| p.len()).sum();
+            let (f, id) = self.append_locked(st, tag, &piece, n, plen)?;
+            file = f.or(file);
+            if ids.last() != Some(&id) {
+                ids.push(id);
+            }
+        }
+        Ok((file, ids))
     }
 
     fn disk_error(&self, store: &FileStore, e: std::io::Error) -> AppendError {
@@ -658,6 +725,49 @@ mod tests {
             "the big batch is not copied"
         );
         assert_eq!(c.contiguous().len(), c.len);
+    }
+
+    #[test]
+    fn split_batch_cuts_at_entry_boundaries() {
+        // 7 entries [i, {}] of 3 bytes each, over two parts.
+        let e = |i: u8| vec![0x92, i, 0x80];
+        let p1: Vec<u8> = (0..4).flat_map(e).collect();
+        let p2: Vec<u8> = (4..7).flat_map(e).collect();
+        let parts = [Bytes::from(p1), Bytes::from(p2)];
+        let pieces = split_batch(&parts, 3, 1000);
+        let counts: Vec<u32> = pieces.iter().map(|p| p.1).collect();
+        assert_eq!(counts, vec![3, 3, 1]);
+        let joined: Vec<u8> = pieces
+            .iter()
+            .flat_map(|p| p.0.iter().flat_map(|b| b.to_vec()))
+            .collect();
+        assert_eq!(joined, (0..7).flat_map(e).collect::<Vec<u8>>());
+        let by_size = split_batch(&parts, u32::MAX, 7);
+        assert_eq!(
+            by_size.iter().map(|p| p.1).collect::<Vec<_>>(),
+            vec![2, 2, 2, 1]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_batch_bigger_than_a_chunk_is_split() {
+        let (b, out) = buffer(BufferConfig {
+            chunk_limit_records: Some(100),
+            ..Default::default()
+        });
+        let entries: Vec<u8> = (0..250u32)
+            .flat_map(|i| [0x92, (i % 100) as u8, 0x80])
+            .collect();
+        b.append("t", &[Bytes::from(entries)], 250, false, false)
+            .await
+            .unwrap();
+        let tasks = b.start();
+        b.close();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let counts: Vec<u32> = out.0.lock().unwrap().iter().map(|c| c.count).collect();
+        assert_eq!(counts, vec![100, 100, 50]);
     }
 
     #[tokio::test]

@@ -69,7 +69,7 @@ pub struct BufferConfig {
     pub path: Option<String>,
     /// File buffer: when to fsync — "ack" (before acking a batch that asked for an ack), "always" or "never".
     pub sync: SyncMode,
-    /// A chunk is closed and queued once it holds this many bytes (default "8MiB").
+    /// A chunk is closed and queued once it holds this many bytes (default "2MiB"); bigger batches are split.
     pub chunk_limit_size: Size,
     /// ... or this many events (default: no limit).
     pub chunk_limit_records: Option<u32>,
@@ -77,7 +77,7 @@ pub struct BufferConfig {
     pub flush_interval: Dur,
     /// Chunks written to the destination in parallel (default 1; order is kept only with 1).
     pub flush_thread_count: usize,
-    /// Bytes held by staged, queued and in-flight chunks together (default "512MiB").
+    /// Bytes held by staged, queued and in-flight chunks together (default "64MiB"); then overflow_action applies.
     pub total_limit_size: Size,
     /// What to do when `total_limit_size` is reached: "block", "drop_oldest_chunk" or "throw".
     pub overflow_action: OverflowAction,
@@ -99,11 +99,11 @@ impl Default for BufferConfig {
             kind: BufferType::Memory,
             path: None,
             sync: SyncMode::Ack,
-            chunk_limit_size: Size(8 << 20),
+            chunk_limit_size: Size(2 << 20),
             chunk_limit_records: None,
             flush_interval: Dur(Duration::from_secs(1)),
             flush_thread_count: 1,
-            total_limit_size: Size(512 << 20),
+            total_limit_size: Size(64 << 20),
             overflow_action: OverflowAction::Block,
             retry_wait: Dur(Duration::from_secs(1)),
             retry_max_interval: Dur(Duration::from_secs(60)),
