@@ -660,3 +660,25 @@ overflow_action = "block"
     );
     relay.terminate();
 }
+
+#[test]
+fn the_buffer_grows_while_the_receiver_is_down_and_drains_when_it_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, sink_port, mon) = (free_port(), free_port(), free_port());
+    let cfg = relay_config(port, sink_port, dir.path())
+        + &format!("\n[monitor]\nbind = \"127.0.0.1:{mon}\"\n");
+    let mut relay = Daemon::start(dir.path(), "relay", &cfg, Some(mon));
+    relay.wait_port(port);
+    send_acked(port, 0..3000);
+    // The receiver is down: everything is held, on disk.
+    std::thread::sleep(Duration::from_millis(500));
+    let held = relay.metric("buffer_bytes", "forward#0");
+    assert!(held > 3000 * 40, "the buffer grew: {held} bytes");
+    assert!(relay.metric("retries_total", "forward#0") > 0);
+    let sink = Sink::start_on(sink_port, SinkOpts::default());
+    sink.wait_count(3000);
+    relay.wait_metric("buffer_bytes", "forward#0", 0);
+    std::thread::sleep(Duration::from_millis(300));
+    assert_exact_seqs(&sink.seqs(), 3000);
+    relay.terminate();
+}
