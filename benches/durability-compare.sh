@@ -18,6 +18,7 @@ FB=$BENCH_DIR/bin/flowbench
 cargo build --release -p nagare >&2
 NAGARE=$ROOT/target/release/nagare
 OUT=${OUT:-$(mktemp -d /tmp/nagare-durability-XXXX)}
+mkdir -p "$OUT"
 echo "raw results in $OUT" >&2
 
 run() { # run NAME SIZE ACKFLAG CONFIG

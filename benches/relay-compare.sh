@@ -20,6 +20,7 @@ command -v socat >/dev/null || { echo "socat is needed (apt-get install socat)" 
 cargo build --release -p nagare >&2
 NAGARE=$ROOT/target/release/nagare
 OUT=${OUT:-$(mktemp -d /tmp/nagare-relay-XXXX)}
+mkdir -p "$OUT"
 echo "raw results in $OUT" >&2
 
 run() { # run NAME SIZE CMD
