@@ -2,14 +2,18 @@
 // nagare Go client or with fluent-logger-golang, and prints one JSON line:
 // the emit loop's duration and cost per call, and the time until the client
 // reported everything delivered (Close returned). The sink's own count is
-// the authority on delivery; run.sh pairs this with flowbench sink.
+// the authority on delivery; run.sh pairs this with flowbench sink, or with
+// the nagare daemon (-metrics: after Close, poll its monitor until the null
+// output counted every event, and time to that moment).
 package main
 
 import (
+	"bufio"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -28,6 +32,7 @@ type result struct {
 	EmitPerS     float64 `json:"emit_events_per_s"`
 	TotalSeconds float64 `json:"total_s"`
 	DeliveredPS  float64 `json:"client_events_per_s"`
+	Received     *int64  `json:"received,omitempty"`
 	Error        string  `json:"error,omitempty"`
 }
 
@@ -37,6 +42,8 @@ func main() {
 	n := flag.Int("n", 2000000, "events to emit")
 	size := flag.Int("size", 100, "bytes in each record's message")
 	tag := flag.String("tag", "bench.go", "tag")
+	metrics := flag.String("metrics", "", "nagare monitor URL (http://HOST:PORT/metrics): after Close, "+
+		"wait until its null output counted -n events; total_s ends then")
 	flag.Parse()
 
 	msg := strings.Repeat("x", *size)
@@ -86,6 +93,12 @@ func main() {
 		fail(fmt.Errorf("unknown -lib %q", *lib))
 	}
 
+	if *metrics != "" {
+		// connect to the monitor once before the clock starts
+		if _, _, err := waitCount(*metrics, 0, 10*time.Second); err != nil {
+			fail(err)
+		}
+	}
 	start := time.Now()
 	for i := 0; i < *n; i++ {
 		if err := emit(i); err != nil {
@@ -97,12 +110,50 @@ func main() {
 		r.Error = err.Error()
 	}
 	end := time.Now()
+	if *metrics != "" {
+		got, at, err := waitCount(*metrics, int64(*n), time.Minute)
+		r.Received = &got
+		end = at
+		if err != nil {
+			r.Error = err.Error()
+		}
+	}
 	r.EmitSeconds = emitDone.Sub(start).Seconds()
 	r.NsPerEmit = float64(emitDone.Sub(start).Nanoseconds()) / float64(*n)
 	r.EmitPerS = float64(*n) / r.EmitSeconds
 	r.TotalSeconds = end.Sub(start).Seconds()
 	r.DeliveredPS = float64(*n-r.EmitErrors) / r.TotalSeconds
 	_ = json.NewEncoder(os.Stdout).Encode(r)
+}
+
+// nullIn is the monitor's count of events that reached nagare's null output.
+const nullIn = `nagare_events_in_total{plugin="null#0",kind="output",type="null"} `
+
+// waitCount polls a nagare monitor until the null output counted want events
+// and returns the count and the moment it was seen (or an error after limit).
+func waitCount(url string, want int64, limit time.Duration) (int64, time.Time, error) {
+	deadline := time.Now().Add(limit)
+	got := int64(-1)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				if v, ok := strings.CutPrefix(sc.Text(), nullIn); ok {
+					got, _ = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				}
+			}
+			_ = resp.Body.Close()
+		}
+		now := time.Now()
+		if got >= want {
+			return got, now, nil
+		}
+		if now.After(deadline) {
+			return got, now, fmt.Errorf("nagare counted %d of %d events after %v", got, want, limit)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func fail(err error) {

@@ -3,13 +3,21 @@
 # 100-byte records, into flowbench's forward sink. Prints one JSON line per run and the medians.
 #   usage: bench/run.sh [RUNS=3] [COUNT=2000000] [WARMUP=500000]
 # fluent-logger (synchronous, one write per event) gets COUNT/10 events to keep the run short.
+# NAGARE_SINK=1 sends into the nagare daemon instead ($NAGARE_BIN, default target/release/nagare:
+# forward input -> null output, with its monitor); a run ends when the monitor's null output count
+# reaches WARMUP + COUNT.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../../.." && pwd)"
 runs="${1:-3}"; count="${2:-2000000}"; warmup="${3:-500000}"
 fb="$root/../shared/bench/bin/flowbench"
 [ -x "$fb" ] || fb=/work/shared/bench/bin/flowbench
-if [ ! -x "$fb" ]; then
+nagare_sink="${NAGARE_SINK:-0}"
+nagare_bin="${NAGARE_BIN:-$root/target/release/nagare}"
+if [ "$nagare_sink" = 1 ]; then
+  [ -x "$nagare_bin" ] || { echo "$nagare_bin missing: cargo build --release" >&2; exit 1; }
+  echo "receiver: nagare ($nagare_bin), forward input -> null output" >&2
+elif [ ! -x "$fb" ]; then
   (cd "$(dirname "$fb")/../flowbench" && go build -o ../bin/flowbench ./...)
 fi
 (cd "$here/.." && mvn -B -q install -DskipTests -Dspotless.check.skip=true)
@@ -17,18 +25,35 @@ fi
 cp="$here/target/classes:$(cat "$here/target/cp.txt")"
 out="$here/target/results"; mkdir -p "$out"; : > "$out/all.jsonl"
 port=$((30000 + RANDOM % 20000))
+sink=""
+trap '[ -z "$sink" ] || kill "$sink" 2>/dev/null || true' EXIT
 for lib in nagare fluency fluent-logger; do
   n=$count; w=$warmup
   if [ "$lib" = fluent-logger ]; then n=$((count / 10)); w=$((warmup / 10)); fi
   for r in $(seq 1 "$runs"); do
-    port=$((port + 1))
-    "$fb" sink --listen "127.0.0.1:$port" --idle-exit 3s --verify --expect $((w + n)) \
-      --quiet --json-summary "$out/sink-$lib-$r.json" > /dev/null 2>&1 &
+    port=$((port + 2))
+    metrics=()
+    if [ "$nagare_sink" = 1 ]; then
+      printf '[[input]]\ntype = "forward"\nbind = "127.0.0.1:%s"\n\n[[output]]\ntype = "null"\nmatch = "**"\n\n[monitor]\nbind = "127.0.0.1:%s"\n' \
+        "$port" "$((port + 1))" > "$out/nagare.toml"
+      "$nagare_bin" run -c "$out/nagare.toml" > "$out/nagare-$lib-$r.log" 2>&1 &
+      metrics=("http://127.0.0.1:$((port + 1))/metrics")
+    else
+      "$fb" sink --listen "127.0.0.1:$port" --idle-exit 3s --verify --expect $((w + n)) \
+        --quiet --json-summary "$out/sink-$lib-$r.json" > /dev/null 2>&1 &
+    fi
     sink=$!
     sleep 0.5
-    line=$(java -Xms1g -Xmx4g -cp "$cp" dev.nagare.bench.Bench "$lib" "$port" "$w" "$n")
-    wait "$sink" || true
-    sinkline=$(python3 -c "import json;d=json.load(open('$out/sink-$lib-$r.json'));print(json.dumps({k:d.get(k) for k in ('events','missing','duplicates','errors')}))")
+    line=$(java -Xms1g -Xmx4g -cp "$cp" dev.nagare.bench.Bench "$lib" "$port" "$w" "$n" "${metrics[@]}")
+    if [ "$nagare_sink" = 1 ]; then
+      kill -TERM "$sink"
+      wait "$sink" || true
+      # nagare's monitor count (warm-up included) when the run ended; nagare does not check seqs
+      sinkline=$(python3 -c "import json;d=json.loads('$line');print(json.dumps({'events':d['received'],'missing':$((w + n))-d['received'],'duplicates':None,'errors':None}))")
+    else
+      wait "$sink" || true
+      sinkline=$(python3 -c "import json;d=json.load(open('$out/sink-$lib-$r.json'));print(json.dumps({k:d.get(k) for k in ('events','missing','duplicates','errors')}))")
+    fi
     echo "$line $sinkline" | tee -a "$out/all.jsonl"
   done
 done

@@ -14,6 +14,14 @@ Each library runs in its own process, RUNS times; the median is printed.
     pip install -e 'sdk/python[bench]'
     (cd /work/shared/bench/flowbench && go build -o ../bin/flowbench ./...)
     python sdk/python/bench/bench.py --count 300000 --runs 3
+
+NAGARE_SINK=1 sends into the nagare daemon instead of flowbench sink
+($NAGARE_BIN, default target/release/nagare: forward input -> null output,
+with its monitor). The child then polls the monitor after close() until
+nagare's null output counted COUNT events, and events_per_s ends at that
+moment; sink_events is that count (nagare does not check seqs).
+
+    NAGARE_SINK=1 python sdk/python/bench/bench.py --count 300000 --runs 3
 """
 
 from __future__ import annotations
@@ -28,8 +36,25 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 FLOWBENCH = os.environ.get("FLOWBENCH", "/work/shared/bench/bin/flowbench")
+NAGARE_SINK = os.environ.get("NAGARE_SINK") == "1"
+NAGARE_BIN = os.environ.get(
+    "NAGARE_BIN", str(pathlib.Path(__file__).resolve().parents[3] / "target/release/nagare")
+)
+NULL_IN = 'nagare_events_in_total{plugin="null#0",kind="output",type="null"} '
+NAGARE_CONFIG = """[[input]]
+type = "forward"
+bind = "127.0.0.1:{port}"
+
+[[output]]
+type = "null"
+match = "**"
+
+[monitor]
+bind = "127.0.0.1:{mport}"
+"""
 LIBS = ["nagare", "nagare-ack", "fluent-sync", "fluent-async"]
 MESSAGE = ("0123456789abcdefghijklmnopqrstuvwxyz" * 3)[:100]
 
@@ -50,11 +75,25 @@ def wait_port(port: int, timeout: float = 10.0) -> None:
             return
         except OSError:
             time.sleep(0.02)
-    raise SystemExit("flowbench sink did not start")
+    raise SystemExit("sink did not start")
 
 
-def run_emitter(lib: str, port: int, count: int) -> dict:
-    """Runs inside a child process: emit COUNT events, close, print timings."""
+def null_count(url: str) -> int:
+    """The count of events nagare's null output received, from its monitor."""
+    with urllib.request.urlopen(url, timeout=5) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(NULL_IN):
+                return int(line[len(NULL_IN) :])
+    return -1
+
+
+def run_emitter(lib: str, port: int, count: int, metrics: str | None = None) -> dict:
+    """Runs inside a child process: emit COUNT events, close, print timings.
+
+    With METRICS (a nagare monitor URL), wait until nagare counted COUNT events.
+    """
+    if metrics:
+        null_count(metrics)  # connect once before the clock starts
     if lib.startswith("nagare"):
         from nagare_logger import Client
 
@@ -85,17 +124,40 @@ def run_emitter(lib: str, port: int, count: int) -> dict:
         s.close()
         if s.last_error:
             raise SystemExit(f"fluent-logger error: {s.last_error}")
+    received = None
+    if metrics:
+        deadline = time.perf_counter() + 60
+        while (received := null_count(metrics)) < count and time.perf_counter() < deadline:
+            time.sleep(0.001)
     t2 = time.perf_counter()
-    return {
+    res = {
         "emit_us": (t1 - t0) / count * 1e6,
         "events_per_s": count / (t2 - t0),
         "seconds": t2 - t0,
     }
+    if received is not None:
+        res["received"] = received
+    return res
+
+
+def start_nagare(port: int, td: str) -> tuple[subprocess.Popen, str]:
+    """Starts nagare: forward input on PORT -> null output; returns it and its metrics URL."""
+    mport = free_port()
+    conf = pathlib.Path(td) / "nagare.toml"
+    conf.write_text(NAGARE_CONFIG.format(port=port, mport=mport))
+    with open(pathlib.Path(td) / "nagare.log", "wb") as log:
+        proc = subprocess.Popen(
+            [NAGARE_BIN, "run", "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT
+        )
+    wait_port(mport)
+    return proc, f"http://127.0.0.1:{mport}/metrics"
 
 
 def one_run(lib: str, count: int) -> dict:
     port = free_port()
     with tempfile.TemporaryDirectory() as td:
+        if NAGARE_SINK:
+            return one_run_nagare(lib, count, port, td)
         summary = pathlib.Path(td) / "sink.json"
         sink = subprocess.Popen(
             [
@@ -144,6 +206,37 @@ def one_run(lib: str, count: int) -> dict:
     return res
 
 
+def one_run_nagare(lib: str, count: int, port: int, td: str) -> dict:
+    sink, metrics = start_nagare(port, td)
+    try:
+        wait_port(port)
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                lib,
+                "--port",
+                str(port),
+                "--count",
+                str(count),
+                "--metrics",
+                metrics,
+            ],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        res = json.loads(out.stdout.strip().splitlines()[-1])
+    finally:
+        sink.terminate()
+        sink.wait(30)
+    res["sink_events"] = res.pop("received")
+    res["missing"] = count - res["sink_events"]
+    res["duplicates"] = None
+    return res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--count", type=int, default=300_000)
@@ -151,11 +244,16 @@ def main() -> None:
     ap.add_argument("--libs", default=",".join(LIBS))
     ap.add_argument("--child")
     ap.add_argument("--port", type=int)
+    ap.add_argument("--metrics")
     args = ap.parse_args()
     if args.child:
-        print(json.dumps(run_emitter(args.child, args.port, args.count)))
+        print(json.dumps(run_emitter(args.child, args.port, args.count, args.metrics)))
         return
-    if not os.access(FLOWBENCH, os.X_OK):
+    if NAGARE_SINK:
+        if not os.access(NAGARE_BIN, os.X_OK):
+            raise SystemExit(f"{NAGARE_BIN} missing: cargo build --release")
+        print(f"receiver: nagare ({NAGARE_BIN}), forward input -> null output", flush=True)
+    elif not os.access(FLOWBENCH, os.X_OK):
         raise SystemExit(
             f"{FLOWBENCH} missing: "
             "cd /work/shared/bench/flowbench && go build -o ../bin/flowbench ./..."

@@ -2,6 +2,10 @@
 # Benchmark: events/s and emit() cost from one thread, 100-byte records, into
 # the flowbench sink; nagare-logger against tracing-fluentd 0.5.
 #   sdk/rust/bench/run.sh            (N=2000000 events, RUNS=3, median reported)
+# NAGARE_SINK=1 sends into the nagare daemon instead ($NAGARE_BIN, default
+# target/release/nagare: forward input -> null output, with its monitor); a run
+# ends when the monitor's null output count reaches N.
+#   NAGARE_SINK=1 N=1000000 sdk/rust/bench/run.sh
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../../.." && pwd)"
@@ -9,26 +13,49 @@ N="${N:-2000000}"
 RUNS="${RUNS:-3}"
 IMPLS="${IMPLS:-nagare nagare-tracing tracing-fluentd}"
 FB="${FLOWBENCH:-/work/shared/bench/bin/flowbench}"
-if [ ! -x "$FB" ]; then
+NAGARE_SINK="${NAGARE_SINK:-0}"
+NAGARE_BIN="${NAGARE_BIN:-$ROOT/target/release/nagare}"
+if [ "$NAGARE_SINK" = 1 ]; then
+  [ -x "$NAGARE_BIN" ] || { echo "$NAGARE_BIN missing: cargo build --release" >&2; exit 1; }
+  echo "receiver: nagare ($NAGARE_BIN), forward input -> null output" >&2
+elif [ ! -x "$FB" ]; then
   (cd /work/shared/bench/flowbench && go build -o ../bin/flowbench ./...)
 fi
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target/sdk-rust-bench}"
 cargo build --release --manifest-path "$HERE/Cargo.toml"
 BIN="$CARGO_TARGET_DIR/release/nagare-logger-bench"
 OUT="$(mktemp -d)"
-trap 'rm -rf "$OUT"' EXIT
+sink=""
+trap '[ -z "$sink" ] || kill "$sink" 2>/dev/null || true; rm -rf "$OUT"' EXIT
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 for impl in $IMPLS; do
   for r in $(seq 1 "$RUNS"); do
-    port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    "$FB" sink --listen "127.0.0.1:$port" --idle-exit 3s --quiet --verify >"$OUT/sink.json" &
+    port=$(free_port)
+    metrics=()
+    if [ "$NAGARE_SINK" = 1 ]; then
+      mport=$(free_port)
+      printf '[[input]]\ntype = "forward"\nbind = "127.0.0.1:%s"\n\n[[output]]\ntype = "null"\nmatch = "**"\n\n[monitor]\nbind = "127.0.0.1:%s"\n' \
+        "$port" "$mport" >"$OUT/nagare.toml"
+      "$NAGARE_BIN" run -c "$OUT/nagare.toml" >"$OUT/nagare.log" 2>&1 &
+      metrics=("http://127.0.0.1:$mport/metrics")
+      echo '{"receiver": "nagare"}' >"$OUT/sink.json"
+    else
+      "$FB" sink --listen "127.0.0.1:$port" --idle-exit 3s --quiet --verify >"$OUT/sink.json" &
+    fi
     sink=$!
     for _ in $(seq 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
-    "$BIN" "$impl" "127.0.0.1:$port" "$N" >"$OUT/client.json"
+    for _ in $(seq 50); do [ -z "${mport:-}" ] || (exec 3<>"/dev/tcp/127.0.0.1/$mport") 2>/dev/null && break; sleep 0.1; done
+    "$BIN" "$impl" "127.0.0.1:$port" "$N" "${metrics[@]}" >"$OUT/client.json"
+    [ "$NAGARE_SINK" != 1 ] || kill -TERM "$sink"
     wait "$sink"
     python3 - "$OUT/client.json" "$OUT/sink.json" "$r" >>"$OUT/results.jsonl" <<'PY'
 import json, sys
 c = json.load(open(sys.argv[1])); s = json.loads(open(sys.argv[2]).read().strip().splitlines()[-1])
+if s.get("receiver") == "nagare":
+    # nagare's monitor count when the run ended (total_s ends then); no seq check
+    s = {"events": c["received"], "missing": c["events"] - c["received"], "duplicates": None,
+         "events_per_s": c["received"] / c["total_s"]}
 c.update(run=int(sys.argv[3]), sink_events=s["events"], sink_missing=s.get("missing"),
          sink_duplicates=s.get("duplicates"), sink_events_per_s=round(s["events_per_s"]))
 print(json.dumps(c))

@@ -10,10 +10,17 @@
  * Reported per library: events/s from the first emit until everything was
  * handed to the socket and the sink counted it, the sink's own rate, and the
  * mean time spent inside one emit() call.
+ *
+ * NAGARE_SINK=1 sends into the nagare daemon instead of flowbench sink ($NAGARE_BIN, default
+ * target/release/nagare: forward input -> null output, with its monitor); a run ends when the
+ * monitor's count of events at the null output reaches the number sent.
+ *
+ *   NAGARE_SINK=1 npm run bench -- --events 1000000 --runs 3
  */
 import { type ChildProcess, spawn } from "node:child_process";
 import * as fs from "node:fs";
 import * as net from "node:net";
+import * as os from "node:os";
 import * as path from "node:path";
 import { NagareClient } from "../src/client";
 
@@ -36,6 +43,9 @@ function arg(name: string, def: string): string {
 const EVENTS = Number(arg("events", "1000000"));
 const RUNS = Number(arg("runs", "3"));
 const FLOWBENCH = arg("flowbench", path.resolve(__dirname, "../../../../../shared/bench/bin/flowbench"));
+const NAGARE_SINK = process.env.NAGARE_SINK === "1";
+const NAGARE_BIN = process.env.NAGARE_BIN ?? path.resolve(__dirname, "../../../../target/release/nagare");
+const NULL_IN = 'nagare_events_in_total{plugin="null#0",kind="output",type="null"} ';
 const CHUNK = 1000;
 const MESSAGE = "x".repeat(100);
 
@@ -52,6 +62,47 @@ async function freePort(): Promise<number> {
   const port = (s.address() as net.AddressInfo).port;
   await new Promise<void>((r) => s.close(() => r()));
   return port;
+}
+
+async function listening(port: number): Promise<boolean> {
+  return new Promise<boolean>((r) => {
+    const c = net.connect(port, "127.0.0.1");
+    c.once("connect", () => {
+      c.destroy();
+      r(true);
+    });
+    c.once("error", () => r(false));
+  });
+}
+
+/** The count of events nagare's null output received, from its monitor. */
+async function nullCount(url: string): Promise<number> {
+  const body = await (await fetch(url)).text();
+  const line = body.split("\n").find((l) => l.startsWith(NULL_IN));
+  return line === undefined ? -1 : Number(line.slice(NULL_IN.length));
+}
+
+/** nagare with a forward input on PORT and a null output; its metrics URL. */
+async function startNagare(port: number): Promise<{ proc: ChildProcess; metrics: string; dir: string }> {
+  const mport = await freePort();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "nagare-bench-"));
+  const conf = path.join(dir, "nagare.toml");
+  fs.writeFileSync(
+    conf,
+    `[[input]]\ntype = "forward"\nbind = "127.0.0.1:${port}"\n\n[[output]]\ntype = "null"\nmatch = "**"\n\n` +
+      `[monitor]\nbind = "127.0.0.1:${mport}"\n`,
+  );
+  const proc = spawn(NAGARE_BIN, ["run", "-c", conf], { stdio: ["ignore", "ignore", "ignore"] });
+  for (let i = 0; i < 200; i++) {
+    if ((await listening(port)) && (await listening(mport))) {
+      const metrics = `http://127.0.0.1:${mport}/metrics`;
+      await nullCount(metrics); // connect once before the clock starts
+      return { proc, metrics, dir };
+    }
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  proc.kill();
+  throw new Error(`${NAGARE_BIN} did not start`);
 }
 
 async function startSink(port: number): Promise<{ proc: ChildProcess; summary: Promise<{ [k: string]: unknown }> }> {
@@ -73,15 +124,7 @@ async function startSink(port: number): Promise<{ proc: ChildProcess; summary: P
     });
   });
   for (let i = 0; i < 200; i++) {
-    const ok = await new Promise<boolean>((r) => {
-      const c = net.connect(port, "127.0.0.1");
-      c.once("connect", () => {
-        c.destroy();
-        r(true);
-      });
-      c.once("error", () => r(false));
-    });
-    if (ok) return { proc, summary };
+    if (await listening(port)) return { proc, summary };
     await new Promise((r) => setTimeout(r, 20));
   }
   throw new Error("flowbench sink did not start");
@@ -94,7 +137,8 @@ type Emitter = {
 
 async function run(make: (port: number) => Emitter): Promise<Result> {
   const port = await freePort();
-  const sink = await startSink(port);
+  const nagareSink = NAGARE_SINK ? await startNagare(port) : undefined;
+  const sink = nagareSink ? undefined : await startSink(port);
   const e = make(port);
   let inEmit = 0n;
   const t0 = process.hrtime.bigint();
@@ -106,8 +150,24 @@ async function run(make: (port: number) => Emitter): Promise<Result> {
     await new Promise((r) => setImmediate(r));
   }
   await e.finish();
-  const t1 = process.hrtime.bigint();
-  const s = await sink.summary;
+  let t1 = process.hrtime.bigint();
+  let s: { [k: string]: unknown };
+  if (nagareSink) {
+    // wait (at most 60 s) until nagare's null output counted every event; the run ends then
+    let got = await nullCount(nagareSink.metrics);
+    for (const until = Date.now() + 60_000; got < EVENTS && Date.now() < until;) {
+      await new Promise((r) => setTimeout(r, 1));
+      got = await nullCount(nagareSink.metrics);
+    }
+    t1 = process.hrtime.bigint();
+    const exited = new Promise((r) => nagareSink.proc.once("exit", r));
+    nagareSink.proc.kill("SIGTERM");
+    await exited;
+    fs.rmSync(nagareSink.dir, { recursive: true, force: true });
+    s = { events: got, events_per_s: got / (Number(t1 - t0) / 1e9) };
+  } else {
+    s = await (sink as { summary: Promise<{ [k: string]: unknown }> }).summary;
+  }
   const received = Number(s.events);
   return {
     eventsPerS: EVENTS / (Number(t1 - t0) / 1e9),
@@ -163,7 +223,10 @@ function median(xs: number[]): number {
 }
 
 async function main(): Promise<void> {
-  if (!fs.existsSync(FLOWBENCH)) {
+  if (NAGARE_SINK) {
+    if (!fs.existsSync(NAGARE_BIN)) throw new Error(`${NAGARE_BIN} missing: cargo build --release`);
+    console.error(`receiver: nagare (${NAGARE_BIN}), forward input -> null output`);
+  } else if (!fs.existsSync(FLOWBENCH)) {
     throw new Error(`${FLOWBENCH} missing: cd shared/bench/flowbench && go build -o ../bin/flowbench ./...`);
   }
   const libs: [string, (port: number) => Emitter][] = [

@@ -1,11 +1,15 @@
-//! `nagare-logger-bench <impl> <host:port> <events>`: emits `<events>`
-//! records of a 100-byte message plus a seq from one thread, waits until they
-//! are delivered, and prints one JSON line of figures.
+//! `nagare-logger-bench <impl> <host:port> <events> [<metrics-url>]`: emits
+//! `<events>` records of a 100-byte message plus a seq from one thread, waits
+//! until they are delivered, and prints one JSON line of figures. With a
+//! nagare monitor's `http://HOST:PORT/metrics`, "delivered" means counted by
+//! nagare's null output: it polls the monitor until the count reaches
+//! `<events>` and the total time ends then.
 //!
 //! impl: `nagare` (Logger::emit of a serde struct), `nagare-tracing`
 //! (tracing::info! through NagareLayer), `tracing-fluentd` (tracing::info!
 //! through tracing-fluentd 0.5's layer).
 
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -43,11 +47,30 @@ impl Timer {
     }
 }
 
+/// The monitor's count of events that reached nagare's null output.
+const NULL_IN: &str = "nagare_events_in_total{plugin=\"null#0\",kind=\"output\",type=\"null\"} ";
+
+/// GETs a nagare monitor's `http://HOST:PORT/PATH` and returns the null
+/// output's event count (None when it does not answer).
+fn null_count(url: &str) -> Option<u64> {
+    let (host, path) = url.strip_prefix("http://")?.split_once('/')?;
+    let mut s = TcpStream::connect(host).ok()?;
+    write!(
+        s,
+        "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut body = String::new();
+    s.read_to_string(&mut body).ok()?;
+    body.lines()
+        .find_map(|l| l.strip_prefix(NULL_IN)?.trim().parse().ok())
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.len() != 4 {
+    if args.len() != 4 && args.len() != 5 {
         eprintln!(
-            "usage: {} nagare|nagare-tracing|tracing-fluentd HOST:PORT EVENTS",
+            "usage: {} nagare|nagare-tracing|tracing-fluentd HOST:PORT EVENTS [METRICS_URL]",
             args[0]
         );
         std::process::exit(2);
@@ -68,6 +91,10 @@ fn main() {
             .unwrap()
             .buffer_limit(512 << 20)
     };
+    let metrics = args.get(4);
+    if let Some(url) = metrics {
+        null_count(url).expect("nagare monitor does not answer");
+    }
     let t0 = Instant::now();
     let emitted;
     let mut dropped = 0;
@@ -123,9 +150,21 @@ fn main() {
         }
         other => panic!("unknown impl {other}"),
     }
+    let mut received = String::new();
+    if let Some(url) = metrics {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let got = loop {
+            let got = null_count(url);
+            if got.is_some_and(|c| c >= n) || Instant::now() > deadline {
+                break got;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        };
+        received = format!(",\"received\":{}", got.map_or(-1, |c| c as i64));
+    }
     let total = t0.elapsed();
     println!(
-        "{{\"impl\":\"{which}\",\"events\":{n},\"dropped\":{dropped},\"emit_s\":{:.4},\"total_s\":{:.4},\"events_per_s\":{:.0},\"emit_ns_mean\":{:.1},\"emit_ns_p50\":{},\"emit_ns_p99\":{}}}",
+        "{{\"impl\":\"{which}\",\"events\":{n},\"dropped\":{dropped},\"emit_s\":{:.4},\"total_s\":{:.4},\"events_per_s\":{:.0},\"emit_ns_mean\":{:.1},\"emit_ns_p50\":{},\"emit_ns_p99\":{}{received}}}",
         emitted.as_secs_f64(),
         total.as_secs_f64(),
         n as f64 / total.as_secs_f64(),

@@ -2,6 +2,11 @@ package dev.nagare.bench;
 
 import dev.nagare.logger.NagareLogger;
 import dev.nagare.logger.Overflow;
+import java.io.IOException;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
 import java.time.Duration;
 import java.util.LinkedHashMap;
 import java.util.Map;
@@ -15,7 +20,10 @@ import org.komamitsu.fluency.fluentd.FluencyBuilderForFluentd;
  * Prints one JSON line: emit ns/call over the measured events, and events/s from the first
  * measured emit until everything is flushed to the socket.
  *
- * <p>Usage: Bench nagare|fluency|fluent-logger PORT WARMUP COUNT
+ * <p>Usage: Bench nagare|fluency|fluent-logger PORT WARMUP COUNT [METRICS_URL]
+ *
+ * <p>With METRICS_URL (a nagare monitor's {@code /metrics}), after flushing it polls until nagare's
+ * null output counted WARMUP + COUNT events, and events/s runs until that moment.
  */
 public final class Bench {
   static final String MESSAGE = "x".repeat(100);
@@ -99,6 +107,46 @@ public final class Bench {
     };
   }
 
+  static final String NULL_IN =
+      "nagare_events_in_total{plugin=\"null#0\",kind=\"output\",type=\"null\"} ";
+
+  /** Reads the count of events a nagare monitor's null output received. */
+  static final class Monitor {
+    final HttpClient http = HttpClient.newHttpClient();
+    final HttpRequest req;
+
+    Monitor(String url) throws Exception {
+      req = HttpRequest.newBuilder(URI.create(url)).build();
+      count(); // load and connect the HTTP client before the clock starts
+    }
+
+    long count() throws Exception {
+      long got = -1;
+      try {
+        for (String line : http.send(req, HttpResponse.BodyHandlers.ofLines()).body().toList()) {
+          if (line.startsWith(NULL_IN)) {
+            got = Long.parseLong(line.substring(NULL_IN.length()).trim());
+          }
+        }
+      } catch (IOException e) {
+        // not answering: -1, the caller polls again
+      }
+      return got;
+    }
+
+    /** Polls until the count reached {@code want} or {@code limit} passed; the last count. */
+    long waitFor(long want, Duration limit) throws Exception {
+      long deadline = System.nanoTime() + limit.toNanos();
+      while (true) {
+        long got = count();
+        if (got >= want || System.nanoTime() > deadline) {
+          return got;
+        }
+        Thread.sleep(1);
+      }
+    }
+  }
+
   public static void main(String[] args) throws Exception {
     String lib = args[0];
     int port = Integer.parseInt(args[1]);
@@ -111,6 +159,7 @@ public final class Bench {
           case "fluent-logger" -> fluentLogger(port);
           default -> throw new IllegalArgumentException(lib);
         };
+    Monitor monitor = args.length > 4 ? new Monitor(args[4]) : null;
     for (long i = 0; i < warmup; i++) {
       c.emit(i);
     }
@@ -120,15 +169,20 @@ public final class Bench {
     }
     long t1 = System.nanoTime();
     c.finish();
+    long received = -1;
+    if (monitor != null) {
+      received = monitor.waitFor(warmup + count, Duration.ofMinutes(1));
+    }
     long t2 = System.nanoTime();
     System.out.printf(
         "{\"lib\":\"%s\",\"events\":%d,\"emit_ns_per_call\":%.1f,\"emit_s\":%.3f,\"total_s\":%.3f,"
-            + "\"events_per_s\":%.0f}%n",
+            + "\"events_per_s\":%.0f%s}%n",
         lib,
         count,
         (t1 - t0) / (double) count,
         (t1 - t0) / 1e9,
         (t2 - t0) / 1e9,
-        count / ((t2 - t0) / 1e9));
+        count / ((t2 - t0) / 1e9),
+        received < 0 ? "" : ",\"received\":" + received);
   }
 }
