@@ -42,26 +42,10 @@ trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
 pub fn main(a: CatArgs) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(super::EXIT_RUNTIME);
-        }
-    };
-    match rt.block_on(run(&a)) {
-        Ok(n) => {
-            eprintln!("nagare cat: sent {n} events");
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(super::EXIT_RUNTIME)
-        }
-    }
+    super::block_on(async {
+        let n = run(&a).await?;
+        Ok(format!("nagare cat: sent {n} events"))
+    })
 }
 
 async fn connect(a: &CatArgs) -> Result<Box<dyn Stream>, String> {

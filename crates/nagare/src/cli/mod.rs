@@ -20,3 +20,26 @@ pub fn exit(r: anyhow::Result<()>) -> std::process::ExitCode {
         }
     }
 }
+
+/// Runs a client command on a single-threaded runtime; on success prints its
+/// summary line on stderr.
+pub fn block_on<F>(task: F) -> std::process::ExitCode
+where
+    F: std::future::Future<Output = Result<String, String>>,
+{
+    let result = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| rt.block_on(task));
+    match result {
+        Ok(summary) => {
+            eprintln!("{summary}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            std::process::ExitCode::from(EXIT_RUNTIME)
+        }
+    }
+}

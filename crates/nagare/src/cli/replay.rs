@@ -31,29 +31,13 @@ pub struct ReplayArgs {
 }
 
 pub fn main(a: ReplayArgs) -> ExitCode {
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(super::EXIT_RUNTIME);
-        }
-    };
-    match rt.block_on(run(&a)) {
-        Ok((files, events)) => {
-            eprintln!(
-                "nagare replay: sent {events} events from {files} chunk files to {}",
-                a.to
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(super::EXIT_RUNTIME)
-        }
-    }
+    super::block_on(async {
+        let (files, events) = run(&a).await?;
+        Ok(format!(
+            "nagare replay: sent {events} events from {files} chunk files to {}",
+            a.to
+        ))
+    })
 }
 
 /// The chunk files under `path`, oldest first.
