@@ -18,6 +18,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 
@@ -41,7 +42,9 @@ pub struct Recovered {
 }
 
 pub struct ChunkFile {
-    file: File,
+    /// Shared, so an fsync can run outside the buffer's lock without a dup(2)
+    /// per batch.
+    file: Arc<File>,
     pub path: PathBuf,
     /// Bytes of whole records (and the header) written so far.
     len: u64,
@@ -153,7 +156,7 @@ impl FileStore {
 }
 
 /// Writes every byte of `bufs` (std's write_all_vectored is not stable yet).
-fn write_all_vectored(f: &mut File, bufs: &[&[u8]]) -> io::Result<()> {
+fn write_all_vectored(mut f: &File, bufs: &[&[u8]]) -> io::Result<()> {
     let (mut i, mut off) = (0, 0);
     while i < bufs.len() {
         let slices: Vec<io::IoSlice> = std::iter::once(io::IoSlice::new(&bufs[i][off..]))
@@ -202,7 +205,7 @@ fn create_chunk_file(dir: &Path, id: &[u8; 16], tag: &str) -> io::Result<ChunkFi
         return Err(e);
     }
     Ok(ChunkFile {
-        file,
+        file: Arc::new(file),
         path,
         len: h.len() as u64,
     })
@@ -224,7 +227,7 @@ impl ChunkFile {
         let mut bufs: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
         bufs.push(&head);
         bufs.extend(parts.iter().map(|p| &p[..]));
-        match write_all_vectored(&mut self.file, &bufs) {
+        match write_all_vectored(&self.file, &bufs) {
             Ok(()) => {
                 self.len += (RECORD_HEADER + len) as u64;
                 Ok(())
@@ -239,8 +242,8 @@ impl ChunkFile {
     }
 
     /// A second handle on the same file, to fsync outside the buffer's lock.
-    pub fn handle(&self) -> io::Result<File> {
-        self.file.try_clone()
+    pub fn handle(&self) -> Arc<File> {
+        self.file.clone()
     }
 }
 

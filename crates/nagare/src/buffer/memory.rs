@@ -357,7 +357,7 @@ impl Buffer {
         parts: &[Bytes],
         count: u32,
         len: usize,
-    ) -> Result<(Option<std::fs::File>, [u8; 16]), AppendError> {
+    ) -> Result<(Option<Arc<std::fs::File>>, [u8; 16]), AppendError> {
         let limit = self.cfg.chunk_limit_size.0 as usize;
         let rec_limit = self.cfg.chunk_limit_records.unwrap_or(u32::MAX);
         let key: Arc<str> = match st.staged.get_key_value(tag) {
@@ -398,7 +398,7 @@ impl Buffer {
             let store = self.store.as_ref().expect("file buffer");
             f.append(parts, count)
                 .map_err(|e| self.disk_error(store, e))?;
-            handle = f.handle().ok();
+            handle = Some(f.handle());
         }
         for p in parts {
             s.push(p);
@@ -433,7 +433,7 @@ impl Buffer {
         parts: &[Bytes],
         count: u32,
         len: usize,
-    ) -> Result<(Option<std::fs::File>, Vec<[u8; 16]>), AppendError> {
+    ) -> Result<(Option<Arc<std::fs::File>>, Vec<[u8; 16]>), AppendError> {
         let max_len = self.cfg.chunk_limit_size.0 as usize;
         let max_count = self.cfg.chunk_limit_records.unwrap_or(u32::MAX);
         let mut ids = Vec::new();
@@ -476,7 +476,7 @@ impl Buffer {
     }
 
     /// Makes a chunk file's new record durable when the policy asks for it.
-    async fn sync(&self, file: Option<std::fs::File>, durable: bool) -> Result<(), AppendError> {
+    async fn sync(&self, file: Option<Arc<std::fs::File>>, durable: bool) -> Result<(), AppendError> {
         let Some(f) = file else { return Ok(()) };
         let wanted = match self.cfg.sync {
             SyncMode::Always => true,
