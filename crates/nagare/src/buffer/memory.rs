@@ -151,6 +151,9 @@ fn remove_file(chunk: &Chunk) {
     }
 }
 
+/// A chunk file to fsync after an append, when the sync policy asks for it.
+type SyncHandle = Arc<std::fs::File>;
+
 /// Why an append was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum AppendError {
@@ -357,7 +360,7 @@ impl Buffer {
         parts: &[Bytes],
         count: u32,
         len: usize,
-    ) -> Result<(Option<Arc<std::fs::File>>, [u8; 16]), AppendError> {
+    ) -> Result<(Option<SyncHandle>, [u8; 16]), AppendError> {
         let limit = self.cfg.chunk_limit_size.0 as usize;
         let rec_limit = self.cfg.chunk_limit_records.unwrap_or(u32::MAX);
         let key: Arc<str> = match st.staged.get_key_value(tag) {
@@ -433,7 +436,7 @@ impl Buffer {
         parts: &[Bytes],
         count: u32,
         len: usize,
-    ) -> Result<(Option<Arc<std::fs::File>>, Vec<[u8; 16]>), AppendError> {
+    ) -> Result<(Option<SyncHandle>, Vec<[u8; 16]>), AppendError> {
         let max_len = self.cfg.chunk_limit_size.0 as usize;
         let max_count = self.cfg.chunk_limit_records.unwrap_or(u32::MAX);
         let mut ids = Vec::new();
@@ -476,7 +479,7 @@ impl Buffer {
     }
 
     /// Makes a chunk file's new record durable when the policy asks for it.
-    async fn sync(&self, file: Option<Arc<std::fs::File>>, durable: bool) -> Result<(), AppendError> {
+    async fn sync(&self, file: Option<SyncHandle>, durable: bool) -> Result<(), AppendError> {
         let Some(f) = file else { return Ok(()) };
         let wanted = match self.cfg.sync {
             SyncMode::Always => true,
