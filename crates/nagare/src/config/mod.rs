@@ -268,11 +268,12 @@ pub fn parse(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
         };
         let spec = match ty.as_str() {
             "forward" => ctx.typed(table, at, "").map(InputSpec::Forward),
+            "tail" => ctx.typed(table, at, "").map(InputSpec::Tail),
             other => {
                 ctx.error(
                     at,
                     "type",
-                    format!("unknown input type {other:?}; expected one of: forward"),
+                    format!("unknown input type {other:?}; expected one of: forward, tail"),
                 );
                 None
             }

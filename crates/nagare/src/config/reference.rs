@@ -8,6 +8,7 @@ use serde_json::Value;
 use crate::buffer::BufferConfig;
 use crate::config::{MonitorConfig, SystemConfig};
 use crate::inputs::forward::{ForwardInputConfig, UserConfig};
+use crate::inputs::tail::{ParserConfig, TailConfig};
 use crate::outputs::file::FileConfig;
 use crate::outputs::forward::{ForwardOutputConfig, ServerConfig};
 use crate::outputs::null::NullConfig;
@@ -28,6 +29,12 @@ fn sections() -> Vec<(&'static str, &'static str, String)> {
             table::<ForwardInputConfig>(&[]),
         ),
         ("`[[input.users]]`", "Users allowed by a forward input with `shared_key`.", table::<UserConfig>(&[])),
+        (
+            "`[[input]]` `type = \"tail\"`",
+            "Follows files and turns each line into an event `{\"message\": \"<line>\"}`; rotation (rename and copytruncate), truncation and deletion are detected; positions survive restarts.",
+            table::<TailConfig>(&["parser"]),
+        ),
+        ("`[input.parser]`", "The parser of a tail input.", table::<ParserConfig>(&[])),
         (
             "`[[output]]` (every type)",
             "Keys every output takes besides its own.",

@@ -1,6 +1,7 @@
 //! Inputs: sources of batches. Each input type lives in its own file.
 
 pub mod forward;
+pub mod tail;
 
 use std::sync::Arc;
 
@@ -13,12 +14,14 @@ use crate::stats::Registry;
 #[derive(Debug, Clone)]
 pub enum InputSpec {
     Forward(forward::ForwardInputConfig),
+    Tail(tail::TailConfig),
 }
 
 impl InputSpec {
     pub fn type_name(&self) -> &'static str {
         match self {
             InputSpec::Forward(_) => "forward",
+            InputSpec::Tail(_) => "tail",
         }
     }
 }
@@ -38,5 +41,6 @@ pub async fn start(
         InputSpec::Forward(c) => {
             forward::start(name, c.clone(), router, stats, workers, shutdown).await
         }
+        InputSpec::Tail(c) => tail::start(name, c.clone(), router, stats, shutdown).await,
     }
 }

@@ -1,0 +1,538 @@
+//! `tail`: follows files matching globs and turns each line into an event
+//! `{"message": "<line>"}` (parser `none`), like Fluentd's in_tail.
+//!
+//! Files are read in big blocks and split on newlines with memchr; a batch's
+//! entries are written straight into one buffer (no allocation per line). The
+//! position of every file (by inode) is saved after its batch is in the
+//! outputs' buffers, so a restart neither re-reads nor skips lines beyond the
+//! last unsaved batch. Rotation by rename (a new inode at the path: the old
+//! file is read to its end first), copytruncate (the file got shorter: read
+//! again from the start) and deletion are detected on every scan.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use nagare_forward::msgpack::{write_map_len, write_str};
+use nagare_forward::EventTime;
+use serde::Deserialize;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::units::{Dur, Size};
+use crate::router::Router;
+use crate::stats::PluginStats;
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl OneOrMany {
+    fn list(&self) -> Vec<String> {
+        match self {
+            OneOrMany::One(s) => vec![s.clone()],
+            OneOrMany::Many(v) => v.clone(),
+        }
+    }
+}
+
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum LongLines {
+    /// Cut a longer line into pieces of max_line_size (default).
+    #[default]
+    Split,
+    /// Drop the longer line (counted as an error of the input, and logged).
+    Skip,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ParserConfig {
+    /// Only "none" in this version: the whole line goes to `message_key`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The field the line goes to (default "message").
+    #[serde(default = "default_message_key")]
+    pub message_key: String,
+}
+
+fn default_message_key() -> String {
+    "message".into()
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TailConfig {
+    /// A glob or a list of globs of the files to follow.
+    pub path: OneOrMany,
+    /// Globs (matched against the whole path or the file name) to leave out.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// The events' tag; a `*` is replaced by the file's path with `/` as `.`
+    /// (`app.*` + /var/log/a.log = `app.var.log.a.log`).
+    pub tag: String,
+    /// File that keeps each file's read position across restarts.
+    #[serde(default)]
+    pub position_db: Option<String>,
+    /// Read files found at start from their beginning (default false: from their end).
+    #[serde(default)]
+    pub read_from_head: bool,
+    /// How often the globs are expanded again to find new files (default "1s").
+    #[serde(default = "default_refresh")]
+    pub refresh_interval: Dur,
+    /// How often followed files are checked for new lines (default "100ms").
+    #[serde(default = "default_poll")]
+    pub poll_interval: Dur,
+    /// Longest line kept whole (default "1MiB").
+    #[serde(default = "default_max_line")]
+    pub max_line_size: Size,
+    /// What happens to a longer line: "split" (default) or "skip".
+    #[serde(default)]
+    pub long_lines: LongLines,
+    /// Add the file's path to each record under this key.
+    #[serde(default)]
+    pub path_key: Option<String>,
+    /// Lines per batch at most (default 10000).
+    #[serde(default = "default_batch")]
+    pub batch_lines: usize,
+    /// `[input.parser]`; only type "none" in this version.
+    #[serde(default)]
+    pub parser: Option<ParserConfig>,
+}
+
+fn default_refresh() -> Dur {
+    Dur(Duration::from_secs(1))
+}
+fn default_poll() -> Dur {
+    Dur(Duration::from_millis(100))
+}
+fn default_max_line() -> Size {
+    Size(1 << 20)
+}
+fn default_batch() -> usize {
+    10_000
+}
+
+/// Read size per file per step.
+const BLOCK: usize = 1 << 20;
+
+struct Followed {
+    path: PathBuf,
+    file: File,
+    inode: u64,
+    /// Offset of the first byte not yet turned into an event.
+    offset: u64,
+    /// Bytes read past `offset` that do not end in a newline yet.
+    partial: Vec<u8>,
+    /// Inside a line longer than max_line_size that is being skipped.
+    skipping: bool,
+    /// Renamed or deleted: read to the end, then forget.
+    retired: bool,
+    tag: Arc<str>,
+}
+
+pub fn tag_for(pattern: &str, path: &Path) -> String {
+    if !pattern.contains('*') {
+        return pattern.to_string();
+    }
+    let p = path.to_string_lossy();
+    let dotted = p.trim_start_matches('/').replace('/', ".");
+    pattern.replacen('*', &dotted, 1)
+}
+
+pub async fn start(
+    name: &str,
+    cfg: TailConfig,
+    router: Arc<Router>,
+    stats: Arc<PluginStats>,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<Vec<JoinHandle<()>>> {
+    if let Some(p) = &cfg.parser {
+        if p.kind != "none" {
+            anyhow::bail!(
+                "{name}: parser type {:?} is not available in this version (only \"none\")",
+                p.kind
+            );
+        }
+    }
+    let globs: Vec<glob::Pattern> = cfg
+        .path
+        .list()
+        .iter()
+        .map(|g| {
+            glob::Pattern::new(g).map_err(|e| anyhow::anyhow!("{name}: bad path glob {g:?}: {e}"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let excludes: Vec<glob::Pattern> = cfg
+        .exclude
+        .iter()
+        .map(|g| {
+            glob::Pattern::new(g)
+                .map_err(|e| anyhow::anyhow!("{name}: bad exclude glob {g:?}: {e}"))
+        })
+        .collect::<anyhow::Result<_>>()?;
+    let mut tailer = Tailer {
+        name: name.to_string(),
+        positions: load_positions(cfg.position_db.as_deref()),
+        cfg,
+        globs,
+        excludes,
+        router,
+        stats,
+        files: HashMap::new(),
+        first_scan: true,
+    };
+    let mut sd = shutdown;
+    Ok(vec![tokio::spawn(async move {
+        let mut last_scan: Option<Instant> = None;
+        loop {
+            if last_scan.is_none_or(|t| t.elapsed() >= tailer.cfg.refresh_interval.0) {
+                tailer.scan();
+                last_scan = Some(Instant::now());
+            }
+            let busy = tailer.read_all().await;
+            tailer.save_positions();
+            if *sd.borrow() {
+                return;
+            }
+            if !busy {
+                tokio::select! {
+                    _ = tokio::time::sleep(tailer.cfg.poll_interval.0) => {}
+                    _ = sd.changed() => {}
+                }
+            }
+        }
+    })])
+}
+
+struct Tailer {
+    name: String,
+    cfg: TailConfig,
+    globs: Vec<glob::Pattern>,
+    excludes: Vec<glob::Pattern>,
+    router: Arc<Router>,
+    stats: Arc<PluginStats>,
+    /// Followed files by inode.
+    files: HashMap<u64, Followed>,
+    /// Saved positions by inode: (path, offset).
+    positions: HashMap<u64, (String, u64)>,
+    first_scan: bool,
+}
+
+fn load_positions(path: Option<&str>) -> HashMap<u64, (String, u64)> {
+    let mut m = HashMap::new();
+    let Some(text) = path.and_then(|p| std::fs::read_to_string(p).ok()) else {
+        return m;
+    };
+    for line in text.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        if let [p, ino, off] = f[..] {
+            if let (Ok(ino), Ok(off)) = (ino.parse(), off.parse()) {
+                m.insert(ino, (p.to_string(), off));
+            }
+        }
+    }
+    m
+}
+
+impl Tailer {
+    fn excluded(&self, p: &Path) -> bool {
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        self.excludes
+            .iter()
+            .any(|e| e.matches_path(p) || e.matches(&name))
+    }
+
+    /// Expands the globs: starts following new files, retires rotated and
+    /// deleted ones, and notices truncation.
+    fn scan(&mut self) {
+        let mut seen = HashMap::new();
+        for g in &self.globs {
+            for p in glob::glob(g.as_str()).into_iter().flatten().flatten() {
+                if !self.excluded(&p) && p.is_file() {
+                    if let Ok(m) = std::fs::metadata(&p) {
+                        seen.insert(m.ino(), p);
+                    }
+                }
+            }
+        }
+        // Files whose path now holds another inode, or that are gone: read
+        // what is left, then drop them.
+        for f in self.files.values_mut() {
+            if !seen.contains_key(&f.inode) {
+                f.retired = true;
+            }
+        }
+        for (ino, path) in seen {
+            if let Some(f) = self.files.get_mut(&ino) {
+                f.path = path;
+                continue;
+            }
+            let Ok(mut file) = File::open(&path) else {
+                continue;
+            };
+            let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+            let saved = self.positions.get(&ino).map(|(_, off)| *off);
+            let offset = match saved {
+                Some(off) if off <= len => off,
+                Some(_) => 0, // shorter than the saved position: truncated meanwhile
+                None if self.first_scan && !self.cfg.read_from_head => len,
+                None => 0, // a file that appeared while running is read whole
+            };
+            if file.seek(SeekFrom::Start(offset)).is_err() {
+                continue;
+            }
+            tracing::info!(input = %self.name, path = %path.display(), offset, "following file");
+            let tag: Arc<str> = Arc::from(tag_for(&self.cfg.tag, &path));
+            self.files.insert(
+                ino,
+                Followed {
+                    path,
+                    file,
+                    inode: ino,
+                    offset,
+                    partial: Vec::new(),
+                    skipping: false,
+                    retired: false,
+                    tag,
+                },
+            );
+        }
+        self.first_scan = false;
+    }
+
+    /// Reads new lines from every followed file and appends them; returns
+    /// whether there was anything (then the next step comes at once).
+    async fn read_all(&mut self) -> bool {
+        let mut busy = false;
+        let inodes: Vec<u64> = self.files.keys().copied().collect();
+        for ino in inodes {
+            let Some(mut f) = self.files.remove(&ino) else {
+                continue;
+            };
+            let max_line = self.cfg.max_line_size.0 as usize;
+            let (batch, consumed, done) = match read_lines(
+                &mut f,
+                &self.cfg,
+                max_line,
+                &self.stats,
+                &self.name,
+            ) {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(input = %self.name, path = %f.path.display(), error = %e, "cannot read; will retry");
+                    self.files.insert(ino, f);
+                    continue;
+                }
+            };
+            if let Some((entries, count)) = batch {
+                busy = true;
+                if !self.append(&f.tag, entries, count).await {
+                    // Shutting down: the position is not advanced, so these
+                    // lines are read again after a restart.
+                    self.files.insert(ino, f);
+                    return false;
+                }
+            }
+            if consumed > 0 {
+                f.offset += consumed;
+                self.positions
+                    .insert(ino, (f.path.to_string_lossy().into_owned(), f.offset));
+            }
+            if f.retired && done {
+                tracing::info!(input = %self.name, path = %f.path.display(), "file rotated or removed; read to its end");
+                self.positions.remove(&ino);
+                continue;
+            }
+            if !done {
+                busy = true;
+            }
+            self.files.insert(ino, f);
+        }
+        busy
+    }
+
+    async fn append(&self, tag: &str, entries: Bytes, count: u32) -> bool {
+        PluginStats::add(&self.stats.events_in, count as u64);
+        PluginStats::add(&self.stats.bytes_in, entries.len() as u64);
+        let route = self.router.route(tag);
+        if route.is_empty() {
+            PluginStats::add(&self.stats.errors, 1);
+            tracing::warn!(input = %self.name, tag, events = count, "no output matches this tag; events discarded");
+        }
+        let parts = [entries];
+        for out in route.iter() {
+            if let Err(e) = out.append(tag, &parts, count, false, false).await {
+                tracing::warn!(input = %self.name, error = %e, "cannot append; lines will be read again");
+                return false;
+            }
+        }
+        PluginStats::add(&self.stats.events_out, count as u64);
+        true
+    }
+
+    fn save_positions(&self) {
+        let Some(db) = &self.cfg.position_db else {
+            return;
+        };
+        let mut text = String::new();
+        for (ino, (path, off)) in &self.positions {
+            text.push_str(&format!("{path}\t{ino}\t{off}\n"));
+        }
+        let tmp = format!("{db}.tmp");
+        if let Err(e) = std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, db)) {
+            tracing::warn!(input = %self.name, path = %db, error = %e, "cannot save the position database");
+        }
+    }
+}
+
+/// A batch read from a file: PackedForward entries and their count.
+type Lines = (Bytes, u32);
+
+/// Reads up to one block from `f` and turns its complete lines into entries.
+/// Returns the entries and their count (when there were lines), the bytes
+/// consumed from the file, and whether the file is at its end for now.
+fn read_lines(
+    f: &mut Followed,
+    cfg: &TailConfig,
+    max_line: usize,
+    stats: &PluginStats,
+    name: &str,
+) -> std::io::Result<(Option<Lines>, u64, bool)> {
+    // copytruncate: the file is now shorter than what was read.
+    let len = f.file.metadata()?.len();
+    let read_end = f.offset + f.partial.len() as u64;
+    if len < read_end {
+        tracing::info!(input = %name, path = %f.path.display(), "file truncated; reading from its start");
+        f.file.seek(SeekFrom::Start(0))?;
+        f.offset = 0;
+        f.partial.clear();
+        f.skipping = false;
+    }
+    let start = f.partial.len();
+    f.partial.resize(start + BLOCK, 0);
+    let n = f.file.read(&mut f.partial[start..])?;
+    f.partial.truncate(start + n);
+    let at_end = n < BLOCK;
+    let key = cfg
+        .parser
+        .as_ref()
+        .map_or("message", |p| p.message_key.as_str())
+        .as_bytes();
+    let path = f.path.to_string_lossy();
+    let mut out = Vec::with_capacity(f.partial.len() + f.partial.len() / 8);
+    let now = EventTime::now();
+    let count = std::cell::Cell::new(0u32);
+    let mut pos = 0;
+    let data = &f.partial[..];
+    let emit = |line: &[u8], out: &mut Vec<u8>| {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        out.push(0x92);
+        out.extend_from_slice(&now.to_bytes());
+        write_map_len(out, if cfg.path_key.is_some() { 2 } else { 1 });
+        write_str(out, key);
+        write_str(out, line);
+        if let Some(k) = &cfg.path_key {
+            write_str(out, k.as_bytes());
+            write_str(out, path.as_bytes());
+        }
+        count.set(count.get() + 1);
+    };
+    while let Some(nl) = memchr::memchr(b'\n', &data[pos..]) {
+        let line = &data[pos..pos + nl];
+        if f.skipping {
+            f.skipping = false; // the end of a skipped long line
+        } else if line.len() > max_line {
+            long_line(line, cfg, max_line, stats, name, &f.path, &mut |l| {
+                emit(l, &mut out)
+            });
+        } else {
+            emit(line, &mut out);
+        }
+        pos += nl + 1;
+        if count.get() as usize >= cfg.batch_lines {
+            break;
+        }
+    }
+    // A partial line that already exceeds the limit is handled now, so memory stays bounded.
+    let rest = data.len() - pos;
+    if rest > max_line && memchr::memchr(b'\n', &data[pos..]).is_none() {
+        if !f.skipping {
+            long_line(
+                &data[pos..],
+                cfg,
+                max_line,
+                stats,
+                name,
+                &f.path,
+                &mut |l| emit(l, &mut out),
+            );
+        }
+        f.skipping = cfg.long_lines == LongLines::Skip;
+        pos = data.len();
+    }
+    f.partial.drain(..pos);
+    let done = at_end && memchr::memchr(b'\n', &f.partial).is_none();
+    // A retired (rotated) file's unterminated last line is an event too.
+    if f.retired && done && !f.partial.is_empty() {
+        let last = std::mem::take(&mut f.partial);
+        emit(&last, &mut out);
+        pos += last.len();
+    }
+    let count = count.get();
+    let batch = (count > 0).then(|| (Bytes::from(out), count));
+    Ok((batch, pos as u64, done))
+}
+
+fn long_line(
+    line: &[u8],
+    cfg: &TailConfig,
+    max_line: usize,
+    stats: &PluginStats,
+    name: &str,
+    path: &Path,
+    emit: &mut dyn FnMut(&[u8]),
+) {
+    PluginStats::add(&stats.errors, 1);
+    match cfg.long_lines {
+        LongLines::Split => {
+            tracing::warn!(input = %name, path = %path.display(), bytes = line.len(), limit = max_line,
+                "line longer than max_line_size: split into pieces");
+            for piece in line.chunks(max_line.max(1)) {
+                emit(piece);
+            }
+        }
+        LongLines::Skip => {
+            tracing::warn!(input = %name, path = %path.display(), bytes = line.len(), limit = max_line,
+                "line longer than max_line_size: skipped");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_embed_the_path() {
+        assert_eq!(
+            tag_for("app.*", Path::new("/var/log/foo.log")),
+            "app.var.log.foo.log"
+        );
+        assert_eq!(tag_for("fixed", Path::new("/x")), "fixed");
+    }
+}
