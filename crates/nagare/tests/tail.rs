@@ -149,3 +149,47 @@ fn long_lines_are_split_or_skipped() {
         assert_eq!(got, want, "policy {policy}");
     }
 }
+
+#[test]
+fn nagare_bench_file_transfer_through_the_tail_input() {
+    // issue 4's file-transfer case, run by `nagare bench` against this daemon.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let sink_port = free_port();
+    let cfg = format!(
+        r#"
+[[input]]
+type = "tail"
+path = "{}/in.log"
+tag = "file.in"
+refresh_interval = "100ms"
+poll_interval = "20ms"
+[[output]]
+type = "forward"
+match = "**"
+heartbeat_type = "none"
+[[output.server]]
+address = "127.0.0.1:{sink_port}"
+[output.buffer]
+flush_interval = "50ms"
+"#,
+        d.display()
+    );
+    std::fs::write(d.join("tail.toml"), cfg).unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["bench", "--file-config"])
+        .arg(d.join("tail.toml"))
+        .args(["--nagare-bin", BIN, "--sink"])
+        .arg(format!("127.0.0.1:{sink_port}"))
+        .args(["--file-sizes", "10,1024", "--file-rate", "20000"])
+        .args(["--duration", "1s", "--warmup", "1s", "--no-png", "--out"])
+        .arg(d.join("report"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let csv = std::fs::read_to_string(d.join("report/results.csv")).unwrap();
+    let rows: Vec<&str> = csv.lines().filter(|l| l.contains("tail")).collect();
+    assert_eq!(rows.len(), 2, "{csv}");
+    assert!(err.matches("lost 0 dup 0").count() >= 2, "{err}");
+}
