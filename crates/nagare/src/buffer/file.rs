@@ -18,6 +18,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -41,10 +42,57 @@ pub struct Recovered {
     pub path: PathBuf,
 }
 
+/// A chunk file with group commit: an fsync covers every record written
+/// before it started, so appends waiting at the same time share one fsync.
+pub struct SyncedFile {
+    file: File,
+    /// Records appended so far.
+    written: AtomicU64,
+    /// Records known to be on disk.
+    synced: AtomicU64,
+    /// One fsync at a time; waiters behind it usually find their record synced.
+    lock: tokio::sync::Mutex<()>,
+}
+
+impl SyncedFile {
+    fn new(file: File) -> Arc<SyncedFile> {
+        Arc::new(SyncedFile {
+            file,
+            written: AtomicU64::new(0),
+            synced: AtomicU64::new(0),
+            lock: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// Returns once record number `record` (and all before it) is on disk.
+    pub async fn sync_to(self: &Arc<Self>, record: u64) -> io::Result<()> {
+        if self.synced.load(Ordering::Acquire) >= record {
+            return Ok(());
+        }
+        let _one_at_a_time = self.lock.lock().await;
+        if self.synced.load(Ordering::Acquire) >= record {
+            return Ok(());
+        }
+        let upto = self.written.load(Ordering::Acquire);
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || me.file.sync_data())
+            .await
+            .map_err(io::Error::other)??;
+        self.synced.fetch_max(upto, Ordering::Release);
+        Ok(())
+    }
+}
+
+/// What an append must wait for before its ack: record `record` of `file`.
+#[derive(Clone)]
+pub struct SyncTicket {
+    pub file: Arc<SyncedFile>,
+    pub record: u64,
+}
+
 pub struct ChunkFile {
-    /// Shared, so an fsync can run outside the buffer's lock without a dup(2)
-    /// per batch.
-    file: Arc<File>,
+    /// Shared, so fsyncs run outside the buffer's lock, grouped.
+    file: Arc<SyncedFile>,
     pub path: PathBuf,
     /// Bytes of whole records (and the header) written so far.
     len: u64,
@@ -146,7 +194,7 @@ impl FileStore {
         fs::create_dir_all(&dir)?;
         let mut f = create_chunk_file(&dir, id, tag)?;
         f.append(segments, count)?;
-        f.file.sync_data()?;
+        f.file.file.sync_data()?;
         Ok(f.path)
     }
 
@@ -205,7 +253,7 @@ fn create_chunk_file(dir: &Path, id: &[u8; 16], tag: &str) -> io::Result<ChunkFi
         return Err(e);
     }
     Ok(ChunkFile {
-        file: Arc::new(file),
+        file: SyncedFile::new(file),
         path,
         len: h.len() as u64,
     })
@@ -227,23 +275,27 @@ impl ChunkFile {
         let mut bufs: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
         bufs.push(&head);
         bufs.extend(parts.iter().map(|p| &p[..]));
-        match write_all_vectored(&self.file, &bufs) {
+        match write_all_vectored(&self.file.file, &bufs) {
             Ok(()) => {
                 self.len += (RECORD_HEADER + len) as u64;
+                self.file.written.fetch_add(1, Ordering::AcqRel);
                 Ok(())
             }
             Err(e) => {
                 // A short write (disk full) must not leave half a record that
                 // later records would follow.
-                let _ = self.file.set_len(self.len);
+                let _ = self.file.file.set_len(self.len);
                 Err(e)
             }
         }
     }
 
-    /// A second handle on the same file, to fsync outside the buffer's lock.
-    pub fn handle(&self) -> Arc<File> {
-        self.file.clone()
+    /// What the last append waits for to be durable.
+    pub fn ticket(&self) -> SyncTicket {
+        SyncTicket {
+            file: self.file.clone(),
+            record: self.file.written.load(Ordering::Acquire),
+        }
     }
 }
 

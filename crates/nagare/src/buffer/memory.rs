@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 
-use super::file::{ChunkFile, FileStore, Recovered};
+use super::file::{ChunkFile, FileStore, Recovered, SyncTicket};
 use super::{BufferConfig, OverflowAction, SyncMode};
 use crate::outputs::{FlushError, Output};
 use crate::stats::PluginStats;
@@ -151,8 +151,8 @@ fn remove_file(chunk: &Chunk) {
     }
 }
 
-/// A chunk file to fsync after an append, when the sync policy asks for it.
-type SyncHandle = Arc<std::fs::File>;
+/// Chunk file records to have on disk after an append, when the sync policy asks for it.
+type SyncHandle = SyncTicket;
 
 /// Why an append was refused.
 #[derive(Debug, thiserror::Error)]
@@ -291,7 +291,7 @@ impl Buffer {
                 let over = st.bytes > 0 && st.bytes + len > self.cfg.total_limit_size.0 as usize;
                 if !over {
                     match self.append_pieces(&mut st, tag, parts, count, len) {
-                        Ok((file, ids)) => {
+                        Ok((files, ids)) => {
                             let rx = if delivery {
                                 ids.iter()
                                     .map(|id| self.wait_delivery(&mut st, *id))
@@ -299,7 +299,7 @@ impl Buffer {
                             } else {
                                 Vec::new()
                             };
-                            Some((file, rx))
+                            Some((files, rx))
                         }
                         // Disk full or unwritable: "block" waits for space (delivered
                         // chunks free theirs), "throw" and "drop_oldest_chunk" refuse.
@@ -401,7 +401,7 @@ impl Buffer {
             let store = self.store.as_ref().expect("file buffer");
             f.append(parts, count)
                 .map_err(|e| self.disk_error(store, e))?;
-            handle = Some(f.handle());
+            handle = Some(f.ticket());
         }
         for p in parts {
             s.push(p);
@@ -436,24 +436,30 @@ impl Buffer {
         parts: &[Bytes],
         count: u32,
         len: usize,
-    ) -> Result<(Option<SyncHandle>, Vec<[u8; 16]>), AppendError> {
+    ) -> Result<(Vec<SyncHandle>, Vec<[u8; 16]>), AppendError> {
         let max_len = self.cfg.chunk_limit_size.0 as usize;
         let max_count = self.cfg.chunk_limit_records.unwrap_or(u32::MAX);
         let mut ids = Vec::new();
-        let mut file = None;
+        // Every chunk file the pieces went into must be synced, not just the last.
+        let mut files: Vec<SyncHandle> = Vec::new();
         if len <= max_len && count <= max_count {
             let (f, id) = self.append_locked(st, tag, parts, count, len)?;
-            return Ok((f, vec![id]));
+            return Ok((f.into_iter().collect(), vec![id]));
         }
         for (piece, n) in split_batch(parts, max_count, max_len) {
             let plen = piece.iter().map(|p| p.len()).sum();
             let (f, id) = self.append_locked(st, tag, &piece, n, plen)?;
-            file = f.or(file);
+            if let Some(t) = f {
+                match files.iter_mut().find(|x| Arc::ptr_eq(&x.file, &t.file)) {
+                    Some(x) => x.record = x.record.max(t.record),
+                    None => files.push(t),
+                }
+            }
             if ids.last() != Some(&id) {
                 ids.push(id);
             }
         }
-        Ok((file, ids))
+        Ok((files, ids))
     }
 
     fn disk_error(&self, store: &FileStore, e: std::io::Error) -> AppendError {
@@ -479,8 +485,7 @@ impl Buffer {
     }
 
     /// Makes a chunk file's new record durable when the policy asks for it.
-    async fn sync(&self, file: Option<SyncHandle>, durable: bool) -> Result<(), AppendError> {
-        let Some(f) = file else { return Ok(()) };
+    async fn sync(&self, files: Vec<SyncHandle>, durable: bool) -> Result<(), AppendError> {
         let wanted = match self.cfg.sync {
             SyncMode::Always => true,
             SyncMode::Ack => durable,
@@ -489,14 +494,13 @@ impl Buffer {
         if !wanted {
             return Ok(());
         }
-        match tokio::task::spawn_blocking(move || f.sync_data()).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(e)) => Err(AppendError::Disk(self.name.clone(), format!("fsync: {e}"))),
-            Err(e) => Err(AppendError::Disk(
-                self.name.clone(),
-                format!("fsync task: {e}"),
-            )),
+        for t in files {
+            t.file
+                .sync_to(t.record)
+                .await
+                .map_err(|e| AppendError::Disk(self.name.clone(), format!("fsync: {e}")))?;
         }
+        Ok(())
     }
 
     /// Queues staged chunks older than `flush_interval` (all of them when `all`).
