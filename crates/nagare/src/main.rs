@@ -9,6 +9,7 @@ mod formats;
 mod inputs;
 mod monitor;
 mod outputs;
+mod parsers;
 mod router;
 mod stats;
 

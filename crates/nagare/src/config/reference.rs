@@ -8,11 +8,12 @@ use serde_json::Value;
 use crate::buffer::BufferConfig;
 use crate::config::{MonitorConfig, SystemConfig};
 use crate::inputs::forward::{ForwardInputConfig, UserConfig};
-use crate::inputs::tail::{ParserConfig, TailConfig};
+use crate::inputs::tail::TailConfig;
 use crate::outputs::file::FileConfig;
 use crate::outputs::forward::{ForwardOutputConfig, ServerConfig};
 use crate::outputs::null::NullConfig;
 use crate::outputs::stdout::StdoutConfig;
+use crate::parsers::ParserConfig;
 
 pub const BEGIN: &str =
     "<!-- BEGIN GENERATED: option tables (cargo test regenerates with NAGARE_UPDATE_DOCS=1) -->";
@@ -31,7 +32,7 @@ fn sections() -> Vec<(&'static str, &'static str, String)> {
         ("`[[input.users]]`", "Users allowed by a forward input with `shared_key`.", table::<UserConfig>(&[])),
         (
             "`[[input]]` `type = \"tail\"`",
-            "Follows files and turns each line into an event `{\"message\": \"<line>\"}`; rotation (rename and copytruncate), truncation and deletion are detected; positions survive restarts.",
+            "Follows files and turns each line into an event: `{\"message\": \"<line>\"}` with the default parser `none`, or the record its `[input.parser]` makes; rotation (rename and copytruncate), truncation and deletion are detected; positions survive restarts.",
             table::<TailConfig>(&["parser"]),
         ),
         ("`[input.parser]`", "The parser of a tail input.", table::<ParserConfig>(&[])),

@@ -1,5 +1,6 @@
 //! `tail`: follows files matching globs and turns each line into an event
-//! `{"message": "<line>"}` (parser `none`), like Fluentd's in_tail.
+//! `{"message": "<line>"}` (parser `none`) or the record its parser makes
+//! (`[input.parser]`, see parsers/), like Fluentd's in_tail.
 //!
 //! Files are read in big blocks and split on newlines with memchr; a batch's
 //! entries are written straight into one buffer (no allocation per line). The
@@ -25,6 +26,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::config::units::{Dur, Size};
+use crate::parsers::{Parser, ParserConfig};
 use crate::router::Router;
 use crate::stats::PluginStats;
 
@@ -54,21 +56,6 @@ pub enum LongLines {
     Split,
     /// Drop the longer line (counted as an error of the input, and logged).
     Skip,
-}
-
-#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ParserConfig {
-    /// Only "none" in this version: the whole line goes to `message_key`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// The field the line goes to (default "message").
-    #[serde(default = "default_message_key")]
-    pub message_key: String,
-}
-
-fn default_message_key() -> String {
-    "message".into()
 }
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -106,9 +93,9 @@ pub struct TailConfig {
     /// Lines per batch at most (default 10000).
     #[serde(default = "default_batch")]
     pub batch_lines: usize,
-    /// `[input.parser]`; only type "none" in this version.
+    /// `[input.parser]`: how a line becomes a record (default type "none").
     #[serde(default)]
-    pub parser: Option<ParserConfig>,
+    pub parser: Option<Box<ParserConfig>>,
 }
 
 fn default_refresh() -> Dur {
@@ -139,6 +126,12 @@ struct Followed {
     skipping: bool,
     /// Renamed or deleted: read to the end, then forget.
     retired: bool,
+    /// Parser "multiline": the event being gathered (lines joined with
+    /// "\n"), the file bytes it covers (just past `offset`: the position is
+    /// saved before it, so a restart reads it again), and when it last grew.
+    ml: Option<Vec<u8>>,
+    ml_bytes: u64,
+    ml_at: Instant,
     tag: Arc<str>,
 }
 
@@ -158,14 +151,8 @@ pub async fn start(
     stats: Arc<PluginStats>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {
-    if let Some(p) = &cfg.parser {
-        if p.kind != "none" {
-            anyhow::bail!(
-                "{name}: parser type {:?} is not available in this version (only \"none\")",
-                p.kind
-            );
-        }
-    }
+    let parser = Parser::new(&cfg.parser.as_deref().cloned().unwrap_or_default())
+        .map_err(|e| anyhow::anyhow!("{name}: [input.parser]: {e}"))?;
     let globs: Vec<glob::Pattern> = cfg
         .path
         .list()
@@ -186,6 +173,7 @@ pub async fn start(
         name: name.to_string(),
         positions: load_positions(cfg.position_db.as_deref()),
         cfg,
+        parser,
         globs,
         excludes,
         router,
@@ -219,6 +207,7 @@ pub async fn start(
 struct Tailer {
     name: String,
     cfg: TailConfig,
+    parser: Parser,
     globs: Vec<glob::Pattern>,
     excludes: Vec<glob::Pattern>,
     router: Arc<Router>,
@@ -308,6 +297,9 @@ impl Tailer {
                     partial: Vec::new(),
                     skipping: false,
                     retired: false,
+                    ml: None,
+                    ml_bytes: 0,
+                    ml_at: Instant::now(),
                     tag,
                 },
             );
@@ -328,6 +320,7 @@ impl Tailer {
             let (batch, consumed, done) = match read_lines(
                 &mut f,
                 &self.cfg,
+                &self.parser,
                 max_line,
                 &self.stats,
                 &self.name,
@@ -409,30 +402,31 @@ type Lines = (Bytes, u32);
 fn read_lines(
     f: &mut Followed,
     cfg: &TailConfig,
+    parser: &Parser,
     max_line: usize,
     stats: &PluginStats,
     name: &str,
 ) -> std::io::Result<(Option<Lines>, u64, bool)> {
     // copytruncate: the file is now shorter than what was read.
     let len = f.file.metadata()?.len();
-    let read_end = f.offset + f.partial.len() as u64;
+    let read_end = f.offset + f.ml_bytes + f.partial.len() as u64;
     if len < read_end {
         tracing::info!(input = %name, path = %f.path.display(), "file truncated; reading from its start");
         f.file.seek(SeekFrom::Start(0))?;
         f.offset = 0;
         f.partial.clear();
         f.skipping = false;
+        f.ml = None;
+        f.ml_bytes = 0;
     }
     let start = f.partial.len();
     f.partial.resize(start + BLOCK, 0);
     let n = f.file.read(&mut f.partial[start..])?;
     f.partial.truncate(start + n);
     let at_end = n < BLOCK;
-    let key = cfg
-        .parser
-        .as_ref()
-        .map_or("message", |p| p.message_key.as_str())
-        .as_bytes();
+    let key = parser.message_key().as_bytes();
+    let fast = parser.is_none();
+    let parse_errors = std::cell::Cell::new(0u64);
     let path = f.path.to_string_lossy();
     let mut out = Vec::with_capacity(f.partial.len() + f.partial.len() / 8);
     let now = EventTime::now();
@@ -442,7 +436,23 @@ fn read_lines(
     let emit = |line: &[u8], out: &mut Vec<u8>| {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         out.push(0x92);
+        let at = out.len();
         out.extend_from_slice(&now.to_bytes());
+        count.set(count.get() + 1);
+        if !fast {
+            let extra = cfg
+                .path_key
+                .as_ref()
+                .map(|k| (k.as_bytes(), path.as_bytes()));
+            let parsed = parser.parse_with(line, extra.as_slice(), out);
+            if let Some(t) = parsed.time {
+                out[at..at + 10].copy_from_slice(&t.to_bytes());
+            }
+            if !parsed.ok {
+                parse_errors.set(parse_errors.get() + 1);
+            }
+            return;
+        }
         write_map_len(out, if cfg.path_key.is_some() { 2 } else { 1 });
         write_str(out, key);
         write_str(out, line);
@@ -450,7 +460,40 @@ fn read_lines(
             write_str(out, k.as_bytes());
             write_str(out, path.as_bytes());
         }
-        count.set(count.get() + 1);
+    };
+    // Parser "multiline": lines are gathered into events first; `at` is
+    // where the line starts in `data` (the pending event may have started
+    // before it: at -ml_before).
+    let multiline = parser.multiline();
+    let ml_before = f.ml_bytes;
+    let mut pend = f.ml.take();
+    let mut pend_start = -(ml_before as i64);
+    let mut fed = false;
+    let mut feed = |line: &[u8], at: usize, out: &mut Vec<u8>| {
+        let Some((first, _)) = multiline else {
+            emit(line, out);
+            return;
+        };
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        fed = true;
+        match &mut pend {
+            Some(p) if !first.is_match(line) => {
+                p.push(b'\n');
+                p.extend_from_slice(line);
+                // Bounded: an event past max_line_size goes out as it is.
+                if p.len() > max_line {
+                    emit(p, out);
+                    pend = None;
+                }
+            }
+            _ => {
+                if let Some(p) = pend.take() {
+                    emit(&p, out);
+                }
+                pend = Some(line.to_vec());
+                pend_start = at as i64;
+            }
+        }
     };
     while let Some(nl) = memchr::memchr(b'\n', &data[pos..]) {
         let line = &data[pos..pos + nl];
@@ -458,10 +501,10 @@ fn read_lines(
             f.skipping = false; // the end of a skipped long line
         } else if line.len() > max_line {
             long_line(line, cfg, max_line, stats, name, &f.path, &mut |l| {
-                emit(l, &mut out)
+                feed(l, pos, &mut out)
             });
         } else {
-            emit(line, &mut out);
+            feed(line, pos, &mut out);
         }
         pos += nl + 1;
         if count.get() as usize >= cfg.batch_lines {
@@ -479,7 +522,7 @@ fn read_lines(
                 stats,
                 name,
                 &f.path,
-                &mut |l| emit(l, &mut out),
+                &mut |l| feed(l, pos, &mut out),
             );
         }
         f.skipping = cfg.long_lines == LongLines::Skip;
@@ -490,12 +533,32 @@ fn read_lines(
     // A retired (rotated) file's unterminated last line is an event too.
     if f.retired && done && !f.partial.is_empty() {
         let last = std::mem::take(&mut f.partial);
-        emit(&last, &mut out);
+        feed(&last, pos, &mut out);
         pos += last.len();
+    }
+    // The gathered event goes out at the end of a rotated file, or when no
+    // line came for the flush interval; else it waits (not yet consumed).
+    let mut ml_after = 0u64;
+    if let (Some(p), Some((_, flush))) = (pend, multiline) {
+        if fed {
+            f.ml_at = Instant::now();
+        }
+        if done && (f.retired || f.ml_at.elapsed() >= flush) {
+            emit(&p, &mut out);
+        } else {
+            ml_after = (pos as i64 - pend_start) as u64;
+            f.ml = Some(p);
+        }
+    }
+    f.ml_bytes = ml_after;
+    let consumed = ml_before + pos as u64 - ml_after;
+    if parse_errors.get() > 0 {
+        PluginStats::add(&stats.errors, parse_errors.get());
+        tracing::debug!(input = %name, path = %f.path.display(), lines = parse_errors.get(), "lines that did not parse kept with parse_error");
     }
     let count = count.get();
     let batch = (count > 0).then(|| (Bytes::from(out), count));
-    Ok((batch, pos as u64, done))
+    Ok((batch, consumed, done))
 }
 
 fn long_line(
