@@ -126,6 +126,11 @@ impl Ctx<'_> {
 
     /// The line where `key` is set, searching from `from`; else the line of `from`.
     fn key_line(&self, from: usize, key: &str) -> usize {
+        // A nested key ("parser.type"): find its table first, then the key in it.
+        if let Some((table, rest)) = key.split_once('.') {
+            let at = self.table_offset(from, table).unwrap_or(from);
+            return self.key_line(at, rest);
+        }
         let mut offset = from.min(self.text.len());
         for line in self.text[offset..].split_inclusive('\n') {
             let t = line.trim_start().trim_start_matches('"');
@@ -146,6 +151,25 @@ impl Ctx<'_> {
             offset += line.len();
         }
         self.line_of(from)
+    }
+
+    /// Where the sub-table `name` of the section at `from` starts: its header
+    /// (`[input.parser]`) or an inline `parser = {…}`.
+    fn table_offset(&self, from: usize, name: &str) -> Option<usize> {
+        let mut offset = from.min(self.text.len());
+        for line in self.text[offset..].split_inclusive('\n') {
+            let t = line.trim();
+            let header =
+                t.starts_with('[') && t.trim_end_matches(']').ends_with(&format!(".{name}"));
+            let inline = t
+                .strip_prefix(name)
+                .is_some_and(|r| r.trim_start().starts_with('='));
+            if header || inline {
+                return Some(offset);
+            }
+            offset += line.len();
+        }
+        None
     }
 
     fn error(&mut self, at: usize, key: &str, message: impl Into<String>) {
@@ -504,6 +528,10 @@ mod tests {
         let e = parse(text, "v.toml").unwrap_err();
         assert_eq!(e[0].line, 3, "{e:?}");
         assert!(e[0].message.contains("NAGARE_TEST_UNSET_VAR"), "{e:?}");
+
+        let text = "[[input]]\ntype = \"tail\"\npath = \"/x\"\ntag = \"t\"\n[input.parser]\ntype = \"nope\"\n";
+        let e = parse(text, "p.toml").unwrap_err();
+        assert_eq!((e[0].line, e[0].key.as_str()), (6, "parser.type"), "{e:?}");
 
         let text = "[[input]]\ntype = \"nope\"\n";
         let e = parse(text, "z.toml").unwrap_err();
