@@ -292,7 +292,20 @@ pub fn parse(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
         };
         let spec = match ty.as_str() {
             "forward" => ctx.typed(table, at, "").map(InputSpec::Forward),
-            "tail" => ctx.typed(table, at, "").map(InputSpec::Tail),
+            "tail" => ctx
+                .typed::<crate::inputs::tail::TailConfig>(table, at, "")
+                .and_then(|t| {
+                    // Regexes and required keys are checked here too, so `nagare check` catches them.
+                    match crate::parsers::Parser::new(
+                        &t.parser.as_deref().cloned().unwrap_or_default(),
+                    ) {
+                        Ok(_) => Some(InputSpec::Tail(t)),
+                        Err(e) => {
+                            ctx.error(at, "parser", format!("{e:#}"));
+                            None
+                        }
+                    }
+                }),
             other => {
                 ctx.error(
                     at,
@@ -532,6 +545,10 @@ mod tests {
         let text = "[[input]]\ntype = \"tail\"\npath = \"/x\"\ntag = \"t\"\n[input.parser]\ntype = \"nope\"\n";
         let e = parse(text, "p.toml").unwrap_err();
         assert_eq!((e[0].line, e[0].key.as_str()), (6, "parser.type"), "{e:?}");
+
+        let text = "[[input]]\ntype = \"tail\"\npath = \"/x\"\ntag = \"t\"\n[input.parser]\ntype = \"regex\"\nexpression = \"(unclosed\"\n";
+        let e = parse(text, "r.toml").unwrap_err();
+        assert_eq!(e[0].line, 5, "{e:?}");
 
         let text = "[[input]]\ntype = \"nope\"\n";
         let e = parse(text, "z.toml").unwrap_err();
