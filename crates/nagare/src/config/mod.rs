@@ -306,11 +306,26 @@ pub fn parse(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
                         }
                     }
                 }),
+            "directory" => ctx
+                .typed::<crate::inputs::directory::DirectoryConfig>(table, at, "")
+                .and_then(|d| {
+                    match crate::parsers::Parser::new(
+                        &d.parser.as_deref().cloned().unwrap_or_default(),
+                    ) {
+                        Ok(_) => Some(InputSpec::Directory(d)),
+                        Err(e) => {
+                            ctx.error(at, "parser", format!("{e:#}"));
+                            None
+                        }
+                    }
+                }),
             other => {
                 ctx.error(
                     at,
                     "type",
-                    format!("unknown input type {other:?}; expected one of: forward, tail"),
+                    format!(
+                        "unknown input type {other:?}; expected one of: forward, tail, directory"
+                    ),
                 );
                 None
             }

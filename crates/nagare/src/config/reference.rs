@@ -35,6 +35,11 @@ fn sections() -> Vec<(&'static str, &'static str, String)> {
             "Follows files and turns each line into an event: `{\"message\": \"<line>\"}` with the default parser `none`, or the record its `[input.parser]` makes; rotation (rename and copytruncate), truncation and deletion are detected; positions survive restarts.",
             table::<TailConfig>(&["parser"]),
         ),
+        (
+            "`[[input]]` `type = \"directory\"`",
+            "A drop box: every file created in the folder tree, or appended to, is shipped line by line from its start, tagged by its relative path; `remove_after` removes shipped files.",
+            table::<crate::inputs::directory::DirectoryConfig>(&["parser"]),
+        ),
         ("`[input.parser]`", "The parser of a tail input.", table::<ParserConfig>(&[])),
         (
             "`[[output]]` (every type)",

@@ -1,5 +1,6 @@
 //! Inputs: sources of batches. Each input type lives in its own file.
 
+pub mod directory;
 pub mod forward;
 pub mod tail;
 
@@ -15,6 +16,7 @@ use crate::stats::Registry;
 pub enum InputSpec {
     Forward(forward::ForwardInputConfig),
     Tail(tail::TailConfig),
+    Directory(directory::DirectoryConfig),
 }
 
 impl InputSpec {
@@ -22,6 +24,7 @@ impl InputSpec {
         match self {
             InputSpec::Forward(_) => "forward",
             InputSpec::Tail(_) => "tail",
+            InputSpec::Directory(_) => "directory",
         }
     }
 }
@@ -42,5 +45,6 @@ pub async fn start(
             forward::start(name, c.clone(), router, stats, workers, shutdown).await
         }
         InputSpec::Tail(c) => tail::start(name, c.clone(), router, stats, shutdown).await,
+        InputSpec::Directory(c) => directory::start(name, c.clone(), router, stats, shutdown).await,
     }
 }

@@ -133,6 +133,17 @@ struct Followed {
     ml_bytes: u64,
     ml_at: Instant,
     tag: Arc<str>,
+    /// When the file last gave new bytes (for the directory input's remove_after).
+    grew_at: Instant,
+}
+
+/// What the `directory` input changes in the tail machinery.
+#[derive(Default)]
+pub struct DirectoryMode {
+    /// Tags are made from the path relative to this folder.
+    pub root: PathBuf,
+    /// Remove a file once it was read to its end and has not grown for this long.
+    pub remove_after: Option<Duration>,
 }
 
 pub fn tag_for(pattern: &str, path: &Path) -> String {
@@ -147,6 +158,18 @@ pub fn tag_for(pattern: &str, path: &Path) -> String {
 pub async fn start(
     name: &str,
     cfg: TailConfig,
+    router: Arc<Router>,
+    stats: Arc<PluginStats>,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<Vec<JoinHandle<()>>> {
+    start_with(name, cfg, None, router, stats, shutdown).await
+}
+
+/// Starts the tail machinery, for `tail` or (with `dir`) the `directory` input.
+pub async fn start_with(
+    name: &str,
+    cfg: TailConfig,
+    dir: Option<DirectoryMode>,
     router: Arc<Router>,
     stats: Arc<PluginStats>,
     shutdown: watch::Receiver<bool>,
@@ -180,6 +203,7 @@ pub async fn start(
         stats,
         files: HashMap::new(),
         first_scan: true,
+        dir,
     };
     let mut sd = shutdown;
     Ok(vec![tokio::spawn(async move {
@@ -217,6 +241,7 @@ struct Tailer {
     /// Saved positions by inode: (path, offset).
     positions: HashMap<u64, (String, u64)>,
     first_scan: bool,
+    dir: Option<DirectoryMode>,
 }
 
 fn load_positions(path: Option<&str>) -> HashMap<u64, (String, u64)> {
@@ -286,7 +311,10 @@ impl Tailer {
                 continue;
             }
             tracing::info!(input = %self.name, path = %path.display(), offset, "following file");
-            let tag: Arc<str> = Arc::from(tag_for(&self.cfg.tag, &path));
+            let tag: Arc<str> = Arc::from(match &self.dir {
+                Some(d) => tag_for(&self.cfg.tag, path.strip_prefix(&d.root).unwrap_or(&path)),
+                None => tag_for(&self.cfg.tag, &path),
+            });
             self.files.insert(
                 ino,
                 Followed {
@@ -301,6 +329,7 @@ impl Tailer {
                     ml_bytes: 0,
                     ml_at: Instant::now(),
                     tag,
+                    grew_at: Instant::now(),
                 },
             );
         }
@@ -342,6 +371,7 @@ impl Tailer {
                 }
             }
             if consumed > 0 {
+                f.grew_at = Instant::now();
                 f.offset += consumed;
                 self.positions
                     .insert(ino, (f.path.to_string_lossy().into_owned(), f.offset));
@@ -353,6 +383,22 @@ impl Tailer {
             }
             if !done {
                 busy = true;
+            }
+            let idle_for = self.dir.as_ref().and_then(|d| d.remove_after);
+            if let Some(wait) = idle_for {
+                if done && f.partial.is_empty() && f.ml.is_none() && f.grew_at.elapsed() >= wait {
+                    // Drop box: shipped and quiet for remove_after.
+                    match std::fs::remove_file(&f.path) {
+                        Ok(()) => {
+                            tracing::info!(input = %self.name, path = %f.path.display(), "shipped; file removed");
+                            self.positions.remove(&ino);
+                            continue;
+                        }
+                        Err(e) => {
+                            tracing::warn!(input = %self.name, path = %f.path.display(), error = %e, "cannot remove a shipped file")
+                        }
+                    }
+                }
             }
             self.files.insert(ino, f);
         }

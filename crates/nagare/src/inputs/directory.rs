@@ -1,0 +1,102 @@
+//! `directory`: a drop box. Every file created in the folder tree, or
+//! appended to, is shipped line by line from its start, tagged by its path
+//! relative to the folder; with `remove_after`, a file is removed once it was
+//! shipped and has stayed unchanged that long (`cat data > dir/x` and forget
+//! it). Built on the tail input's machinery (positions, rotation, parsers).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::tail::{self, DirectoryMode, LongLines, OneOrMany, TailConfig};
+use crate::config::units::{Dur, Size};
+use crate::parsers::ParserConfig;
+use crate::router::Router;
+use crate::stats::PluginStats;
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DirectoryConfig {
+    /// The folder to watch (its whole tree).
+    pub path: String,
+    /// The events' tag; a `*` is replaced by the file's path relative to the
+    /// folder, `/` as `.` (`drop.*` + `app/x.log` = `drop.app.x.log`).
+    #[serde(default = "default_tag")]
+    pub tag: String,
+    /// Globs (matched against the whole path or the file name) to leave out.
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// Remove a file once it was shipped and has not changed for this long (default: keep files).
+    #[serde(default)]
+    pub remove_after: Option<Dur>,
+    /// File that keeps each file's read position across restarts.
+    #[serde(default)]
+    pub position_db: Option<String>,
+    /// How often the folder is scanned for new files (default "1s").
+    #[serde(default = "default_refresh")]
+    pub refresh_interval: Dur,
+    /// How often files are checked for new lines (default "100ms").
+    #[serde(default = "default_poll")]
+    pub poll_interval: Dur,
+    /// Longest line kept whole (default "1MiB").
+    #[serde(default = "default_max_line")]
+    pub max_line_size: Size,
+    /// What happens to a longer line: "split" (default) or "skip".
+    #[serde(default)]
+    pub long_lines: LongLines,
+    /// Add the file's path to each record under this key.
+    #[serde(default)]
+    pub path_key: Option<String>,
+    /// `[input.parser]` (default "none": the line in `message`).
+    #[serde(default)]
+    pub parser: Option<Box<ParserConfig>>,
+}
+
+fn default_tag() -> String {
+    "dir.*".into()
+}
+fn default_refresh() -> Dur {
+    Dur(std::time::Duration::from_secs(1))
+}
+fn default_poll() -> Dur {
+    Dur(std::time::Duration::from_millis(100))
+}
+fn default_max_line() -> Size {
+    Size(1 << 20)
+}
+
+pub async fn start(
+    name: &str,
+    cfg: DirectoryConfig,
+    router: Arc<Router>,
+    stats: Arc<PluginStats>,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<Vec<JoinHandle<()>>> {
+    std::fs::create_dir_all(&cfg.path)
+        .map_err(|e| anyhow::anyhow!("{name}: cannot create the folder {}: {e}", cfg.path))?;
+    let root = PathBuf::from(&cfg.path);
+    let glob_root = glob::Pattern::escape(cfg.path.trim_end_matches('/'));
+    let tail_cfg = TailConfig {
+        path: OneOrMany::One(format!("{glob_root}/**/*")),
+        exclude: cfg.exclude,
+        tag: cfg.tag,
+        position_db: cfg.position_db,
+        // A drop box ships whole files, also those already there at start.
+        read_from_head: true,
+        refresh_interval: cfg.refresh_interval,
+        poll_interval: cfg.poll_interval,
+        max_line_size: cfg.max_line_size,
+        long_lines: cfg.long_lines,
+        path_key: cfg.path_key,
+        batch_lines: 10_000,
+        parser: cfg.parser,
+    };
+    let mode = DirectoryMode {
+        root,
+        remove_after: cfg.remove_after.map(|d| d.0),
+    };
+    tail::start_with(name, tail_cfg, Some(mode), router, stats, shutdown).await
+}
