@@ -31,13 +31,18 @@ for lib in nagare fluency fluent-logger; do
   n=$count; w=$warmup
   if [ "$lib" = fluent-logger ]; then n=$((count / 10)); w=$((warmup / 10)); fi
   for r in $(seq 1 "$runs"); do
-    port=$((port + 2))
+    port=$((port + 1))
     metrics=()
     if [ "$nagare_sink" = 1 ]; then
+      # ports the OS says are free (a random one may be some connection's ephemeral port)
+      read -r port mport < <(python3 -c 'import socket
+ss = [socket.socket() for _ in range(2)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(*(s.getsockname()[1] for s in ss))')
       printf '[[input]]\ntype = "forward"\nbind = "127.0.0.1:%s"\n\n[[output]]\ntype = "null"\nmatch = "**"\n\n[monitor]\nbind = "127.0.0.1:%s"\n' \
-        "$port" "$((port + 1))" > "$out/nagare.toml"
+        "$port" "$mport" > "$out/nagare.toml"
       "$nagare_bin" run -c "$out/nagare.toml" > "$out/nagare-$lib-$r.log" 2>&1 &
-      metrics=("http://127.0.0.1:$((port + 1))/metrics")
+      metrics=("http://127.0.0.1:$mport/metrics")
     else
       "$fb" sink --listen "127.0.0.1:$port" --idle-exit 3s --verify --expect $((w + n)) \
         --quiet --json-summary "$out/sink-$lib-$r.json" > /dev/null 2>&1 &

@@ -117,7 +117,10 @@ public final class Bench {
 
     Monitor(String url) throws Exception {
       req = HttpRequest.newBuilder(URI.create(url)).build();
-      count(); // load and connect the HTTP client before the clock starts
+      // load and connect the HTTP client before the clock starts
+      if (waitFor(0, Duration.ofSeconds(10)) < 0) {
+        throw new IllegalStateException("nagare monitor does not answer: " + url);
+      }
     }
 
     long count() throws Exception {
