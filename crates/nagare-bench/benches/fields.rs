@@ -6,38 +6,8 @@ use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughpu
 use nagare_bench::gen::fields::{now_nanos, FieldGen, FieldSpec, Rng};
 use nagare_bench::gen::{GenFile, GenPlan};
 
-const SAMPLE: &str = r#"
-delimiter = "\t"
-labeled = true
-[[field]]
-name = "id"
-type = "integer"
-countup = true
-format = "%04d"
-[[field]]
-name = "time"
-type = "datetime"
-[[field]]
-name = "level"
-type = "string"
-any = ["DEBUG", "INFO", "WARN", "ERROR"]
-[[field]]
-name = "method"
-type = "string"
-any = ["GET", "POST", "PUT"]
-[[field]]
-name = "uri"
-type = "string"
-any = ["/api/v1/people", "/api/v1/textdata", "/api/v1/messages"]
-[[field]]
-name = "reqtime"
-type = "float"
-range = [0.1, 5.0]
-[[field]]
-name = "foobar"
-type = "string"
-length = 8
-"#;
+/// dummer's sample configuration, as shipped in examples/.
+const SAMPLE: &str = include_str!("../../../examples/gen/dummer-sample.toml");
 
 const LINES: u64 = 1000;
 
