@@ -43,6 +43,12 @@ async fn run_async(cfg: Config, workers: usize) -> anyhow::Result<()> {
         Some(m) => Some(monitor::serve(&m.bind, reg.clone(), stop_rx.clone()).await?),
         None => None,
     };
+    // Chunk ids stored in recovered file-buffer chunks: their senders' resends
+    // must be recognised even though the ids never reached a dedup_path.
+    let stored_ids: Vec<bytes::Bytes> = buffers
+        .iter()
+        .flat_map(|b| b.take_recovered_ids())
+        .collect();
     let mut input_tasks = Vec::new();
     for i in &cfg.inputs {
         input_tasks.extend(
@@ -52,6 +58,7 @@ async fn run_async(cfg: Config, workers: usize) -> anyhow::Result<()> {
                 router.clone(),
                 &reg,
                 workers,
+                &stored_ids,
                 stop_rx.clone(),
             )
             .await?,

@@ -682,3 +682,31 @@ fn the_buffer_grows_while_the_receiver_is_down_and_drains_when_it_returns() {
     assert_exact_seqs(&sink.seqs(), 3000);
     relay.terminate();
 }
+
+#[test]
+fn a_resend_of_a_chunk_recovered_after_kill_9_is_not_stored_twice() {
+    // The sender's chunk ids are kept in the chunk file with the batch, so a
+    // relay killed before it could record them elsewhere still recognises the
+    // resend of a batch it had stored (no dedup_path configured here).
+    let dir = tempfile::tempdir().unwrap();
+    let (port, sink_port) = (free_port(), free_port());
+    let cfg = relay_config(port, sink_port, dir.path());
+    let mut relay = Daemon::start(dir.path(), "relay", &cfg, None);
+    relay.wait_port(port);
+    let mut s = Sender::tcp(port);
+    s.packed("rs", 0..100, Some(b"kept-id"));
+    s.read_ack();
+    relay.signal(libc::SIGKILL);
+    relay.wait_exit(WAIT);
+    let mut relay = Daemon::start(dir.path(), "relay", &cfg, None);
+    relay.wait_port(port);
+    // The sender never saw its ack (say) and sends the same chunk again.
+    let mut s = Sender::tcp(port);
+    s.packed("rs", 0..100, Some(b"kept-id"));
+    assert_eq!(s.read_ack(), ack_bytes(&mp_str(b"kept-id")));
+    let sink = Sink::start_on(sink_port, SinkOpts::default());
+    sink.wait_count(100);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_exact_seqs(&sink.seqs(), 100);
+    relay.terminate();
+}

@@ -5,7 +5,9 @@
 //!
 //! ```text
 //! header:  "NAGAREB" version(u8=1) created(u64 unix secs) tag_len(u16) tag
-//! records: len(u32) count(u32) crc32(u32 of the payload) payload
+//! records: len(u32) count(u32) crc32(u32) ids_len(u32) ids payload
+//!          ids = the senders' chunk ids of the batch, each u16 length + bytes;
+//!          crc32 covers ids and payload
 //! ```
 //!
 //! All integers are big-endian. Each record is one appended batch; its
@@ -24,8 +26,8 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 
 const MAGIC: &[u8; 7] = b"NAGAREB";
-const VERSION: u8 = 1;
-const RECORD_HEADER: usize = 12;
+const VERSION: u8 = 2;
+const RECORD_HEADER: usize = 16;
 
 pub struct FileStore {
     dir: PathBuf,
@@ -40,6 +42,8 @@ pub struct Recovered {
     pub data: Bytes,
     pub count: u32,
     pub path: PathBuf,
+    /// The senders' chunk ids stored with the batches (for the dedup window).
+    pub ids: Vec<Bytes>,
 }
 
 /// A chunk file with group commit: an fsync covers every record written
@@ -193,7 +197,7 @@ impl FileStore {
         let dir = self.dir.join("dead-letters");
         fs::create_dir_all(&dir)?;
         let mut f = create_chunk_file(&dir, id, tag)?;
-        f.append(segments, count)?;
+        f.append(segments, count, &[])?;
         f.file.file.sync_data()?;
         Ok(f.path)
     }
@@ -262,22 +266,34 @@ fn create_chunk_file(dir: &Path, id: &[u8; 16], tag: &str) -> io::Result<ChunkFi
 impl ChunkFile {
     /// Appends one batch as a record: the header and the batch's parts go
     /// out in vectored writes, without first being copied together.
-    pub fn append(&mut self, parts: &[Bytes], count: u32) -> io::Result<()> {
+    ///
+    /// `ids` are the senders' chunk ids of the batch: kept with the data, so
+    /// a restarted nagare still knows which resends it already stored.
+    pub fn append(&mut self, parts: &[Bytes], count: u32, ids: &[Bytes]) -> io::Result<()> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
+        let mut id_block = Vec::new();
+        for id in ids {
+            let n = id.len().min(u16::MAX as usize);
+            id_block.extend_from_slice(&(n as u16).to_be_bytes());
+            id_block.extend_from_slice(&id[..n]);
+        }
         let mut crc = crc32fast::Hasher::new();
+        crc.update(&id_block);
         for p in parts {
             crc.update(p);
         }
         let mut head = [0u8; RECORD_HEADER];
         head[..4].copy_from_slice(&(len as u32).to_be_bytes());
         head[4..8].copy_from_slice(&count.to_be_bytes());
-        head[8..].copy_from_slice(&crc.finalize().to_be_bytes());
-        let mut bufs: Vec<&[u8]> = Vec::with_capacity(parts.len() + 1);
+        head[8..12].copy_from_slice(&crc.finalize().to_be_bytes());
+        head[12..].copy_from_slice(&(id_block.len() as u32).to_be_bytes());
+        let mut bufs: Vec<&[u8]> = Vec::with_capacity(parts.len() + 2);
         bufs.push(&head);
+        bufs.push(&id_block);
         bufs.extend(parts.iter().map(|p| &p[..]));
         match write_all_vectored(&self.file.file, &bufs) {
             Ok(()) => {
-                self.len += (RECORD_HEADER + len) as u64;
+                self.len += (RECORD_HEADER + id_block.len() + len) as u64;
                 self.file.written.fetch_add(1, Ordering::AcqRel);
                 Ok(())
             }
@@ -328,19 +344,37 @@ fn read_chunk(path: &Path) -> Result<Option<Recovered>, String> {
     let tag = String::from_utf8(raw[18..pos].to_vec()).map_err(|_| "tag is not UTF-8")?;
     let mut data = BytesMut::with_capacity(raw.len() - pos);
     let mut count = 0u32;
+    let mut ids = Vec::new();
     while pos < raw.len() {
         if raw.len() - pos < RECORD_HEADER {
             break; // torn record header
         }
         let be = |i: usize| u32::from_be_bytes([raw[i], raw[i + 1], raw[i + 2], raw[i + 3]]);
-        let (len, n, crc) = (be(pos) as usize, be(pos + 4), be(pos + 8));
-        let start = pos + RECORD_HEADER;
-        if raw.len() - start < len {
-            break; // torn record payload
+        let (len, n, crc, ids_len) = (
+            be(pos) as usize,
+            be(pos + 4),
+            be(pos + 8),
+            be(pos + 12) as usize,
+        );
+        let id_start = pos + RECORD_HEADER;
+        let start = id_start.saturating_add(ids_len);
+        if raw.len() < start || raw.len() - start < len {
+            break; // torn record
         }
+        let id_block = &raw[id_start..start];
         let payload = &raw[start..start + len];
-        if crc32fast::hash(payload) != crc {
+        let mut h = crc32fast::Hasher::new();
+        h.update(id_block);
+        h.update(payload);
+        if h.finalize() != crc {
             return Err(format!("checksum mismatch in the record at byte {pos}"));
+        }
+        let mut p = 0;
+        while p + 2 <= id_block.len() {
+            let n = u16::from_be_bytes([id_block[p], id_block[p + 1]]) as usize;
+            let end = (p + 2 + n).min(id_block.len());
+            ids.push(Bytes::copy_from_slice(&id_block[p + 2..end]));
+            p = end;
         }
         if nagare_forward::count_entries(payload).ok() != Some(n) {
             return Err(format!(
@@ -367,6 +401,7 @@ fn read_chunk(path: &Path) -> Result<Option<Recovered>, String> {
     }
     Ok(Some(Recovered {
         id,
+        ids,
         tag,
         data: data.freeze(),
         count,
@@ -389,10 +424,11 @@ mod tests {
         let (store, rec) = FileStore::open(dir.path(), "t").unwrap();
         assert!(rec.is_empty());
         let mut a = store.create(&[1; 16], "app.a").unwrap();
-        a.append(&[entry(1), entry(2)], 2).unwrap();
-        a.append(&[entry(3)], 1).unwrap();
+        a.append(&[entry(1), entry(2)], 2, &[Bytes::from_static(b"\xa2c1")])
+            .unwrap();
+        a.append(&[entry(3)], 1, &[]).unwrap();
         let mut b = store.create(&[2; 16], "app.b").unwrap();
-        b.append(&[entry(4)], 1).unwrap();
+        b.append(&[entry(4)], 1, &[]).unwrap();
         // A torn tail on a: half a record.
         let mut f = OpenOptions::new().append(true).open(&a.path).unwrap();
         f.write_all(&[0, 0, 0, 9, 0, 0]).unwrap();

@@ -182,6 +182,8 @@ pub struct Buffer {
     last_disk_log: AtomicU64,
     /// Chunk files, for `type = "file"`.
     store: Option<FileStore>,
+    /// Senders' chunk ids found in recovered chunks, for the inputs' dedup windows.
+    recovered_ids: Mutex<Vec<Bytes>>,
 }
 
 impl Buffer {
@@ -194,8 +196,10 @@ impl Buffer {
         store: Option<(FileStore, Vec<Recovered>)>,
     ) -> Arc<Buffer> {
         let mut state = State::default();
+        let mut recovered_ids = Vec::new();
         let store = store.map(|(store, recovered)| {
             for r in recovered {
+                recovered_ids.extend(r.ids);
                 state.bytes += r.data.len();
                 PluginStats::add(&stats.buffer_chunks, 1);
                 state.queue.push_back(Chunk {
@@ -223,6 +227,7 @@ impl Buffer {
             id_seed: rand::random(),
             last_disk_log: AtomicU64::new(0),
             store,
+            recovered_ids: Mutex::new(recovered_ids),
         })
     }
 
@@ -274,6 +279,7 @@ impl Buffer {
         count: u32,
         durable: bool,
         delivery: bool,
+        ids: &[Bytes],
     ) -> Result<Vec<oneshot::Receiver<bool>>, AppendError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let mut disk_wait = false;
@@ -290,7 +296,7 @@ impl Buffer {
                 // empty, or it could never be accepted.
                 let over = st.bytes > 0 && st.bytes + len > self.cfg.total_limit_size.0 as usize;
                 if !over {
-                    match self.append_pieces(&mut st, tag, parts, count, len) {
+                    match self.append_pieces(&mut st, tag, parts, count, len, ids) {
                         Ok((files, ids)) => {
                             let rx = if delivery {
                                 ids.iter()
@@ -360,6 +366,7 @@ impl Buffer {
         parts: &[Bytes],
         count: u32,
         len: usize,
+        ids: &[Bytes],
     ) -> Result<(Option<SyncHandle>, [u8; 16]), AppendError> {
         let limit = self.cfg.chunk_limit_size.0 as usize;
         let rec_limit = self.cfg.chunk_limit_records.unwrap_or(u32::MAX);
@@ -399,7 +406,7 @@ impl Buffer {
         let mut handle = None;
         if let Some(f) = &mut s.file {
             let store = self.store.as_ref().expect("file buffer");
-            f.append(parts, count)
+            f.append(parts, count, ids)
                 .map_err(|e| self.disk_error(store, e))?;
             handle = Some(f.ticket());
         }
@@ -436,30 +443,31 @@ impl Buffer {
         parts: &[Bytes],
         count: u32,
         len: usize,
+        sender_ids: &[Bytes],
     ) -> Result<(Vec<SyncHandle>, Vec<[u8; 16]>), AppendError> {
         let max_len = self.cfg.chunk_limit_size.0 as usize;
         let max_count = self.cfg.chunk_limit_records.unwrap_or(u32::MAX);
-        let mut ids = Vec::new();
+        let mut chunk_ids = Vec::new();
         // Every chunk file the pieces went into must be synced, not just the last.
         let mut files: Vec<SyncHandle> = Vec::new();
         if len <= max_len && count <= max_count {
-            let (f, id) = self.append_locked(st, tag, parts, count, len)?;
+            let (f, id) = self.append_locked(st, tag, parts, count, len, sender_ids)?;
             return Ok((f.into_iter().collect(), vec![id]));
         }
         for (piece, n) in split_batch(parts, max_count, max_len) {
             let plen = piece.iter().map(|p| p.len()).sum();
-            let (f, id) = self.append_locked(st, tag, &piece, n, plen)?;
+            let (f, id) = self.append_locked(st, tag, &piece, n, plen, sender_ids)?;
             if let Some(t) = f {
                 match files.iter_mut().find(|x| Arc::ptr_eq(&x.file, &t.file)) {
                     Some(x) => x.record = x.record.max(t.record),
                     None => files.push(t),
                 }
             }
-            if ids.last() != Some(&id) {
-                ids.push(id);
+            if chunk_ids.last() != Some(&id) {
+                chunk_ids.push(id);
             }
         }
-        Ok((files, ids))
+        Ok((files, chunk_ids))
     }
 
     fn disk_error(&self, store: &FileStore, e: std::io::Error) -> AppendError {
@@ -664,6 +672,11 @@ impl Buffer {
         self.space.notify_waiters();
     }
 
+    /// The senders' chunk ids kept in the chunks recovered at start (once).
+    pub fn take_recovered_ids(&self) -> Vec<Bytes> {
+        std::mem::take(&mut *self.recovered_ids.lock().expect("recovered ids"))
+    }
+
     /// Events still held (staged, queued or in flight).
     pub fn held_bytes(&self) -> usize {
         self.state.lock().expect("buffer state").bytes
@@ -706,13 +719,13 @@ mod tests {
         let (b, out) = buffer(BufferConfig::default());
         let big = Bytes::from(vec![0x90u8; SHARE_THRESHOLD]);
         let small = Bytes::from_static(&[0x90, 0x90]);
-        b.append("t", &[small.clone(), small.clone()], 2, false, false)
+        b.append("t", &[small.clone(), small.clone()], 2, false, false, &[])
             .await
             .unwrap();
-        b.append("t", std::slice::from_ref(&big), 1, false, false)
+        b.append("t", std::slice::from_ref(&big), 1, false, false, &[])
             .await
             .unwrap();
-        b.append("t", std::slice::from_ref(&small), 1, false, false)
+        b.append("t", std::slice::from_ref(&small), 1, false, false, &[])
             .await
             .unwrap();
         let tasks = b.start();
@@ -765,7 +778,7 @@ mod tests {
         let entries: Vec<u8> = (0..250u32)
             .flat_map(|i| [0x92, (i % 100) as u8, 0x80])
             .collect();
-        b.append("t", &[Bytes::from(entries)], 250, false, false)
+        b.append("t", &[Bytes::from(entries)], 250, false, false, &[])
             .await
             .unwrap();
         let tasks = b.start();
@@ -785,7 +798,7 @@ mod tests {
         });
         let tasks = b.start();
         for i in 0..10u8 {
-            b.append("t", &[Bytes::from(vec![i; 4])], 1, false, false)
+            b.append("t", &[Bytes::from(vec![i; 4])], 1, false, false, &[])
                 .await
                 .unwrap();
         }
@@ -813,14 +826,14 @@ mod tests {
             ..Default::default()
         };
         let (b, _) = buffer(full(OverflowAction::Throw));
-        b.append("t", &[Bytes::from(vec![1u8; 4])], 1, false, false)
+        b.append("t", &[Bytes::from(vec![1u8; 4])], 1, false, false, &[])
             .await
             .unwrap();
-        b.append("t", &[Bytes::from(vec![2u8; 4])], 1, false, false)
+        b.append("t", &[Bytes::from(vec![2u8; 4])], 1, false, false, &[])
             .await
             .unwrap();
         assert!(matches!(
-            b.append("t", &[Bytes::from(vec![3u8; 4])], 1, false, false)
+            b.append("t", &[Bytes::from(vec![3u8; 4])], 1, false, false, &[])
                 .await,
             Err(AppendError::Full(_))
         ));
@@ -828,7 +841,7 @@ mod tests {
 
         let (b, _) = buffer(full(OverflowAction::DropOldestChunk));
         for i in 0..3u8 {
-            b.append("t", &[Bytes::from(vec![i; 4])], 1, false, false)
+            b.append("t", &[Bytes::from(vec![i; 4])], 1, false, false, &[])
                 .await
                 .unwrap();
         }

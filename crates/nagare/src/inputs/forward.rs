@@ -125,6 +125,7 @@ pub async fn start(
     router: Arc<Router>,
     stats: Arc<PluginStats>,
     workers: usize,
+    stored_ids: &[Bytes],
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let limits = Limits {
@@ -140,6 +141,7 @@ pub async fn start(
         cfg.dedup_path.as_deref().map(std::path::Path::new),
     )
     .map_err(|e| anyhow::anyhow!("{name}: dedup_path: {e}"))?;
+    recent.insert_all(stored_ids);
     let ctx = Arc::new(Ctx {
         recent,
         cfg: cfg.clone(),
@@ -447,7 +449,7 @@ where
     let mut deliveries = Vec::new();
     for out in route.iter() {
         let rx = out
-            .append(&p.tag, &p.parts, p.count, wants_ack, delivery)
+            .append(&p.tag, &p.parts, p.count, wants_ack, delivery, &p.acks)
             .await
             .map_err(|e| format!("{e}; {} events not acknowledged", p.count))?;
         deliveries.extend(rx);

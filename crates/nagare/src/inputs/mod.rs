@@ -30,19 +30,30 @@ impl InputSpec {
 }
 
 /// Starts an input; it stops when `shutdown` turns true and every task it
-/// started has been joined by the returned handles.
+/// started has been joined by the returned handles. `stored_ids` are chunk
+/// ids already stored (recovered from file buffers), for the dedup window.
 pub async fn start(
     name: &str,
     spec: &InputSpec,
     router: Arc<Router>,
     reg: &Registry,
     workers: usize,
+    stored_ids: &[bytes::Bytes],
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {
     let stats = reg.register("input", name, spec.type_name());
     match spec {
         InputSpec::Forward(c) => {
-            forward::start(name, c.clone(), router, stats, workers, shutdown).await
+            forward::start(
+                name,
+                c.clone(),
+                router,
+                stats,
+                workers,
+                stored_ids,
+                shutdown,
+            )
+            .await
         }
         InputSpec::Tail(c) => tail::start(name, c.clone(), router, stats, shutdown).await,
         InputSpec::Directory(c) => directory::start(name, c.clone(), router, stats, shutdown).await,

@@ -415,7 +415,7 @@ impl Tailer {
         }
         let parts = [entries];
         for out in route.iter() {
-            if let Err(e) = out.append(tag, &parts, count, false, false).await {
+            if let Err(e) = out.append(tag, &parts, count, false, false, &[]).await {
                 tracing::warn!(input = %self.name, error = %e, "cannot append; lines will be read again");
                 return false;
             }
