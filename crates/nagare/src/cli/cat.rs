@@ -5,7 +5,6 @@ use std::io::BufRead;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use nagare_forward::msgpack::{write_array_len, write_map_len, write_str};
 use nagare_forward::{encode_packed_forward, write_entry, Compression, EventTime};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
@@ -98,7 +97,7 @@ async fn run(a: &CatArgs) -> Result<u64, String> {
                     return Err(format!("stdin line {lineno}: expected a JSON object"));
                 }
                 let mut rec = Vec::new();
-                json_to_msgpack(&v, &mut rec);
+                crate::formats::json::msgpack_from_json(&v, &mut rec);
                 write_entry(&mut entries, EventTime::now(), &rec);
                 count += 1;
             }
@@ -147,36 +146,4 @@ async fn run(a: &CatArgs) -> Result<u64, String> {
     conn.flush().await.map_err(|e| format!("sending: {e}"))?;
     let _ = conn.shutdown().await;
     Ok(sent)
-}
-
-/// JSON → msgpack, keeping key order; integers stay integers.
-pub fn json_to_msgpack(v: &serde_json::Value, out: &mut Vec<u8>) {
-    use serde_json::Value;
-    match v {
-        Value::Null => out.push(0xc0),
-        Value::Bool(b) => out.push(if *b { 0xc3 } else { 0xc2 }),
-        Value::Number(n) => {
-            if let Some(u) = n.as_u64() {
-                let _ = rmp::encode::write_uint(out, u);
-            } else if let Some(i) = n.as_i64() {
-                let _ = rmp::encode::write_sint(out, i);
-            } else {
-                let _ = rmp::encode::write_f64(out, n.as_f64().unwrap_or(0.0));
-            }
-        }
-        Value::String(s) => write_str(out, s.as_bytes()),
-        Value::Array(a) => {
-            write_array_len(out, a.len());
-            for x in a {
-                json_to_msgpack(x, out);
-            }
-        }
-        Value::Object(m) => {
-            write_map_len(out, m.len());
-            for (k, x) in m {
-                write_str(out, k.as_bytes());
-                json_to_msgpack(x, out);
-            }
-        }
-    }
 }

@@ -294,31 +294,12 @@ pub fn parse(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
             "forward" => ctx.typed(table, at, "").map(InputSpec::Forward),
             "tail" => ctx
                 .typed::<crate::inputs::tail::TailConfig>(table, at, "")
-                .and_then(|t| {
-                    // Regexes and required keys are checked here too, so `nagare check` catches them.
-                    match crate::parsers::Parser::new(
-                        &t.parser.as_deref().cloned().unwrap_or_default(),
-                    ) {
-                        Ok(_) => Some(InputSpec::Tail(t)),
-                        Err(e) => {
-                            ctx.error(at, "parser", format!("{e:#}"));
-                            None
-                        }
-                    }
-                }),
+                .filter(|t| check_parser(&mut ctx, at, t.parser.as_deref()))
+                .map(InputSpec::Tail),
             "directory" => ctx
                 .typed::<crate::inputs::directory::DirectoryConfig>(table, at, "")
-                .and_then(|d| {
-                    match crate::parsers::Parser::new(
-                        &d.parser.as_deref().cloned().unwrap_or_default(),
-                    ) {
-                        Ok(_) => Some(InputSpec::Directory(d)),
-                        Err(e) => {
-                            ctx.error(at, "parser", format!("{e:#}"));
-                            None
-                        }
-                    }
-                }),
+                .filter(|d| check_parser(&mut ctx, at, d.parser.as_deref()))
+                .map(InputSpec::Directory),
             other => {
                 ctx.error(
                     at,
@@ -390,6 +371,18 @@ fn expand_env(text: &str) -> Result<String, (usize, String)> {
     }
     out.push_str(&text[last..]);
     Ok(out)
+}
+
+/// Builds an input's parser once, so `nagare check` reports bad regexes and
+/// missing keys, not only `nagare run`.
+fn check_parser(ctx: &mut Ctx, at: usize, parser: Option<&crate::parsers::ParserConfig>) -> bool {
+    match crate::parsers::Parser::new(&parser.cloned().unwrap_or_default()) {
+        Ok(_) => true,
+        Err(e) => {
+            ctx.error(at, "parser", format!("{e:#}"));
+            false
+        }
+    }
 }
 
 fn take_type(ctx: &mut Ctx, table: &mut Table, at: usize, what: &str) -> Option<String> {

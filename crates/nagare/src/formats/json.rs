@@ -1,4 +1,5 @@
-//! msgpack → JSON, written straight into a byte buffer.
+//! msgpack ↔ JSON: msgpack → JSON written straight into a byte buffer, and
+//! parsed JSON values → msgpack (for `nagare cat` and the json parser).
 
 use nagare_forward::msgpack::MAX_DEPTH;
 use nagare_forward::EventTime;
@@ -177,6 +178,40 @@ fn escape(out: &mut Vec<u8>, s: &str) {
         start = i + 1;
     }
     out.extend_from_slice(&bytes[start..]);
+}
+
+/// Writes a parsed JSON value as msgpack, keeping key order; integers stay
+/// integers in their smallest form.
+pub fn msgpack_from_json(v: &serde_json::Value, out: &mut Vec<u8>) {
+    use nagare_forward::msgpack::{write_array_len, write_bool, write_map_len, write_str};
+    use serde_json::Value;
+    match v {
+        Value::Null => out.push(0xc0),
+        Value::Bool(b) => write_bool(out, *b),
+        Value::Number(n) => {
+            if let Some(u) = n.as_u64() {
+                let _ = rmp::encode::write_uint(out, u);
+            } else if let Some(i) = n.as_i64() {
+                let _ = rmp::encode::write_sint(out, i);
+            } else {
+                let _ = rmp::encode::write_f64(out, n.as_f64().unwrap_or(f64::NAN));
+            }
+        }
+        Value::String(s) => write_str(out, s.as_bytes()),
+        Value::Array(a) => {
+            write_array_len(out, a.len());
+            for x in a {
+                msgpack_from_json(x, out);
+            }
+        }
+        Value::Object(m) => {
+            write_map_len(out, m.len());
+            for (k, x) in m {
+                write_str(out, k.as_bytes());
+                msgpack_from_json(x, out);
+            }
+        }
+    }
 }
 
 #[cfg(test)]

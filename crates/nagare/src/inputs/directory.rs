@@ -11,7 +11,10 @@ use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::tail::{self, DirectoryMode, LongLines, OneOrMany, TailConfig};
+use super::tail::{
+    self, default_max_line, default_poll, default_refresh, DirectoryMode, LongLines, OneOrMany,
+    TailConfig,
+};
 use crate::config::units::{Dur, Size};
 use crate::parsers::ParserConfig;
 use crate::router::Router;
@@ -58,16 +61,6 @@ pub struct DirectoryConfig {
 fn default_tag() -> String {
     "dir.*".into()
 }
-fn default_refresh() -> Dur {
-    Dur(std::time::Duration::from_secs(1))
-}
-fn default_poll() -> Dur {
-    Dur(std::time::Duration::from_millis(100))
-}
-fn default_max_line() -> Size {
-    Size(1 << 20)
-}
-
 pub async fn start(
     name: &str,
     cfg: DirectoryConfig,

@@ -98,13 +98,13 @@ pub struct TailConfig {
     pub parser: Option<Box<ParserConfig>>,
 }
 
-fn default_refresh() -> Dur {
+pub(super) fn default_refresh() -> Dur {
     Dur(Duration::from_secs(1))
 }
-fn default_poll() -> Dur {
+pub(super) fn default_poll() -> Dur {
     Dur(Duration::from_millis(100))
 }
-fn default_max_line() -> Size {
+pub(super) fn default_max_line() -> Size {
     Size(1 << 20)
 }
 fn default_batch() -> usize {

@@ -1,7 +1,7 @@
 //! `json`: one JSON object per line, written as msgpack with its keys in
 //! order; `time_key` (when set and present) gives the event time.
 
-use nagare_forward::msgpack::{write_array_len, write_bool, write_map_len, write_str};
+use nagare_forward::msgpack::{write_map_len, write_str};
 use nagare_forward::EventTime;
 use serde_json::Value;
 
@@ -38,40 +38,10 @@ pub fn parse(
     write_map_len(out, map.len() + extra.len());
     for (k, v) in &map {
         write_str(out, k.as_bytes());
-        write_value(v, out);
+        crate::formats::json::msgpack_from_json(v, out);
     }
     super::write_extra(extra, out);
     Ok(time)
-}
-
-fn write_value(v: &Value, out: &mut Vec<u8>) {
-    match v {
-        Value::Null => out.push(0xc0),
-        Value::Bool(b) => write_bool(out, *b),
-        Value::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                let _ = rmp::encode::write_sint(out, i);
-            } else if let Some(u) = n.as_u64() {
-                let _ = rmp::encode::write_uint(out, u);
-            } else {
-                let _ = rmp::encode::write_f64(out, n.as_f64().unwrap_or(f64::NAN));
-            }
-        }
-        Value::String(s) => write_str(out, s.as_bytes()),
-        Value::Array(a) => {
-            write_array_len(out, a.len());
-            for x in a {
-                write_value(x, out);
-            }
-        }
-        Value::Object(m) => {
-            write_map_len(out, m.len());
-            for (k, x) in m {
-                write_str(out, k.as_bytes());
-                write_value(x, out);
-            }
-        }
-    }
 }
 
 #[cfg(test)]
