@@ -15,7 +15,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use nagare_forward::handshake::{self, Ping, Pong};
 use nagare_forward::msgpack::skip_value;
-use nagare_forward::{encode_ack, scan_frame, EventTime, Limits, ScanError};
+use nagare_forward::{encode_ack, scan_frame, EventFrame, EventTime, Limits, ScanError};
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket, UnixListener};
@@ -314,31 +314,16 @@ where
         // Cut every complete frame out of the buffer.
         let mut pending: Option<Pending> = None;
         let now = EventTime::now();
+        let mut bad = None;
         loop {
-            let scanned = match scan_frame(&buf, &ctx.limits) {
-                Ok(Some(sc)) => sc,
-                Ok(None) => break,
+            let frame = match next_frame(&mut buf, ctx, now, peer) {
+                Ok(Next::Frame(f)) => f,
+                Ok(Next::Skipped) => continue,
+                Ok(Next::NeedMore) => break,
                 Err(e) => {
-                    if let Some(p) = pending.take() {
-                        dispatch(p, ctx, &mut cached, &mut s, &mut acks_out).await?;
-                    }
-                    return Err(format!("{e} (peer {peer})"));
-                }
-            };
-            let bytes = buf.split_to(scanned.len).freeze();
-            if let Some(sig @ 1..) = scanned.signal() {
-                PluginStats::add(&ctx.stats.errors, 1);
-                tracing::warn!(input = %ctx.name, peer = %peer, signal = sig,
-                    "ignoring a Fluent Bit metrics/traces frame (fluent_signal); only logs are collected");
-                continue;
-            }
-            let frame = match scanned.into_frame(bytes, &ctx.limits, now) {
-                Ok(f) => f,
-                Err(e) => {
-                    if let Some(p) = pending.take() {
-                        dispatch(p, ctx, &mut cached, &mut s, &mut acks_out).await?;
-                    }
-                    return Err(format!("{e} (peer {peer})"));
+                    // Frames before the bad one are still delivered and acked.
+                    bad = Some(e);
+                    break;
                 }
             };
             PluginStats::add(&ctx.stats.bytes_in, frame.entries.len() as u64);
@@ -381,6 +366,9 @@ where
         if let Some(p) = pending.take() {
             dispatch(p, ctx, &mut cached, &mut s, &mut acks_out).await?;
         }
+        if let Some(e) = bad {
+            return Err(e);
+        }
         if closing {
             return Ok(());
         }
@@ -418,6 +406,33 @@ where
             Ok(Ok(_)) => {}
         }
     }
+}
+
+/// What the next step of cutting frames out of the buffer gave.
+enum Next {
+    Frame(EventFrame),
+    /// A frame that is not logs (Fluent Bit metrics or traces): counted, skipped.
+    Skipped,
+    NeedMore,
+}
+
+/// Cuts the next complete frame off `buf` (without copying) and decodes it.
+fn next_frame(buf: &mut BytesMut, ctx: &Ctx, now: EventTime, peer: &str) -> Result<Next, String> {
+    let Some(scanned) = scan_frame(buf, &ctx.limits).map_err(|e| format!("{e} (peer {peer})"))?
+    else {
+        return Ok(Next::NeedMore);
+    };
+    let bytes = buf.split_to(scanned.len).freeze();
+    if let Some(sig @ 1..) = scanned.signal() {
+        PluginStats::add(&ctx.stats.errors, 1);
+        tracing::warn!(input = %ctx.name, peer = %peer, signal = sig,
+            "ignoring a Fluent Bit metrics/traces frame (fluent_signal); only logs are collected");
+        return Ok(Next::Skipped);
+    }
+    scanned
+        .into_frame(bytes, &ctx.limits, now)
+        .map(Next::Frame)
+        .map_err(|e| format!("{e} (peer {peer})"))
 }
 
 /// Appends a batch to every output its tag routes to, then sends the acks.

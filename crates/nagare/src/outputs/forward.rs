@@ -160,13 +160,15 @@ impl Server {
         }
     }
 
-    /// Exponential reconnect backoff: 0.5s doubling to 30s after failures.
-    fn may_try(&self) -> bool {
+    /// Whether the server may be tried: it is up, or its reconnect backoff
+    /// (0.5 s doubling to 30 s) has passed, or it has been down `recover` long.
+    fn due(&self, recover: Option<Duration>) -> bool {
         if self.up.load(Relaxed) {
             return true;
         }
         let n = self.failures.load(Relaxed).min(6) as u32;
-        let wait = Duration::from_millis(500 * (1 << n)).min(Duration::from_secs(30));
+        let backoff = Duration::from_millis(500 * (1 << n)).min(Duration::from_secs(30));
+        let wait = recover.map_or(backoff, |r| r.min(backoff));
         self.down_since
             .lock()
             .expect("server")
@@ -262,15 +264,10 @@ impl ForwardOutput {
     fn candidates(&self) -> Vec<usize> {
         let servers = &self.servers;
         let up = |i: &usize| servers[*i].up.load(Relaxed);
-        let due = |i: &usize| {
-            let s = &servers[*i];
-            if self.cfg.heartbeat_type == HeartbeatType::None {
-                let since = *s.down_since.lock().expect("server");
-                since.is_none_or(|t| t.elapsed() >= self.cfg.recover_wait.0) || s.may_try()
-            } else {
-                s.may_try()
-            }
-        };
+        // With no heartbeat to bring a server back, recover_wait also does.
+        let recover =
+            (self.cfg.heartbeat_type == HeartbeatType::None).then_some(self.cfg.recover_wait.0);
+        let due = |i: &usize| servers[*i].due(recover);
         let (standby, primary): (Vec<usize>, Vec<usize>) =
             (0..servers.len()).partition(|&i| servers[i].cfg.standby);
         let active: Vec<usize> = primary.iter().copied().filter(up).collect();
