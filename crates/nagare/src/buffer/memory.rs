@@ -82,9 +82,8 @@ impl Staging {
             }
             self.segments.push(part.clone());
         } else {
-            if self.small.capacity() == 0 {
-                self.small.reserve(SHARE_THRESHOLD * 4);
-            }
+            // Grows by doubling: a fixed up-front reserve per staged tag would
+            // hold memory that total_limit_size does not count.
             self.small.extend_from_slice(part);
         }
         self.len += part.len();
