@@ -7,16 +7,11 @@
 #   benches/durability-compare.sh [RUNS] [DURATION] [CONNS]   (defaults: 3, 10s, 4)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
 RUNS=${1:-3}
 DURATION=${2:-10s}
 CONNS=${3:-4}
 SIZES=${SIZES:-"100 1024"}
-BENCH_DIR=${FLOWBENCH_DIR:-$ROOT/../shared/bench}
-FB=$BENCH_DIR/bin/flowbench
-[ -x "$FB" ] || (cd "$BENCH_DIR/flowbench" && go build -o ../bin/flowbench ./...)
-cargo build --release -p nagare >&2
-NAGARE=$ROOT/target/release/nagare
+. benches/common.sh
 OUT=${OUT:-$(mktemp -d /tmp/nagare-durability-XXXX)}
 mkdir -p "$OUT"
 echo "raw results in $OUT" >&2

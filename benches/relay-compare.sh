@@ -9,16 +9,11 @@
 # Needs Go (to build flowbench from ../shared/bench) and socat.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
 RUNS=${1:-3}
 DURATION=${2:-10s}
 SIZES=${SIZES:-"100 1024 4800"}
-BENCH_DIR=${FLOWBENCH_DIR:-$ROOT/../shared/bench}
-FB=$BENCH_DIR/bin/flowbench
-[ -x "$FB" ] || (cd "$BENCH_DIR/flowbench" && go build -o ../bin/flowbench ./...)
 command -v socat >/dev/null || { echo "socat is needed (apt-get install socat)" >&2; exit 1; }
-cargo build --release -p nagare >&2
-NAGARE=$ROOT/target/release/nagare
+. benches/common.sh
 OUT=${OUT:-$(mktemp -d /tmp/nagare-relay-XXXX)}
 mkdir -p "$OUT"
 echo "raw results in $OUT" >&2

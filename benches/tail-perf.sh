@@ -7,12 +7,9 @@
 # (genfile's plain lines are at least 13 bytes: its stand-in for "10 B".)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$PWD
 SIZE=${1:-1024}
 COUNT=${2:-1000000}
-FB=${FLOWBENCH_DIR:-$ROOT/../shared/bench}/bin/flowbench
-[ -x "$FB" ] || (cd "$(dirname "$FB")/../flowbench" && go build -o ../bin/flowbench ./...)
-cargo build --release -p nagare >&2
+. benches/common.sh
 W=$(mktemp -d /tmp/nagare-tailperf-XXXX)
 PORT=${SINK_PORT:-36301}
 "$FB" genfile --path "$W/in.log" --size "$SIZE" --count "$COUNT" >/dev/null 2>&1
@@ -34,11 +31,11 @@ TOML
 "$FB" sink --listen "127.0.0.1:$PORT" --expect "$COUNT" --idle-exit 5s --quiet > "$W/sink.json" 2>/dev/null &
 SINK=$!
 sleep 0.3
-"$ROOT/target/release/nagare" run -c "$W/tail.toml" 2>"$W/nagare.log" &
-NAGARE=$!
+"$NAGARE" run -c "$W/tail.toml" 2>"$W/nagare.log" &
+PID=$!
 wait "$SINK" || true
-CPU=$(awk '{print ($14+$15)/100}' "/proc/$NAGARE/stat")
-kill -TERM "$NAGARE"; wait "$NAGARE" || true
+CPU=$(awk '{print ($14+$15)/100}' "/proc/$PID/stat")
+kill -TERM "$PID"; wait "$PID" || true
 python3 - "$W/sink.json" "$CPU" "$SIZE" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1])); cpu = float(sys.argv[2]); size = int(sys.argv[3])

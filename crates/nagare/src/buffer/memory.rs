@@ -142,6 +142,13 @@ fn split_batch(parts: &[Bytes], max_count: u32, max_len: usize) -> Vec<(Vec<Byte
     out
 }
 
+/// Milliseconds since the Unix epoch (an atomic can hold it, unlike Instant).
+fn unix_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
 fn remove_file(chunk: &Chunk) {
     if let Some(p) = &chunk.file {
         if let Err(e) = std::fs::remove_file(p) {
@@ -472,7 +479,7 @@ impl Buffer {
     fn disk_error(&self, store: &FileStore, e: std::io::Error) -> AppendError {
         PluginStats::add(&self.stats.errors, 1);
         // While the disk stays full, say so every 10 s, not on every retry.
-        let now = crate::formats::unix_millis();
+        let now = unix_millis();
         let last = self.last_disk_log.load(Relaxed);
         if now.saturating_sub(last) >= 10_000
             && self

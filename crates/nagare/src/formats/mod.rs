@@ -104,10 +104,3 @@ pub fn write_rfc3339(out: &mut Vec<u8>, t: EventTime) {
         dt.second()
     );
 }
-
-/// Milliseconds since the Unix epoch.
-pub fn unix_millis() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
