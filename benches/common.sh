@@ -1,9 +1,15 @@
 # Sourced by the benches/*.sh scripts: finds (or builds) flowbench from
 # ../shared/bench and builds nagare's release binary.
-# Sets ROOT, FB (flowbench) and NAGARE (the nagare binary).
+# Sets ROOT, FB (flowbench) and NAGARE (the nagare binary; NAGARE_BIN overrides).
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BENCH_DIR=${FLOWBENCH_DIR:-$ROOT/../shared/bench}
 FB=$BENCH_DIR/bin/flowbench
 [ -x "$FB" ] || (cd "$BENCH_DIR/flowbench" && go build -o ../bin/flowbench ./...)
-cargo build --release -p nagare --manifest-path "$ROOT/Cargo.toml" >&2
-NAGARE=$ROOT/target/release/nagare
+# NAGARE_BIN=path measures that binary instead (no build): a fixed build
+# while the tree changes, or another version for comparison.
+if [ -n "${NAGARE_BIN:-}" ]; then
+    NAGARE=$NAGARE_BIN
+else
+    cargo build --release -p nagare --manifest-path "$ROOT/Cargo.toml" >&2
+    NAGARE=$ROOT/target/release/nagare
+fi

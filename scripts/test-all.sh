@@ -28,6 +28,7 @@ need_apt=()
 command -v cc >/dev/null || need_apt+=(build-essential)
 command -v socat >/dev/null || need_apt+=(socat)
 command -v curl >/dev/null || need_apt+=(curl)
+command -v fusermount3 >/dev/null || need_apt+=(fuse3)
 if [ ${#need_apt[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi

@@ -9,7 +9,7 @@ use tokio::sync::watch;
 use crate::config::Config;
 use crate::router::Router;
 use crate::stats::Registry;
-use crate::{inputs, monitor, outputs};
+use crate::{filters, inputs, monitor, outputs};
 
 pub fn worker_count(cfg: &Config) -> usize {
     if cfg.system.workers > 0 {
@@ -37,7 +37,8 @@ async fn run_async(cfg: Config, workers: usize) -> anyhow::Result<()> {
     for b in &buffers {
         flushers.extend(b.start());
     }
-    let router = Arc::new(Router::new(rules));
+    let stages = filters::build(&cfg.filters, &reg)?;
+    let router = Arc::new(Router::new(rules, stages));
     let (stop_tx, stop_rx) = watch::channel(false);
     let monitor = match &cfg.monitor {
         Some(m) => Some(monitor::serve(&m.bind, reg.clone(), stop_rx.clone()).await?),

@@ -5,6 +5,7 @@ mod cli;
 mod config;
 mod daemon;
 mod dedup;
+mod filters;
 mod formats;
 mod inputs;
 mod monitor;

@@ -15,8 +15,12 @@ pub struct CheckArgs {
 pub fn main(a: CheckArgs) -> ExitCode {
     match config::load(&a.config) {
         Ok(c) => {
+            let filters = match c.filters.len() {
+                0 => String::new(),
+                n => format!("{n} filters, "),
+            };
             println!(
-                "{}: ok ({} inputs, {} outputs)",
+                "{}: ok ({} inputs, {filters}{} outputs)",
                 a.config.display(),
                 c.inputs.len(),
                 c.outputs.len()

@@ -18,6 +18,7 @@ use serde::Deserialize;
 use toml::{Spanned, Table, Value};
 
 use crate::buffer::BufferConfig;
+use crate::filters::{FilterSection, FilterSpec};
 use crate::inputs::InputSpec;
 use crate::outputs::OutputKind;
 
@@ -72,6 +73,8 @@ pub struct Config {
     pub system: SystemConfig,
     pub monitor: Option<MonitorConfig>,
     pub inputs: Vec<InputSection>,
+    /// `[[filter]]` sections in file order.
+    pub filters: Vec<FilterSection>,
     pub outputs: Vec<OutputSpec>,
 }
 
@@ -300,12 +303,17 @@ pub fn parse(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
                 .typed::<crate::inputs::directory::DirectoryConfig>(table, at, "")
                 .filter(|d| check_parser(&mut ctx, at, d.parser.as_deref()))
                 .map(InputSpec::Directory),
+            "fuse" => ctx
+                .typed::<crate::inputs::fuse::FuseConfig>(table, at, "")
+                .filter(|f| check_parser(&mut ctx, at, f.parser.as_deref()))
+                .filter(|f| check_fuse_parser(&mut ctx, at, f))
+                .map(InputSpec::Fuse),
             other => {
                 ctx.error(
                     at,
                     "type",
                     format!(
-                        "unknown input type {other:?}; expected one of: forward, tail, directory"
+                        "unknown input type {other:?}; expected one of: forward, tail, directory, fuse"
                     ),
                 );
                 None
@@ -318,19 +326,12 @@ pub fn parse(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
             });
         }
     }
-    for sec in raw.filter {
+    let mut filters = Vec::new();
+    for (i, sec) in raw.filter.into_iter().enumerate() {
         let at = sec.span().start;
-        let ty = sec
-            .get_ref()
-            .get("type")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        ctx.error(
-            at,
-            "type",
-            format!("unknown filter type {ty:?}; this version has no filter plugins yet"),
-        );
+        if let Some(f) = filter_section(&mut ctx, sec.into_inner(), at, i) {
+            filters.push(f);
+        }
     }
     let mut outputs = Vec::new();
     for (i, sec) in raw.output.into_iter().enumerate() {
@@ -347,6 +348,7 @@ pub fn parse(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
             system,
             monitor,
             inputs,
+            filters,
             outputs,
         })
     } else {
@@ -383,6 +385,83 @@ fn check_parser(ctx: &mut Ctx, at: usize, parser: Option<&crate::parsers::Parser
             false
         }
     }
+}
+
+/// A `[[filter]]` section: `type`, `match` (default "**") and the type's options.
+fn filter_section(
+    ctx: &mut Ctx,
+    mut table: Table,
+    at: usize,
+    index: usize,
+) -> Option<FilterSection> {
+    let ty = take_type(ctx, &mut table, at, "filter")?;
+    let patterns = match table.remove("match") {
+        Some(Value::String(s)) if !s.trim().is_empty() => s,
+        Some(_) => {
+            ctx.error(
+                at,
+                "match",
+                "expected a string of tag patterns, e.g. \"app.** web.*\"",
+            );
+            return None;
+        }
+        None => "**".to_string(),
+    };
+    if let Err(e) = crate::router::Pattern::parse_list(&patterns) {
+        ctx.error(at, "match", e);
+        return None;
+    }
+    let spec = match ty.as_str() {
+        "parser" => {
+            let c: crate::filters::parser::ParserFilterConfig = ctx.typed(table, at, "")?;
+            if c.parser.kind == crate::parsers::ParserType::Multiline {
+                ctx.error(
+                    at,
+                    "parser.type",
+                    "a parser filter parses one field of one event; \"multiline\" joins lines and only works in a tail or directory input",
+                );
+                return None;
+            }
+            if c.key_name.is_empty() {
+                ctx.error(at, "key_name", "must name the field to parse");
+                return None;
+            }
+            if !check_parser(ctx, at, Some(&c.parser)) {
+                return None;
+            }
+            FilterSpec::Parser(c)
+        }
+        other => {
+            ctx.error(
+                at,
+                "type",
+                format!("unknown filter type {other:?}; expected one of: parser"),
+            );
+            return None;
+        }
+    };
+    Some(FilterSection {
+        name: format!("{ty}#{index}"),
+        patterns,
+        spec,
+    })
+}
+
+/// The fuse input has no multi-line gathering (its lines come per writer).
+fn check_fuse_parser(ctx: &mut Ctx, at: usize, f: &crate::inputs::fuse::FuseConfig) -> bool {
+    let multiline = f
+        .parser
+        .as_deref()
+        .and_then(|p| crate::parsers::Parser::new(p).ok())
+        .is_some_and(|p| p.multiline().is_some());
+    if multiline {
+        ctx.error(
+            at,
+            "parser",
+            "type \"multiline\" is not supported by the fuse input; use a tail or directory input for multi-line events",
+        );
+    }
+    !multiline
 }
 
 fn take_type(ctx: &mut Ctx, table: &mut Table, at: usize, what: &str) -> Option<String> {
@@ -561,5 +640,40 @@ mod tests {
         let text = "[[input]]\ntype = \"nope\"\n";
         let e = parse(text, "z.toml").unwrap_err();
         assert_eq!((e[0].line, e[0].key.as_str()), (2, "type"));
+    }
+
+    #[test]
+    fn filter_sections() {
+        let input = "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:1\"\n";
+        let ok = format!("{input}[[filter]]\ntype = \"parser\"\nkey_name = \"log\"\n[filter.parser]\ntype = \"json\"\n[[filter]]\ntype = \"parser\"\nmatch = \"a.* b\"\nkey_name = \"m\"\n[filter.parser]\ntype = \"apache2\"\n");
+        let c = parse(&ok, "f.toml").unwrap();
+        assert_eq!(c.filters.len(), 2);
+        assert_eq!(
+            (c.filters[0].name.as_str(), c.filters[0].patterns.as_str()),
+            ("parser#0", "**")
+        );
+        assert_eq!(
+            (c.filters[1].name.as_str(), c.filters[1].patterns.as_str()),
+            ("parser#1", "a.* b")
+        );
+        let cases = [
+            // (section after the input, line, key)
+            ("[[filter]]\ntype = \"nope\"\n", 5, "type"),
+            ("[[filter]]\ntype = \"parser\"\n[filter.parser]\ntype = \"json\"\n", 4, "key_name"),
+            ("[[filter]]\ntype = \"parser\"\nkey_name = \"m\"\nkey_nam = 1\n[filter.parser]\n", 7, "key_nam"),
+            ("[[filter]]\ntype = \"parser\"\nkey_name = \"m\"\n", 4, "parser"),
+            ("[[filter]]\ntype = \"parser\"\nmatch = \"a.{b\"\nkey_name = \"m\"\n[filter.parser]\n", 6, "match"),
+            ("[[filter]]\ntype = \"parser\"\nkey_name = \"m\"\n[filter.parser]\ntype = \"bogus\"\n", 8, "parser.type"),
+            ("[[filter]]\ntype = \"parser\"\nkey_name = \"m\"\n[filter.parser]\ntype = \"multiline\"\nformat_firstline = \"^x\"\n", 8, "parser.type"),
+            ("[[filter]]\ntype = \"parser\"\nkey_name = \"m\"\n[filter.parser]\ntype = \"regex\"\nexpression = \"(x\"\n", 7, "parser"),
+        ];
+        for (section, line, key) in cases {
+            let e = parse(&format!("{input}{section}"), "f.toml").unwrap_err();
+            assert_eq!(
+                (e[0].line, e[0].key.as_str()),
+                (line, key),
+                "{section}: {e:?}"
+            );
+        }
     }
 }

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::buffer::BufferConfig;
 use crate::config::{MonitorConfig, SystemConfig};
+use crate::filters::parser::ParserFilterConfig;
 use crate::inputs::forward::{ForwardInputConfig, UserConfig};
 use crate::inputs::tail::TailConfig;
 use crate::outputs::file::FileConfig;
@@ -40,7 +41,22 @@ fn sections() -> Vec<(&'static str, &'static str, String)> {
             "A drop box: every file created in the folder tree, or appended to, is shipped line by line from its start, tagged by its relative path; `remove_after` removes shipped files.",
             table::<crate::inputs::directory::DirectoryConfig>(&["parser"]),
         ),
-        ("`[input.parser]`", "The parser of a tail input.", table::<ParserConfig>(&[])),
+        (
+            "`[[input]]` `type = \"fuse\"`",
+            "Mounts a folder through FUSE: every line applications write into files there is an event (nothing is stored on disk), tagged by the file's path relative to the mountpoint; each writing process has its own partial line, so concurrent appenders never interleave inside a line.",
+            table::<crate::inputs::fuse::FuseConfig>(&["parser"]),
+        ),
+        ("`[input.parser]`", "The parser of a tail, directory or fuse input (and, as `[filter.parser]`, of a parser filter).", table::<ParserConfig>(&[])),
+        (
+            "`[[filter]]` (every type)",
+            "Keys every filter takes besides its own.",
+            common_filter_table(),
+        ),
+        (
+            "`[[filter]]` `type = \"parser\"`",
+            "Parses one string field of each record with a parser, like Fluentd's filter_parser; `[filter.parser]` takes the options of `[input.parser]` (any type but `multiline`). A record whose field is missing, not a string or does not parse is kept as it was with a `parse_error` field.",
+            table::<ParserFilterConfig>(&["parser"]),
+        ),
         (
             "`[[output]]` (every type)",
             "Keys every output takes besides its own.",
@@ -57,6 +73,18 @@ fn sections() -> Vec<(&'static str, &'static str, String)> {
         ),
         ("`[[output.server]]`", "One server of a forward output.", table::<ServerConfig>(&[])),
     ]
+}
+
+fn common_filter_table() -> String {
+    let rows = [
+        ("type", "string", "required", "The filter type: `parser`."),
+        ("match", "string", "`\"**\"`", "Tag patterns separated by spaces, as for outputs. Filters apply in file order, each to the events whose tag it matches."),
+    ];
+    let mut s = header();
+    for (k, t, d, doc) in rows {
+        s.push_str(&format!("| `{k}` | {t} | {d} | {doc} |\n"));
+    }
+    s
 }
 
 fn common_output_table() -> String {

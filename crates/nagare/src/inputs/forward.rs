@@ -455,16 +455,24 @@ where
             r
         }
     };
-    if route.is_empty() {
+    // The filter chain (none for most tags: then the batch goes on as is).
+    // Acks stay those of the batch as received, even when filters dropped
+    // or rewrote every event.
+    let filtered = ctx.router.filter(&route, &p.tag, &p.parts, p.count);
+    let (tag, outputs, parts, count) = match &filtered {
+        Some(b) => (b.tag.as_str(), &b.route.outputs, &b.parts[..], b.count),
+        None => (p.tag.as_str(), &route.outputs, &p.parts[..], p.count),
+    };
+    if outputs.is_empty() && count > 0 {
         PluginStats::add(&ctx.stats.errors, 1);
-        tracing::warn!(input = %ctx.name, tag = %p.tag, events = p.count, "no output matches this tag; events discarded");
+        tracing::warn!(input = %ctx.name, tag = %tag, events = count, "no output matches this tag; events discarded");
     }
     let wants_ack = !p.acks.is_empty();
     let delivery = wants_ack && ctx.cfg.ack == AckMode::Delivered;
     let mut deliveries = Vec::new();
-    for out in route.iter() {
+    for out in outputs.iter().filter(|_| count > 0) {
         let rx = out
-            .append(&p.tag, &p.parts, p.count, wants_ack, delivery, &p.acks)
+            .append(tag, parts, count, wants_ack, delivery, &p.acks)
             .await
             .map_err(|e| format!("{e}; {} events not acknowledged", p.count))?;
         deliveries.extend(rx);

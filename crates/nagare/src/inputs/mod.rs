@@ -2,6 +2,7 @@
 
 pub mod directory;
 pub mod forward;
+pub mod fuse;
 pub mod tail;
 
 use std::sync::Arc;
@@ -17,6 +18,7 @@ pub enum InputSpec {
     Forward(forward::ForwardInputConfig),
     Tail(tail::TailConfig),
     Directory(directory::DirectoryConfig),
+    Fuse(fuse::FuseConfig),
 }
 
 impl InputSpec {
@@ -25,6 +27,7 @@ impl InputSpec {
             InputSpec::Forward(_) => "forward",
             InputSpec::Tail(_) => "tail",
             InputSpec::Directory(_) => "directory",
+            InputSpec::Fuse(_) => "fuse",
         }
     }
 }
@@ -57,5 +60,6 @@ pub async fn start(
         }
         InputSpec::Tail(c) => tail::start(name, c.clone(), router, stats, shutdown).await,
         InputSpec::Directory(c) => directory::start(name, c.clone(), router, stats, shutdown).await,
+        InputSpec::Fuse(c) => fuse::start(name, c.clone(), router, stats, shutdown).await,
     }
 }

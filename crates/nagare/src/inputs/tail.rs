@@ -120,7 +120,9 @@ struct Followed {
     inode: u64,
     /// Offset of the first byte not yet turned into an event.
     offset: u64,
-    /// Bytes read past `offset` that do not end in a newline yet.
+    /// Bytes read past `offset` and not yet turned into events: lines a full
+    /// batch left over and the start of an unfinished line (about a block at
+    /// most, or one long line).
     partial: Vec<u8>,
     /// Inside a line longer than max_line_size that is being skipped.
     skipping: bool,
@@ -405,23 +407,9 @@ impl Tailer {
         busy
     }
 
+    /// False when shutting down: the lines will be read again after a restart.
     async fn append(&self, tag: &str, entries: Bytes, count: u32) -> bool {
-        PluginStats::add(&self.stats.events_in, count as u64);
-        PluginStats::add(&self.stats.bytes_in, entries.len() as u64);
-        let route = self.router.route(tag);
-        if route.is_empty() {
-            PluginStats::add(&self.stats.errors, 1);
-            tracing::warn!(input = %self.name, tag, events = count, "no output matches this tag; events discarded");
-        }
-        let parts = [entries];
-        for out in route.iter() {
-            if let Err(e) = out.append(tag, &parts, count, false, false, &[]).await {
-                tracing::warn!(input = %self.name, error = %e, "cannot append; lines will be read again");
-                return false;
-            }
-        }
-        PluginStats::add(&self.stats.events_out, count as u64);
-        true
+        append_batch(&self.name, &self.router, &self.stats, tag, entries, count).await
     }
 
     fn save_positions(&self) {
@@ -465,13 +453,19 @@ fn read_lines(
         f.ml = None;
         f.ml_bytes = 0;
     }
+    // Another block is read only while less than one is buffered (or no
+    // whole line is): a batch of batch_lines short lines consumes less than a
+    // block, and reading on regardless grew the buffer towards the size of a
+    // fast-growing file and moved all of it forward after every batch.
     let start = f.partial.len();
-    f.partial.resize(start + BLOCK, 0);
-    let n = f.file.read(&mut f.partial[start..])?;
-    f.partial.truncate(start + n);
-    let at_end = n < BLOCK;
-    let key = parser.message_key().as_bytes();
-    let fast = parser.is_none();
+    let mut at_end = false;
+    if start < BLOCK || memchr::memchr(b'\n', &f.partial).is_none() {
+        f.partial.resize(start + BLOCK, 0);
+        let read = f.file.read(&mut f.partial[start..]);
+        // On an error too: no zeros of the unread block stay buffered.
+        f.partial.truncate(start + read.as_ref().map_or(0, |n| *n));
+        at_end = read? < BLOCK;
+    }
     let parse_errors = std::cell::Cell::new(0u64);
     let path = f.path.to_string_lossy();
     let mut out = Vec::with_capacity(f.partial.len() + f.partial.len() / 8);
@@ -481,30 +475,10 @@ fn read_lines(
     let data = &f.partial[..];
     let emit = |line: &[u8], out: &mut Vec<u8>| {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
-        out.push(0x92);
-        let at = out.len();
-        out.extend_from_slice(&now.to_bytes());
         count.set(count.get() + 1);
-        if !fast {
-            let extra = cfg
-                .path_key
-                .as_ref()
-                .map(|k| (k.as_bytes(), path.as_bytes()));
-            let parsed = parser.parse_with(line, extra.as_slice(), out);
-            if let Some(t) = parsed.time {
-                out[at..at + 10].copy_from_slice(&t.to_bytes());
-            }
-            if !parsed.ok {
-                parse_errors.set(parse_errors.get() + 1);
-            }
-            return;
-        }
-        write_map_len(out, if cfg.path_key.is_some() { 2 } else { 1 });
-        write_str(out, key);
-        write_str(out, line);
-        if let Some(k) = &cfg.path_key {
-            write_str(out, k.as_bytes());
-            write_str(out, path.as_bytes());
+        let path_key = cfg.path_key.as_deref().map(|k| (k, path.as_ref()));
+        if !encode_line(out, now, line, parser, path_key) {
+            parse_errors.set(parse_errors.get() + 1);
         }
     };
     // Parser "multiline": lines are gathered into events first; `at` is
@@ -603,8 +577,82 @@ fn read_lines(
         tracing::debug!(input = %name, path = %f.path.display(), lines = parse_errors.get(), "lines that did not parse kept with parse_error");
     }
     let count = count.get();
+    // `out` was sized for the whole buffered block, but batch_lines short
+    // lines fill a fraction of it; the buffer keeps big batches as they are
+    // and counts only their length, so the spare capacity is given back.
+    if out.capacity() - out.len() > out.len() / 4 {
+        out.shrink_to_fit();
+    }
     let batch = (count > 0).then(|| (Bytes::from(out), count));
     Ok((batch, consumed, done))
+}
+
+/// Appends one PackedForward entry `[time, record]` for `line` to `out`:
+/// `{message_key: line}` (parser "none", without an allocation) or the
+/// parser's record, with `path_key` = (key, path) added when set. The time
+/// is the line's own when the parser found one, else `now`. Returns false
+/// when the line did not parse (the record then carries the parse error).
+pub(crate) fn encode_line(
+    out: &mut Vec<u8>,
+    now: EventTime,
+    line: &[u8],
+    parser: &Parser,
+    path_key: Option<(&str, &str)>,
+) -> bool {
+    out.push(0x92);
+    let at = out.len();
+    out.extend_from_slice(&now.to_bytes());
+    if !parser.is_none() {
+        let extra = path_key.map(|(k, p)| (k.as_bytes(), p.as_bytes()));
+        let parsed = parser.parse_with(line, extra.as_slice(), out);
+        if let Some(t) = parsed.time {
+            out[at..at + 10].copy_from_slice(&t.to_bytes());
+        }
+        return parsed.ok;
+    }
+    write_map_len(out, if path_key.is_some() { 2 } else { 1 });
+    write_str(out, parser.message_key().as_bytes());
+    write_str(out, line);
+    if let Some((k, p)) = path_key {
+        write_str(out, k.as_bytes());
+        write_str(out, p.as_bytes());
+    }
+    true
+}
+
+/// Appends a batch of `count` entries to every output its tag routes to
+/// (counted in the input's stats). False when an output refused it (closed:
+/// shutting down), so the caller can keep the lines.
+pub(crate) async fn append_batch(
+    name: &str,
+    router: &Router,
+    stats: &PluginStats,
+    tag: &str,
+    entries: Bytes,
+    count: u32,
+) -> bool {
+    PluginStats::add(&stats.events_in, count as u64);
+    PluginStats::add(&stats.bytes_in, entries.len() as u64);
+    let route = router.route(tag);
+    let parts = [entries];
+    // The filter chain (none for most tags: then the batch goes on as is).
+    let filtered = router.filter(&route, tag, &parts, count);
+    let (tag, outputs, parts, n) = match &filtered {
+        Some(b) => (b.tag.as_str(), &b.route.outputs, &b.parts[..], b.count),
+        None => (tag, &route.outputs, &parts[..], count),
+    };
+    if outputs.is_empty() && n > 0 {
+        PluginStats::add(&stats.errors, 1);
+        tracing::warn!(input = %name, tag, events = n, "no output matches this tag; events discarded");
+    }
+    for out in outputs.iter().filter(|_| n > 0) {
+        if let Err(e) = out.append(tag, parts, n, false, false, &[]).await {
+            tracing::warn!(input = %name, error = %e, "cannot append");
+            return false;
+        }
+    }
+    PluginStats::add(&stats.events_out, count as u64);
+    true
 }
 
 fn long_line(
@@ -643,5 +691,69 @@ mod tests {
             "app.var.log.foo.log"
         );
         assert_eq!(tag_for("fixed", Path::new("/x")), "fixed");
+    }
+
+    /// A file far bigger than a block, of lines so short that a batch
+    /// (batch_lines) consumes less than a block per step: the buffered bytes
+    /// must stay near one block (they used to grow towards the file's size,
+    /// all of them moved forward after every batch), and every line must
+    /// come out once, in order, with the byte count adding up.
+    #[test]
+    fn short_lines_keep_the_read_buffer_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("short.log");
+        let lines = 400_000u32; // 11 bytes each: 4.4 MB, over 4 blocks
+        let mut text = Vec::with_capacity(lines as usize * 11);
+        for i in 0..lines {
+            text.extend_from_slice(format!("{i:010}\n").as_bytes());
+        }
+        std::fs::write(&path, &text).unwrap();
+        let cfg: TailConfig = toml::from_str(&format!(
+            "path = {:?}\ntag = \"t\"\nbatch_lines = 1000",
+            path.display().to_string()
+        ))
+        .unwrap();
+        let parser = Parser::new(&ParserConfig::default()).unwrap();
+        let stats = PluginStats::default();
+        let mut f = Followed {
+            path: path.clone(),
+            file: File::open(&path).unwrap(),
+            inode: 0,
+            offset: 0,
+            partial: Vec::new(),
+            skipping: false,
+            retired: false,
+            ml: None,
+            ml_bytes: 0,
+            ml_at: Instant::now(),
+            tag: Arc::from("t"),
+            grew_at: Instant::now(),
+        };
+        let (mut events, mut consumed, mut steps) = (0u32, 0u64, 0);
+        let mut next = 0u32;
+        loop {
+            let (batch, n, done) = read_lines(&mut f, &cfg, &parser, 1 << 20, &stats, "t").unwrap();
+            assert!(
+                f.partial.len() <= 2 * BLOCK,
+                "step {steps}: {} bytes buffered",
+                f.partial.len()
+            );
+            if let Some((entries, count)) = batch {
+                assert!(count <= 1000);
+                events += count;
+                for (_, record, _) in crate::formats::entries(&entries) {
+                    let msg = crate::formats::field(record, b"message").unwrap();
+                    assert_eq!(msg, format!("{next:010}").as_bytes());
+                    next += 1;
+                }
+            }
+            consumed += n;
+            steps += 1;
+            if done {
+                break;
+            }
+            assert!(steps < 10_000, "no end reached");
+        }
+        assert_eq!((events, next, consumed), (lines, lines, text.len() as u64));
     }
 }

@@ -12,7 +12,7 @@ use async_trait::async_trait;
 
 use crate::buffer::{Buffer, BufferType, Chunk, FileStore};
 use crate::config::OutputSpec;
-use crate::router::{Pattern, Route};
+use crate::router::{Outputs, Pattern};
 use crate::stats::Registry;
 
 /// A failed write: the buffer retries the chunk later (destination down,
@@ -97,7 +97,7 @@ fn build_one(spec: &OutputSpec, reg: &Registry) -> anyhow::Result<Arc<Buffer>> {
 }
 
 /// Routing rules in config order: the patterns of an output and its route.
-pub type Rules = Vec<(Vec<Pattern>, Route)>;
+pub type Rules = Vec<(Vec<Pattern>, Outputs)>;
 
 /// Builds every output with its buffer; returns the routing rules and the
 /// buffers (to start and to drain at shutdown).
@@ -114,7 +114,7 @@ pub fn build(specs: &[OutputSpec], reg: &Registry) -> anyhow::Result<(Rules, Vec
             _ => vec![build_one(spec, reg)?],
         };
         all.extend(targets.iter().cloned());
-        rules.push((patterns, Route::from(targets)));
+        rules.push((patterns, Outputs::from(targets)));
     }
     Ok((rules, all))
 }

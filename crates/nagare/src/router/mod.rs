@@ -3,14 +3,18 @@
 //! Patterns: `*` matches one tag part, `**` zero or more parts (`a.**` matches
 //! `a` and `a.b.c`), `{x,y}` either alternative; a `match` string holds
 //! several patterns separated by spaces. An event goes to the first output
-//! whose pattern matches (a `copy` output fans out inside itself).
+//! whose pattern matches (a `copy` output fans out inside itself), after the
+//! filters whose patterns match, in file order.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+use bytes::Bytes;
 use regex::Regex;
 
+use crate::filters::Stage;
 use crate::outputs::OutputHandle;
+use crate::stats::PluginStats;
 
 #[derive(Debug, Clone)]
 pub struct Pattern {
@@ -82,22 +86,44 @@ impl Pattern {
     }
 }
 
-/// Where a tag's events go: the outputs to append to (more than one for copy).
-pub type Route = Arc<[OutputHandle]>;
+/// The outputs a batch is appended to (more than one for copy).
+pub type Outputs = Arc<[OutputHandle]>;
+
+/// Where a tag's events go: the filters whose `match` selects the tag, in
+/// file order, then the outputs of the first output rule that matches.
+pub struct Routed {
+    pub filters: Vec<Arc<Stage>>,
+    pub outputs: Outputs,
+}
+
+pub type Route = Arc<Routed>;
+
+/// A batch after the filter chain: its (possibly new) tag, the route of that
+/// tag (whose `outputs` get the batch), and its entries.
+pub struct Batch {
+    pub tag: String,
+    pub route: Route,
+    pub parts: Vec<Bytes>,
+    pub count: u32,
+}
 
 pub struct Router {
-    rules: Vec<(Vec<Pattern>, Route)>,
+    rules: Vec<(Vec<Pattern>, Outputs)>,
+    filters: Vec<Arc<Stage>>,
     cache: RwLock<HashMap<Arc<str>, Route>>,
-    unmatched: Route,
+    unmatched: Outputs,
 }
 
 /// Bound on distinct cached tags, so a peer inventing tags cannot grow memory.
 const CACHE_LIMIT: usize = 65_536;
 
 impl Router {
-    pub fn new(rules: Vec<(Vec<Pattern>, Route)>) -> Router {
+    /// `rules`: the outputs' patterns in config order; `filters`: every
+    /// filter in file order.
+    pub fn new(rules: Vec<(Vec<Pattern>, Outputs)>, filters: Vec<Arc<Stage>>) -> Router {
         Router {
             rules,
+            filters,
             cache: RwLock::new(HashMap::new()),
             unmatched: Arc::from(Vec::new()),
         }
@@ -108,18 +134,79 @@ impl Router {
         if let Some(r) = self.cache.read().expect("route cache").get(tag) {
             return r.clone();
         }
-        let route = self
+        let outputs = self
             .rules
             .iter()
             .find(|(ps, _)| ps.iter().any(|p| p.matches(tag)))
             .map(|(_, r)| r.clone())
             .unwrap_or_else(|| self.unmatched.clone());
+        let filters = self
+            .filters
+            .iter()
+            .filter(|f| f.matches(tag))
+            .cloned()
+            .collect();
+        let route = Arc::new(Routed { filters, outputs });
         let mut cache = self.cache.write().expect("route cache");
         if cache.len() >= CACHE_LIMIT {
             cache.clear();
         }
         cache.insert(Arc::from(tag), route.clone());
         route
+    }
+
+    /// Runs the filters of `route` (the route of `tag`) over a batch.
+    /// Returns `None` when the route has no filters: the batch goes to
+    /// `route.outputs` as it is, and nothing was copied or allocated.
+    ///
+    /// A filter that changes the tag sends the batch on through the filters
+    /// of the new tag's route that come after it in file order (so a chain
+    /// cannot loop), then to the new tag's outputs.
+    pub fn filter(&self, route: &Route, tag: &str, parts: &[Bytes], count: u32) -> Option<Batch> {
+        if route.filters.is_empty() {
+            return None;
+        }
+        let mut b = Batch {
+            tag: tag.to_string(),
+            route: route.clone(),
+            parts: parts.to_vec(),
+            count,
+        };
+        // The next filter in file order that may still run.
+        let mut next = 0usize;
+        let mut i = 0usize;
+        while i < b.route.filters.len() && b.count > 0 {
+            let stage = b.route.filters[i].clone();
+            i += 1;
+            if stage.index < next {
+                continue;
+            }
+            next = stage.index + 1;
+            let st = &stage.stats;
+            PluginStats::add(&st.events_in, b.count as u64);
+            PluginStats::add(&st.bytes_in, b.parts.iter().map(|p| p.len() as u64).sum());
+            let out = stage.filter.filter(&b.tag, &b.parts, b.count);
+            if let Some((entries, n)) = out.batch {
+                b.parts = vec![entries];
+                b.count = n;
+                if n == 0 {
+                    b.parts.clear();
+                }
+            }
+            PluginStats::add(&st.events_out, b.count as u64);
+            PluginStats::add(&st.bytes_out, b.parts.iter().map(|p| p.len() as u64).sum());
+            if out.errors > 0 {
+                PluginStats::add(&st.errors, out.errors);
+                tracing::debug!(filter = %stage.name, tag = %b.tag, events = out.errors,
+                    "events the filter could not treat were kept, marked");
+            }
+            if let Some(t) = out.tag {
+                b.route = self.route(&t);
+                b.tag = t;
+                i = 0;
+            }
+        }
+        Some(b)
     }
 }
 
@@ -153,5 +240,96 @@ mod tests {
         assert!(m("x.* y.**", "y.q.r"));
         assert!(m("a.{b,c.*}", "a.c.d"));
         assert!(Pattern::parse("a.{b").is_err());
+    }
+
+    /// A test filter: appends its mark to every entry's bytes (so the test
+    /// can see which filters ran, in order) and may retag or drop.
+    struct Mark {
+        mark: u8,
+        retag: Option<&'static str>,
+        drop: bool,
+    }
+
+    impl crate::filters::Filter for Mark {
+        fn filter(&self, _tag: &str, parts: &[Bytes], count: u32) -> crate::filters::Filtered {
+            let mut v: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+            v.push(self.mark);
+            crate::filters::Filtered {
+                batch: Some((Bytes::from(v), if self.drop { 0 } else { count })),
+                tag: self.retag.map(String::from),
+                errors: u64::from(self.mark == b'e'),
+            }
+        }
+    }
+
+    fn router(filters: &[(&str, u8, Option<&'static str>, bool)]) -> (Router, Vec<Arc<Stage>>) {
+        let reg = crate::stats::Registry::default();
+        let stages: Vec<Arc<Stage>> = filters
+            .iter()
+            .enumerate()
+            .map(|(index, (p, mark, retag, drop))| {
+                Arc::new(Stage {
+                    index,
+                    name: format!("mark#{index}"),
+                    patterns: Pattern::parse_list(p).unwrap(),
+                    filter: Box::new(Mark {
+                        mark: *mark,
+                        retag: *retag,
+                        drop: *drop,
+                    }),
+                    stats: reg.register("filter", "mark", "mark"),
+                })
+            })
+            .collect();
+        (Router::new(Vec::new(), stages.clone()), stages)
+    }
+
+    fn run(r: &Router, tag: &str) -> Option<(String, Vec<u8>, u32)> {
+        let route = r.route(tag);
+        r.filter(&route, tag, &[Bytes::from_static(b">")], 3)
+            .map(|b| {
+                let bytes = b.parts.iter().flat_map(|p| p.iter().copied()).collect();
+                (b.tag, bytes, b.count)
+            })
+    }
+
+    #[test]
+    fn filters_run_in_file_order_for_matching_tags_only() {
+        let (r, stages) = router(&[
+            ("app.**", b'a', None, false),
+            ("web.*", b'w', None, false),
+            ("**", b'e', None, false),
+        ]);
+        // No filter matches: nothing runs, the batch goes on as is.
+        let (r2, _) = router(&[("app.**", b'a', None, false)]);
+        assert!(r2.route("db").filters.is_empty());
+        assert!(run(&r2, "db").is_none());
+        assert_eq!(run(&r, "app.x"), Some(("app.x".into(), b">ae".to_vec(), 3)));
+        assert_eq!(run(&r, "web.y"), Some(("web.y".into(), b">we".to_vec(), 3)));
+        use crate::stats::PluginStats as S;
+        assert_eq!(S::get(&stages[0].stats.events_in), 3);
+        assert_eq!(S::get(&stages[1].stats.events_in), 3);
+        assert_eq!(S::get(&stages[2].stats.errors), 2);
+        assert_eq!(S::get(&stages[2].stats.events_out), 6);
+    }
+
+    #[test]
+    fn a_retagged_batch_goes_on_with_the_later_filters_of_its_new_tag() {
+        let (r, _) = router(&[
+            ("in", b'1', Some("moved"), false),
+            ("in moved", b'2', None, false),
+            ("moved", b'3', None, false),
+            // Would loop back if earlier filters ran again.
+            ("moved", b'4', Some("in"), false),
+            ("in", b'5', None, false),
+        ]);
+        assert_eq!(run(&r, "in"), Some(("in".into(), b">12345".to_vec(), 3)));
+        // A dropped batch stops the chain; the caller appends nothing.
+        let (r, stages) = router(&[("**", b'd', None, true), ("**", b'x', None, false)]);
+        assert_eq!(run(&r, "t").map(|(_, _, n)| n), Some(0));
+        assert_eq!(
+            crate::stats::PluginStats::get(&stages[1].stats.events_in),
+            0
+        );
     }
 }

@@ -123,6 +123,34 @@ pub fn decode_entries(mut buf: &[u8]) -> Vec<rmpv::Value> {
     out
 }
 
+/// Decodes canonical `[time, record]` entries into (time, record).
+pub fn decode_timed_entries(mut buf: &[u8]) -> Vec<(EventTime, rmpv::Value)> {
+    let mut out = Vec::new();
+    while !buf.is_empty() {
+        let v = rmpv::decode::read_value(&mut buf).expect("entry is msgpack");
+        let arr = v.as_array().expect("entry is an array").clone();
+        assert_eq!(arr.len(), 2, "entry [time, record]");
+        let t = match &arr[0] {
+            rmpv::Value::Ext(0, p) if p.len() == 8 => EventTime::from_payload(p),
+            v => EventTime::new(
+                v.as_u64().expect("time is an EventTime or an integer") as u32,
+                0,
+            ),
+        };
+        out.push((t, arr[1].clone()));
+    }
+    out
+}
+
+/// The value of a record's top-level field `key`.
+pub fn field_of<'a>(record: &'a rmpv::Value, key: &str) -> Option<&'a rmpv::Value> {
+    record
+        .as_map()?
+        .iter()
+        .find(|(k, _)| k.as_str() == Some(key))
+        .map(|(_, v)| v)
+}
+
 pub fn seq_of(record: &rmpv::Value) -> u64 {
     record
         .as_map()
@@ -625,6 +653,8 @@ pub struct SinkOpts {
 #[derive(Default)]
 struct SinkState {
     events: Mutex<Vec<(String, u64)>>,
+    /// (tag, canonical entries) of every frame, in order of arrival.
+    raw: Mutex<Vec<(String, Bytes)>>,
     frames: Mutex<u64>,
     /// Raw chunk ids seen, in order.
     chunks: Mutex<Vec<Vec<u8>>>,
@@ -733,6 +763,35 @@ impl Sink {
         self.state.events.lock().unwrap().len()
     }
 
+    /// Every event received: (tag, time, record), in order of arrival.
+    pub fn records(&self) -> Vec<(String, EventTime, rmpv::Value)> {
+        let raw = self.state.raw.lock().unwrap();
+        raw.iter()
+            .flat_map(|(tag, e)| {
+                decode_timed_entries(e)
+                    .into_iter()
+                    .map(move |(t, r)| (tag.clone(), t, r))
+            })
+            .collect()
+    }
+
+    /// The entries received for `tag`, concatenated, as they came on the wire.
+    pub fn raw_entries(&self, tag: &str) -> Vec<u8> {
+        let raw = self.state.raw.lock().unwrap();
+        raw.iter()
+            .filter(|(t, _)| t == tag)
+            .flat_map(|(_, e)| e.iter().copied())
+            .collect()
+    }
+
+    pub fn wait_records(&self, n: usize) {
+        wait_until(
+            WAIT,
+            &format!("{n} records at the sink on {}", self.port),
+            || self.records().len() >= n,
+        );
+    }
+
     pub fn frames(&self) -> u64 {
         *self.state.frames.lock().unwrap()
     }
@@ -806,10 +865,15 @@ fn sink_conn(
             let recs = decode_entries(&f.entries);
             assert_eq!(recs.len() as u32, f.count);
             {
+                // Records without a seq (a filter rewrote them) are only in `raw`.
                 let mut ev = st.events.lock().unwrap();
-                for r in &recs {
+                for r in recs.iter().filter(|r| field_of(r, "seq").is_some()) {
                     ev.push((f.tag.clone(), seq_of(r)));
                 }
+                st.raw
+                    .lock()
+                    .unwrap()
+                    .push((f.tag.clone(), f.entries.clone()));
             }
             *st.frames.lock().unwrap() += 1;
             if let Some(id) = &f.chunk {

@@ -1,0 +1,109 @@
+//! Filters: steps between the router and the outputs (`[[filter]]`), applied
+//! in file order, each to the batches whose tag its `match` selects, as in
+//! Fluentd. Each filter type lives in its own file.
+//!
+//! A filter sees a whole batch (the PackedForward entries of one tag, as the
+//! input made them) and answers with a new batch or "unchanged", so a filter
+//! that only looks at the tag copies nothing, and one that needs fields
+//! decodes the entries it touches and re-encodes them once into one buffer.
+//! The router (router/mod.rs) keeps, per tag, the filters whose `match`
+//! selects it: a tag without filters costs nothing extra.
+
+pub mod parser;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::router::Pattern;
+use crate::stats::{PluginStats, Registry};
+
+#[derive(Debug, Clone)]
+pub enum FilterSpec {
+    Parser(parser::ParserFilterConfig),
+}
+
+impl FilterSpec {
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            FilterSpec::Parser(_) => "parser",
+        }
+    }
+}
+
+/// What a filter made of a batch.
+#[derive(Debug, Default)]
+pub struct Filtered {
+    /// The new entries (canonical `[time, record]` PackedForward entries)
+    /// and their count; `None` when the batch goes on unchanged. A count of
+    /// 0 drops the batch (the input still acknowledges it).
+    pub batch: Option<(Bytes, u32)>,
+    /// A new tag for the whole batch; `None` keeps it. The batch then goes
+    /// on through the filters that select the new tag and come after this
+    /// one in file order, and to the output the new tag routes to (see
+    /// `Router::filter`). A filter that retags event by event would return
+    /// one batch per new tag; no filter needs that yet.
+    pub tag: Option<String>,
+    /// Events the filter could not treat as configured (kept, and marked):
+    /// counted as errors of the filter.
+    pub errors: u64,
+}
+
+/// A filter type. Synchronous: it runs on the input's task, on a batch
+/// already in memory, and must not block on I/O.
+pub trait Filter: Send + Sync {
+    /// Filters a batch of `count` events of `tag`: `parts` are runs of
+    /// canonical PackedForward entries, in order.
+    fn filter(&self, tag: &str, parts: &[Bytes], count: u32) -> Filtered;
+}
+
+/// A configured filter as the router holds it.
+pub struct Stage {
+    /// Position among the `[[filter]]` sections (file order).
+    pub index: usize,
+    pub name: String,
+    pub patterns: Vec<Pattern>,
+    pub filter: Box<dyn Filter>,
+    pub stats: Arc<PluginStats>,
+}
+
+impl Stage {
+    pub fn matches(&self, tag: &str) -> bool {
+        self.patterns.iter().any(|p| p.matches(tag))
+    }
+}
+
+/// A `[[filter]]` section, checked by the config loader.
+#[derive(Debug, Clone)]
+pub struct FilterSection {
+    /// e.g. "parser#0": type and position among the filters.
+    pub name: String,
+    /// The `match` patterns, separated by spaces.
+    pub patterns: String,
+    pub spec: FilterSpec,
+}
+
+/// Builds every filter, in file order, with its counters ("filter" kind).
+pub fn build(sections: &[FilterSection], reg: &Registry) -> anyhow::Result<Vec<Arc<Stage>>> {
+    sections
+        .iter()
+        .enumerate()
+        .map(|(index, s)| {
+            let patterns = Pattern::parse_list(&s.patterns)
+                .map_err(|e| anyhow::anyhow!("{}: match: {e}", s.name))?;
+            let filter: Box<dyn Filter> = match &s.spec {
+                FilterSpec::Parser(c) => Box::new(
+                    parser::ParserFilter::new(c)
+                        .map_err(|e| anyhow::anyhow!("{}: {e:#}", s.name))?,
+                ),
+            };
+            Ok(Arc::new(Stage {
+                index,
+                name: s.name.clone(),
+                patterns,
+                filter,
+                stats: reg.register("filter", &s.name, s.spec.type_name()),
+            }))
+        })
+        .collect()
+}
