@@ -9,7 +9,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 
-use super::file::{ChunkFile, FileStore, Recovered, SyncTicket};
+use super::file::{ChunkFile, FileStore, Recovered, Slot, SyncTicket};
 use super::{BufferConfig, OverflowAction, SyncMode};
 use crate::outputs::{FlushError, Output};
 use crate::stats::PluginStats;
@@ -30,8 +30,8 @@ pub struct Chunk {
     /// Total payload bytes of all segments.
     pub len: usize,
     pub count: u32,
-    /// The chunk's file, for a file buffer: removed once the chunk is committed.
-    pub file: Option<std::path::PathBuf>,
+    /// The chunk's file, for a file buffer: freed once the chunk is committed.
+    pub file: Option<Arc<Slot>>,
 }
 
 impl Chunk {
@@ -149,14 +149,6 @@ fn unix_millis() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn remove_file(chunk: &Chunk) {
-    if let Some(p) = &chunk.file {
-        if let Err(e) = std::fs::remove_file(p) {
-            tracing::warn!(file = %p.display(), error = %e, "cannot remove a delivered chunk file");
-        }
-    }
-}
-
 /// Chunk file records to have on disk after an append, when the sync policy asks for it.
 type SyncHandle = SyncTicket;
 
@@ -214,7 +206,7 @@ impl Buffer {
                     len: r.data.len(),
                     segments: vec![r.data],
                     count: r.count,
-                    file: Some(r.path),
+                    file: r.slot,
                 });
             }
             stats.buffer_bytes.store(state.bytes as u64, Relaxed);
@@ -248,12 +240,12 @@ impl Buffer {
         if let Some(s) = st.staged.remove(tag) {
             if s.count == 0 {
                 // Started, but its first write failed: nothing to keep.
-                if let Some(f) = &s.file {
-                    let _ = std::fs::remove_file(&f.path);
+                if let Some(f) = s.file {
+                    self.free_file(Some(f.slot().clone()));
                 }
             } else {
                 let (id, len, count) = (s.id, s.len, s.count);
-                let file = s.file.as_ref().map(|f| f.path.clone());
+                let file = s.file.as_ref().map(|f| f.slot().clone());
                 st.queue.push_back(Chunk {
                     id,
                     tag: tag.clone(),
@@ -335,7 +327,7 @@ impl Buffer {
                         OverflowAction::DropOldestChunk => {
                             if let Some(old) = st.queue.pop_front() {
                                 st.bytes -= old.len;
-                                remove_file(&old);
+                                self.free_file(old.file.clone());
                                 for w in st.waiters.remove(&old.id).unwrap_or_default() {
                                     let _ = w.send(false);
                                 }
@@ -464,7 +456,7 @@ impl Buffer {
             let plen = piece.iter().map(|p| p.len()).sum();
             let (f, id) = self.append_locked(st, tag, &piece, n, plen, sender_ids)?;
             if let Some(t) = f {
-                match files.iter_mut().find(|x| Arc::ptr_eq(&x.file, &t.file)) {
+                match files.iter_mut().find(|x| Arc::ptr_eq(&x.slot, &t.slot)) {
                     Some(x) => x.record = x.record.max(t.record),
                     None => files.push(t),
                 }
@@ -509,12 +501,19 @@ impl Buffer {
             return Ok(());
         }
         for t in files {
-            t.file
+            t.slot
                 .sync_to(t.record)
                 .await
                 .map_err(|e| AppendError::Disk(self.name.clone(), format!("fsync: {e}")))?;
         }
         Ok(())
+    }
+
+    /// A delivered (or dropped) chunk's file is freed for reuse.
+    fn free_file(&self, slot: Option<Arc<Slot>>) {
+        if let (Some(store), Some(slot)) = (&self.store, slot) {
+            store.release(slot);
+        }
     }
 
     /// Queues staged chunks older than `flush_interval` (all of them when `all`).
@@ -552,7 +551,7 @@ impl Buffer {
     }
 
     fn commit(&self, chunk: &Chunk, delivered: bool) {
-        remove_file(chunk);
+        self.free_file(chunk.file.clone());
         let mut st = self.state.lock().expect("buffer state");
         for w in st.waiters.remove(&chunk.id).unwrap_or_default() {
             let _ = w.send(delivered);

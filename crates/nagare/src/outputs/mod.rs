@@ -66,7 +66,13 @@ fn make(kind: &OutputKind, name: &str) -> anyhow::Result<Arc<dyn Output>> {
 fn build_one(spec: &OutputSpec, reg: &Registry) -> anyhow::Result<Arc<Buffer>> {
     let store = match (spec.buffer.kind, &spec.buffer.path) {
         (BufferType::File, Some(path)) => Some(
-            FileStore::open(std::path::Path::new(path), &spec.name).map_err(anyhow::Error::msg)?,
+            FileStore::open(
+                std::path::Path::new(path),
+                &spec.name,
+                // About as many free chunk files as chunks fit the buffer.
+                (spec.buffer.total_limit_size.0 / spec.buffer.chunk_limit_size.0.max(1)) as usize,
+            )
+            .map_err(anyhow::Error::msg)?,
         ),
         (BufferType::File, None) => {
             anyhow::bail!(
