@@ -276,7 +276,14 @@ pub fn write_map_len(out: &mut Vec<u8>, n: usize) {
 }
 
 pub fn write_str(out: &mut Vec<u8>, s: &[u8]) {
-    let n = s.len();
+    write_str_header(out, s.len());
+    out.extend_from_slice(s);
+}
+
+/// Writes only a str header for `n` bytes of text (the caller appends them,
+/// in as many pieces as it likes).
+#[inline]
+pub fn write_str_header(out: &mut Vec<u8>, n: usize) {
     if n < 32 {
         out.push(0xa0 | n as u8);
     } else if n <= u8::MAX as usize {
@@ -289,7 +296,6 @@ pub fn write_str(out: &mut Vec<u8>, s: &[u8]) {
         out.push(0xdb);
         out.extend_from_slice(&(n as u32).to_be_bytes());
     }
-    out.extend_from_slice(s);
 }
 
 /// Writes only a bin header for a payload of `n` bytes (the caller appends it).

@@ -42,8 +42,10 @@ pub fn main(a: RunArgs) -> ExitCode {
 
 /// Logs go to stderr (stdout carries events for the stdout output).
 fn init_logging(level: Option<&str>) {
+    // fuser warns "Unmount failed" at every shutdown: the fuse input detaches
+    // its mount itself first (fuser's unmount fails while a file is open).
     let filter = EnvFilter::try_from_env("NAGARE_LOG")
-        .unwrap_or_else(|_| EnvFilter::new(level.unwrap_or("info")));
+        .unwrap_or_else(|_| EnvFilter::new(format!("{},fuser=error", level.unwrap_or("info"))));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -395,18 +395,7 @@ fn filter_section(
     index: usize,
 ) -> Option<FilterSection> {
     let ty = take_type(ctx, &mut table, at, "filter")?;
-    let patterns = match table.remove("match") {
-        Some(Value::String(s)) if !s.trim().is_empty() => s,
-        Some(_) => {
-            ctx.error(
-                at,
-                "match",
-                "expected a string of tag patterns, e.g. \"app.** web.*\"",
-            );
-            return None;
-        }
-        None => "**".to_string(),
-    };
+    let patterns = take_match(ctx, &mut table, at)?.unwrap_or_else(|| "**".to_string());
     if let Err(e) = crate::router::Pattern::parse_list(&patterns) {
         ctx.error(at, "match", e);
         return None;
@@ -478,6 +467,23 @@ fn take_type(ctx: &mut Ctx, table: &mut Table, at: usize, what: &str) -> Option<
     }
 }
 
+/// The section's `match`: `Some(None)` when absent, `None` (reported) when
+/// not a non-empty string.
+fn take_match(ctx: &mut Ctx, table: &mut Table, at: usize) -> Option<Option<String>> {
+    match table.remove("match") {
+        Some(Value::String(s)) if !s.trim().is_empty() => Some(Some(s)),
+        Some(_) => {
+            ctx.error(
+                at,
+                "match",
+                "expected a string of tag patterns, e.g. \"app.** web.*\"",
+            );
+            None
+        }
+        None => Some(None),
+    }
+}
+
 fn output_spec(
     ctx: &mut Ctx,
     mut table: Table,
@@ -486,16 +492,8 @@ fn output_spec(
     needs_match: bool,
 ) -> Option<OutputSpec> {
     let ty = take_type(ctx, &mut table, at, "output")?;
-    let patterns = match table.remove("match") {
-        Some(Value::String(s)) if !s.trim().is_empty() => s,
-        Some(_) => {
-            ctx.error(
-                at,
-                "match",
-                "expected a string of tag patterns, e.g. \"app.** web.*\"",
-            );
-            return None;
-        }
+    let patterns = match take_match(ctx, &mut table, at)? {
+        Some(s) => s,
         None if needs_match => {
             ctx.error(at, "", format!("[[output]] of type {ty:?} needs `match`"));
             return None;

@@ -11,7 +11,7 @@
 
 use bytes::Bytes;
 use nagare_forward::msgpack::{
-    read_map_len, read_str_or_bin, skip_value, write_map_len, write_str,
+    read_map_len, read_str_or_bin, skip_value, write_map_len, write_str, write_str_header,
 };
 use serde::Deserialize;
 
@@ -304,18 +304,7 @@ fn copy_pairs(
 
 /// Writes the str `a` + `b` without joining them first.
 fn write_str_parts(out: &mut Vec<u8>, a: &[u8], b: &[u8]) {
-    let n = a.len() + b.len();
-    if n < 32 {
-        out.push(0xa0 | n as u8);
-    } else if n <= u8::MAX as usize {
-        out.extend_from_slice(&[0xd9, n as u8]);
-    } else if n <= u16::MAX as usize {
-        out.push(0xda);
-        out.extend_from_slice(&(n as u16).to_be_bytes());
-    } else {
-        out.push(0xdb);
-        out.extend_from_slice(&(n as u32).to_be_bytes());
-    }
+    write_str_header(out, a.len() + b.len());
     out.extend_from_slice(a);
     out.extend_from_slice(b);
 }

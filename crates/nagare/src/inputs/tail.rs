@@ -139,6 +139,26 @@ struct Followed {
     grew_at: Instant,
 }
 
+impl Followed {
+    /// A file followed from `offset` on, with nothing read yet.
+    fn new(path: PathBuf, file: File, inode: u64, offset: u64, tag: Arc<str>) -> Followed {
+        Followed {
+            path,
+            file,
+            inode,
+            offset,
+            partial: Vec::new(),
+            skipping: false,
+            retired: false,
+            ml: None,
+            ml_bytes: 0,
+            ml_at: Instant::now(),
+            tag,
+            grew_at: Instant::now(),
+        }
+    }
+}
+
 /// What the `directory` input changes in the tail machinery.
 #[derive(Default)]
 pub struct DirectoryMode {
@@ -317,23 +337,8 @@ impl Tailer {
                 Some(d) => tag_for(&self.cfg.tag, path.strip_prefix(&d.root).unwrap_or(&path)),
                 None => tag_for(&self.cfg.tag, &path),
             });
-            self.files.insert(
-                ino,
-                Followed {
-                    path,
-                    file,
-                    inode: ino,
-                    offset,
-                    partial: Vec::new(),
-                    skipping: false,
-                    retired: false,
-                    ml: None,
-                    ml_bytes: 0,
-                    ml_at: Instant::now(),
-                    tag,
-                    grew_at: Instant::now(),
-                },
-            );
+            self.files
+                .insert(ino, Followed::new(path, file, ino, offset, tag));
         }
         self.first_scan = false;
     }
@@ -715,20 +720,8 @@ mod tests {
         .unwrap();
         let parser = Parser::new(&ParserConfig::default()).unwrap();
         let stats = PluginStats::default();
-        let mut f = Followed {
-            path: path.clone(),
-            file: File::open(&path).unwrap(),
-            inode: 0,
-            offset: 0,
-            partial: Vec::new(),
-            skipping: false,
-            retired: false,
-            ml: None,
-            ml_bytes: 0,
-            ml_at: Instant::now(),
-            tag: Arc::from("t"),
-            grew_at: Instant::now(),
-        };
+        let file = File::open(&path).unwrap();
+        let mut f = Followed::new(path.clone(), file, 0, 0, Arc::from("t"));
         let (mut events, mut consumed, mut steps) = (0u32, 0u64, 0);
         let mut next = 0u32;
         loop {
