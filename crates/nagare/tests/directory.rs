@@ -66,6 +66,63 @@ flush_interval = "50ms"
     assert_eq!(n.stdout().lines().count(), 5, "nothing shipped twice");
 }
 
+/// With both timers at an hour only inotify can find a file dropped into a
+/// subfolder made after start (the new folder must get a watch of its own);
+/// with `watch = false` the same config must not find it in that time.
+#[test]
+fn inotify_finds_files_in_new_subfolders_without_the_timers() {
+    for watch in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let drop = d.join("drop");
+        std::fs::create_dir_all(&drop).unwrap();
+        std::fs::write(drop.join("early.log"), "e1\n").unwrap();
+        let cfg = format!(
+            r#"
+[[input]]
+type = "directory"
+path = "{}"
+tag = "drop.*"
+refresh_interval = "1h"
+poll_interval = "1h"
+watch = {watch}
+[[output]]
+type = "stdout"
+match = "drop.**"
+[output.buffer]
+flush_interval = "50ms"
+"#,
+            drop.display()
+        );
+        let n = Daemon::start(d, "dir", &cfg, None);
+        n.wait_stdout_lines(1);
+        std::fs::create_dir_all(drop.join("late/deeper")).unwrap();
+        std::fs::write(drop.join("late/deeper/x.log"), "x1\nx2\n").unwrap();
+        let records = |n: &Daemon| -> Vec<(String, String)> {
+            n.stdout()
+                .lines()
+                .map(|l| {
+                    let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                    let tag = v["tag"].as_str().unwrap().to_string();
+                    (tag, v["record"]["message"].as_str().unwrap().to_string())
+                })
+                .collect()
+        };
+        let early = ("drop.early.log".to_string(), "e1".to_string());
+        if !watch {
+            std::thread::sleep(Duration::from_secs(3));
+            assert_eq!(records(&n), vec![early], "watch = false: nothing new");
+            continue;
+        }
+        wait_until(Duration::from_secs(5), "a file in a new subfolder", || {
+            n.stdout().lines().count() >= 3
+        });
+        std::thread::sleep(Duration::from_millis(300));
+        let x = |m: &str| ("drop.late.deeper.x.log".to_string(), m.to_string());
+        assert_eq!(records(&n), vec![early, x("x1"), x("x2")]);
+    }
+}
+
 #[test]
 fn a_sender_ships_files_to_a_receiver_that_unifies_them_byte_for_byte() {
     let dir = tempfile::tempdir().unwrap();

@@ -193,3 +193,98 @@ flush_interval = "50ms"
     assert_eq!(rows.len(), 2, "{csv}");
     assert!(err.matches("lost 0 dup 0").count() >= 2, "{err}");
 }
+
+/// Both timers at an hour, so only inotify can find anything in time: lines
+/// appended to a followed file, a file created after start and a rotation
+/// (rename + create, the writer finishing in the renamed file) all arrive
+/// within seconds, each line once. The same config with `watch = false` must
+/// deliver none of it in that time: the first half depends on the watch.
+#[test]
+fn inotify_finds_new_lines_files_and_rotations_without_the_timers() {
+    for watch in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("logs")).unwrap();
+        let log = d.join("logs/app.log");
+        append(&log, 0..3, "a");
+        let cfg = config(d, &format!("watch = {watch}\n"))
+            .replace(
+                r#"refresh_interval = "100ms""#,
+                r#"refresh_interval = "1h""#,
+            )
+            .replace(r#"poll_interval = "20ms""#, r#"poll_interval = "1h""#);
+        let _n = Daemon::start(d, "tail", &cfg, None);
+        // Read at start by the first scan, whatever `watch` is.
+        assert_eq!(wait_lines(d, 3), expected("a", 0..3), "watch = {watch}");
+
+        append(&log, 3..10, "a");
+        append(&d.join("logs/new.log"), 0..5, "n");
+        if !watch {
+            std::thread::sleep(Duration::from_secs(3));
+            assert_eq!(
+                out_lines(d),
+                expected("a", 0..3),
+                "watch = false: nothing new before the timers"
+            );
+            continue;
+        }
+        let soon = Duration::from_secs(5);
+        wait_until(soon, "appended lines and a new file via inotify", || {
+            out_lines(d).len() >= 15
+        });
+
+        // Rotation: rename, the writer finishes in the old file, a new file
+        // takes the name.
+        std::fs::rename(&log, d.join("logs/app.log.1")).unwrap();
+        append(&d.join("logs/app.log.1"), 10..20, "a");
+        append(&log, 0..5, "b");
+        wait_until(soon, "a rotation via inotify", || out_lines(d).len() >= 30);
+        std::thread::sleep(Duration::from_millis(500));
+        let got = out_lines(d);
+        let of =
+            |p: &str| -> Vec<String> { got.iter().filter(|l| l.starts_with(p)).cloned().collect() };
+        assert_eq!(of("a "), expected("a", 0..20), "old file, in order");
+        assert_eq!(of("n "), expected("n", 0..5), "new file, in order");
+        assert_eq!(of("b "), expected("b", 0..5), "file after rotation");
+        assert_eq!(got.len(), 30, "each line once: {got:?}");
+    }
+}
+
+/// A folder that does not exist yet cannot be watched: that is logged once,
+/// naming it, and the input polls; once the folder is there, the next
+/// refresh sets the watch up, so lines appended later arrive with
+/// `poll_interval` at an hour (only the watch can read them).
+#[test]
+fn a_missing_folder_is_watched_once_it_appears() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let cfg = config(d, "")
+        .replace(
+            r#"refresh_interval = "100ms""#,
+            r#"refresh_interval = "300ms""#,
+        )
+        .replace(r#"poll_interval = "20ms""#, r#"poll_interval = "1h""#);
+    let n = Daemon::start(d, "tail", &cfg, None);
+    std::thread::sleep(Duration::from_secs(1));
+    std::fs::create_dir_all(d.join("logs")).unwrap();
+    let log = d.join("logs/app.log");
+    append(&log, 0..3, "a");
+    // Found by a refresh (the folder's watch is set up by the same one).
+    assert_eq!(wait_lines(d, 3), expected("a", 0..3));
+    append(&log, 3..6, "a");
+    wait_until(
+        Duration::from_secs(5),
+        "lines read via the new watch",
+        || out_lines(d).len() >= 6,
+    );
+    assert_eq!(out_lines(d), expected("a", 0..6));
+    let err = n.stderr();
+    let logs = d.join("logs").display().to_string();
+    let warned: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("cannot watch the folder"))
+        .collect();
+    assert_eq!(warned.len(), 1, "logged once: {err}");
+    assert!(warned[0].contains(&logs), "names the folder: {}", warned[0]);
+    assert!(err.contains("watching the folder again"), "{err}");
+}

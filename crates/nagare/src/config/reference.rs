@@ -33,7 +33,7 @@ fn sections() -> Vec<(&'static str, &'static str, String)> {
         ("`[[input.users]]`", "Users allowed by a forward input with `shared_key`.", table::<UserConfig>(&[])),
         (
             "`[[input]]` `type = \"tail\"`",
-            "Follows files and turns each line into an event: `{\"message\": \"<line>\"}` with the default parser `none`, or the record its `[input.parser]` makes; rotation (rename and copytruncate), truncation and deletion are detected; positions survive restarts.",
+            "Follows files and turns each line into an event: `{\"message\": \"<line>\"}` with the default parser `none`, or the record its `[input.parser]` makes; rotation (rename and copytruncate), truncation and deletion are detected; positions survive restarts. New files and lines are found at once through inotify (`watch`), the two intervals are the fallback (see [The tail and directory inputs](#the-tail-and-directory-inputs)).",
             table::<TailConfig>(&["parser"]),
         ),
         (

@@ -12,8 +12,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::tail::{
-    self, default_max_line, default_poll, default_refresh, DirectoryMode, LongLines, OneOrMany,
-    TailConfig,
+    self, default_max_line, default_poll, default_refresh, default_watch, DirectoryMode, LongLines,
+    OneOrMany, TailConfig,
 };
 use crate::config::units::{Dur, Size};
 use crate::parsers::ParserConfig;
@@ -44,6 +44,10 @@ pub struct DirectoryConfig {
     /// How often files are checked for new lines (default "100ms").
     #[serde(default = "default_poll")]
     pub poll_interval: Dur,
+    /// Watch the folder tree with inotify: new files and lines are read at
+    /// once, the timers above are only the fallback (default true).
+    #[serde(default = "default_watch")]
+    pub watch: bool,
     /// Longest line kept whole (default "1MiB").
     #[serde(default = "default_max_line")]
     pub max_line_size: Size,
@@ -81,6 +85,7 @@ pub async fn start(
         read_from_head: true,
         refresh_interval: cfg.refresh_interval,
         poll_interval: cfg.poll_interval,
+        watch: cfg.watch,
         max_line_size: cfg.max_line_size,
         long_lines: cfg.long_lines,
         path_key: cfg.path_key,

@@ -9,6 +9,11 @@
 //! last unsaved batch. Rotation by rename (a new inode at the path: the old
 //! file is read to its end first), copytruncate (the file got shorter: read
 //! again from the start) and deletion are detected on every scan.
+//!
+//! With `watch` (default), inotify (tail/fswatch.rs) wakes the loop as soon as a
+//! file appears or grows; the refresh and poll timers stay as the fallback.
+
+mod fswatch;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -81,6 +86,10 @@ pub struct TailConfig {
     /// How often followed files are checked for new lines (default "100ms").
     #[serde(default = "default_poll")]
     pub poll_interval: Dur,
+    /// Watch the files' folders with inotify: new files and lines are read at
+    /// once, the timers above are only the fallback (default true).
+    #[serde(default = "default_watch")]
+    pub watch: bool,
     /// Longest line kept whole (default "1MiB").
     #[serde(default = "default_max_line")]
     pub max_line_size: Size,
@@ -104,6 +113,9 @@ pub(super) fn default_refresh() -> Dur {
 pub(super) fn default_poll() -> Dur {
     Dur(Duration::from_millis(100))
 }
+pub(super) fn default_watch() -> bool {
+    true
+}
 pub(super) fn default_max_line() -> Size {
     Size(1 << 20)
 }
@@ -113,6 +125,19 @@ fn default_batch() -> usize {
 
 /// Read size per file per step.
 const BLOCK: usize = 1 << 20;
+
+/// How long a rotated (renamed or deleted) file is still read after the
+/// scan noticed it: a writer may still be finishing its last lines there
+/// (inotify notices a rename at once, polling only at the next refresh).
+const ROTATE_WAIT: Duration = Duration::from_secs(5);
+
+/// Shortest time between two loop turns woken by inotify is poll_interval,
+/// at most this: a file written line by line wakes the loop no more often
+/// than polling would (its lines are then read in one batch), so an event
+/// storm costs no more than polling; the first line after a quiet spell,
+/// and a new file, are read at once. (Capped: with a long poll_interval the
+/// watch is what finds lines, and must not wait that long between turns.)
+const MAX_WAKE_GAP: Duration = Duration::from_millis(100);
 
 struct Followed {
     path: PathBuf,
@@ -126,8 +151,9 @@ struct Followed {
     partial: Vec<u8>,
     /// Inside a line longer than max_line_size that is being skipped.
     skipping: bool,
-    /// Renamed or deleted: read to the end, then forget.
-    retired: bool,
+    /// Renamed or deleted (since then): read on for ROTATE_WAIT, then to
+    /// the end, then forget.
+    retired: Option<Instant>,
     /// Parser "multiline": the event being gathered (lines joined with
     /// "\n"), the file bytes it covers (just past `offset`: the position is
     /// saved before it, so a restart reads it again), and when it last grew.
@@ -149,13 +175,18 @@ impl Followed {
             offset,
             partial: Vec::new(),
             skipping: false,
-            retired: false,
+            retired: None,
             ml: None,
             ml_bytes: 0,
             ml_at: Instant::now(),
             tag,
             grew_at: Instant::now(),
         }
+    }
+
+    /// Rotated away for ROTATE_WAIT: what it holds now is all it gets.
+    fn gone(&self) -> bool {
+        self.retired.is_some_and(|t| t.elapsed() >= ROTATE_WAIT)
     }
 }
 
@@ -227,23 +258,73 @@ pub async fn start_with(
         first_scan: true,
         dir,
     };
+    let mut watcher = if tailer.cfg.watch {
+        let globs: Vec<&str> = tailer.globs.iter().map(|g| g.as_str()).collect();
+        fswatch::Watcher::new(name, &globs)
+    } else {
+        None
+    };
     let mut sd = shutdown;
     Ok(vec![tokio::spawn(async move {
-        let mut last_scan: Option<Instant> = None;
+        let mut last_scan = Instant::now();
+        let mut first = true;
+        let mut rescan = false;
         loop {
-            if last_scan.is_none_or(|t| t.elapsed() >= tailer.cfg.refresh_interval.0) {
+            let turn = Instant::now();
+            let refresh = first || last_scan.elapsed() >= tailer.cfg.refresh_interval.0;
+            first = false;
+            if refresh {
+                // Watches that could not be set up are tried again first,
+                // so a file created meanwhile is found by this scan.
+                if let Some(w) = &mut watcher {
+                    w.ensure();
+                }
+                last_scan = Instant::now();
+            }
+            if refresh || rescan {
                 tailer.scan();
-                last_scan = Some(Instant::now());
+                rescan = false;
             }
             let busy = tailer.read_all().await;
             tailer.save_positions();
             if *sd.borrow() {
                 return;
             }
-            if !busy {
+            // Events that came during this turn: a busy loop turns again
+            // anyway, an idle one must not sleep past them (but still waits
+            // out the gap below, so a write storm cannot spin it).
+            let mut wake = fswatch::Wake::default();
+            if let Some(w) = &mut watcher {
+                wake = w.drain(&|p| tailer.interesting(p));
+                rescan |= wake.rescan;
+            }
+            if busy {
+                continue;
+            }
+            let woken = if wake.any() {
+                Some(wake)
+            } else {
                 tokio::select! {
-                    _ = tokio::time::sleep(tailer.cfg.poll_interval.0) => {}
-                    _ = sd.changed() => {}
+                _ = tokio::time::sleep(tailer.idle_for(last_scan)) => None,
+                _ = sd.changed() => None,
+                w = async {
+                    match &mut watcher {
+                        Some(w) => w.wait(&|p| tailer.interesting(p)).await,
+                        None => std::future::pending().await,
+                    }
+                } => Some(w),
+                }
+            };
+            if let Some(w) = woken {
+                rescan |= w.rescan;
+                // Coalesce a burst: whatever comes within the gap is read in
+                // the same turn.
+                let gap = tailer.cfg.poll_interval.0.min(MAX_WAKE_GAP);
+                if let Some(rest) = gap.checked_sub(turn.elapsed()) {
+                    tokio::time::sleep(rest).await;
+                }
+                if let Some(w) = &mut watcher {
+                    rescan |= w.drain(&|p| tailer.interesting(p)).rescan;
                 }
             }
         }
@@ -283,6 +364,43 @@ fn load_positions(path: Option<&str>) -> HashMap<u64, (String, u64)> {
 }
 
 impl Tailer {
+    /// Whether an inotify event about `path` concerns this input: a path its
+    /// globs match or a file it follows (a rotated one keeps its old path),
+    /// not its own position database.
+    fn interesting(&self, path: &Path) -> bool {
+        if let Some(db) = &self.cfg.position_db {
+            let p = path.as_os_str().as_encoded_bytes();
+            if p.strip_prefix(db.as_bytes())
+                .is_some_and(|rest| rest.is_empty() || rest == b".tmp")
+            {
+                return false;
+            }
+        }
+        // While a rotated file is read on, its new name is unknown here:
+        // any event in the folders may be its writer's.
+        self.globs.iter().any(|g| g.matches_path(path))
+            || self
+                .files
+                .values()
+                .any(|f| f.path == path || f.retired.is_some())
+    }
+
+    /// How long the idle loop may sleep: the poll interval, or less when
+    /// the next refresh (scan) is due sooner or a rotated file is due to be
+    /// let go.
+    fn idle_for(&self, last_scan: Instant) -> Duration {
+        let refresh = self
+            .cfg
+            .refresh_interval
+            .0
+            .saturating_sub(last_scan.elapsed());
+        self.files
+            .values()
+            .filter_map(|f| f.retired)
+            .map(|t| ROTATE_WAIT.saturating_sub(t.elapsed()))
+            .fold(self.cfg.poll_interval.0.min(refresh), Duration::min)
+    }
+
     fn excluded(&self, p: &Path) -> bool {
         let name = p
             .file_name()
@@ -310,12 +428,13 @@ impl Tailer {
         // what is left, then drop them.
         for f in self.files.values_mut() {
             if !seen.contains_key(&f.inode) {
-                f.retired = true;
+                f.retired.get_or_insert_with(Instant::now);
             }
         }
         for (ino, path) in seen {
             if let Some(f) = self.files.get_mut(&ino) {
                 f.path = path;
+                f.retired = None; // renamed back under a glob
                 continue;
             }
             let Ok(mut file) = File::open(&path) else {
@@ -383,7 +502,7 @@ impl Tailer {
                 self.positions
                     .insert(ino, (f.path.to_string_lossy().into_owned(), f.offset));
             }
-            if f.retired && done {
+            if f.gone() && done {
                 tracing::info!(input = %self.name, path = %f.path.display(), "file rotated or removed; read to its end");
                 self.positions.remove(&ino);
                 continue;
@@ -556,7 +675,7 @@ fn read_lines(
     f.partial.drain(..pos);
     let done = at_end && memchr::memchr(b'\n', &f.partial).is_none();
     // A retired (rotated) file's unterminated last line is an event too.
-    if f.retired && done && !f.partial.is_empty() {
+    if f.gone() && done && !f.partial.is_empty() {
         let last = std::mem::take(&mut f.partial);
         feed(&last, pos, &mut out);
         pos += last.len();
@@ -568,7 +687,7 @@ fn read_lines(
         if fed {
             f.ml_at = Instant::now();
         }
-        if done && (f.retired || f.ml_at.elapsed() >= flush) {
+        if done && (f.gone() || f.ml_at.elapsed() >= flush) {
             emit(&p, &mut out);
         } else {
             ml_after = (pos as i64 - pend_start) as u64;
