@@ -11,7 +11,7 @@
 //! Two threads share the work: fuser's session thread answers the kernel and
 //! hands each write's bytes to a bounded channel; a tokio task splits them
 //! into lines, encodes the entries and appends batches to the outputs. When
-//! the outputs push back (a full buffer with `overflow = "block"`), the
+//! the outputs push back (a full buffer with `overflow_action = "block"`), the
 //! channel fills and the writer's write() blocks: memory stays bounded and
 //! nothing is dropped. Each writing process (the kernel's pid of the writer)
 //! has its own partial-line buffer per file, so concurrent appenders never
