@@ -37,88 +37,23 @@ fn be32(buf: &[u8], pos: usize) -> usize {
 ///
 /// Iterative: one loop over value headers with a counter of values still to
 /// skip per open container, instead of one call per nested value.
-pub fn skip_value(buf: &[u8], mut pos: usize) -> Scan<usize> {
+pub fn skip_value(buf: &[u8], pos: usize) -> Scan<usize> {
+    // Most values are scalars or strings: they need no container stack.
+    let (mut pos, payload, children) = header(buf, pos)?;
+    need(buf, pos, payload)?;
+    pos += payload;
+    if children == 0 {
+        return Ok(pos);
+    }
     // remaining[d]: values still to skip in the container open at depth d;
-    // `depth` is the nesting of the next value to read (0 for the outer one).
+    // `depth` is the nesting of the next value to read (1 for the first
+    // child of the outer container).
     let mut remaining = [0usize; MAX_DEPTH + 1];
-    let mut depth = 0usize;
-    remaining[0] = 1;
+    let mut depth = 1usize;
+    remaining[1] = children;
     loop {
-        if depth > MAX_DEPTH {
-            return Err(ScanError::Invalid("msgpack nesting too deep"));
-        }
-        need(buf, pos, 1)?;
-        let b = buf[pos];
-        pos += 1;
-        // (bytes of payload to skip, number of nested values)
-        let (payload, children) = match b {
-            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0),
-            0x80..=0x8f => (0, 2 * (b & 0x0f) as usize),
-            0x90..=0x9f => (0, (b & 0x0f) as usize),
-            0xa0..=0xbf => ((b & 0x1f) as usize, 0),
-            0xc1 => return Err(ScanError::Invalid("reserved msgpack byte 0xc1")),
-            0xc4 | 0xd9 => {
-                need(buf, pos, 1)?;
-                pos += 1;
-                (buf[pos - 1] as usize, 0)
-            }
-            0xc5 | 0xda => {
-                need(buf, pos, 2)?;
-                pos += 2;
-                (be16(buf, pos - 2), 0)
-            }
-            0xc6 | 0xdb => {
-                need(buf, pos, 4)?;
-                pos += 4;
-                (be32(buf, pos - 4), 0)
-            }
-            0xc7 => {
-                need(buf, pos, 2)?;
-                pos += 2;
-                (buf[pos - 2] as usize, 0)
-            }
-            0xc8 => {
-                need(buf, pos, 3)?;
-                pos += 3;
-                (be16(buf, pos - 3), 0)
-            }
-            0xc9 => {
-                need(buf, pos, 5)?;
-                pos += 5;
-                (be32(buf, pos - 5), 0)
-            }
-            0xca => (4, 0),
-            0xcb => (8, 0),
-            0xcc | 0xd0 => (1, 0),
-            0xcd | 0xd1 => (2, 0),
-            0xce | 0xd2 => (4, 0),
-            0xcf | 0xd3 => (8, 0),
-            0xd4 => (2, 0),
-            0xd5 => (3, 0),
-            0xd6 => (5, 0),
-            0xd7 => (9, 0),
-            0xd8 => (17, 0),
-            0xdc => {
-                need(buf, pos, 2)?;
-                pos += 2;
-                (0, be16(buf, pos - 2))
-            }
-            0xdd => {
-                need(buf, pos, 4)?;
-                pos += 4;
-                (0, be32(buf, pos - 4))
-            }
-            0xde => {
-                need(buf, pos, 2)?;
-                pos += 2;
-                (0, 2 * be16(buf, pos - 2))
-            }
-            0xdf => {
-                need(buf, pos, 4)?;
-                pos += 4;
-                (0, 2 * be32(buf, pos - 4))
-            }
-        };
+        let (next, payload, children) = header(buf, pos)?;
+        pos = next;
         need(buf, pos, payload)?;
         pos += payload;
         remaining[depth] -= 1;
@@ -131,13 +66,91 @@ pub fn skip_value(buf: &[u8], mut pos: usize) -> Scan<usize> {
         } else {
             // Close every container whose last value this was.
             while remaining[depth] == 0 {
+                depth -= 1;
                 if depth == 0 {
                     return Ok(pos);
                 }
-                depth -= 1;
             }
         }
     }
+}
+
+/// The header of the value at `pos`: (position after the header, bytes of
+/// payload that follow, number of nested values).
+#[inline]
+fn header(buf: &[u8], mut pos: usize) -> Scan<(usize, usize, usize)> {
+    need(buf, pos, 1)?;
+    let b = buf[pos];
+    pos += 1;
+    let (payload, children) = match b {
+        0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (0, 0),
+        0x80..=0x8f => (0, 2 * (b & 0x0f) as usize),
+        0x90..=0x9f => (0, (b & 0x0f) as usize),
+        0xa0..=0xbf => ((b & 0x1f) as usize, 0),
+        0xc1 => return Err(ScanError::Invalid("reserved msgpack byte 0xc1")),
+        0xc4 | 0xd9 => {
+            need(buf, pos, 1)?;
+            pos += 1;
+            (buf[pos - 1] as usize, 0)
+        }
+        0xc5 | 0xda => {
+            need(buf, pos, 2)?;
+            pos += 2;
+            (be16(buf, pos - 2), 0)
+        }
+        0xc6 | 0xdb => {
+            need(buf, pos, 4)?;
+            pos += 4;
+            (be32(buf, pos - 4), 0)
+        }
+        0xc7 => {
+            need(buf, pos, 2)?;
+            pos += 2;
+            (buf[pos - 2] as usize, 0)
+        }
+        0xc8 => {
+            need(buf, pos, 3)?;
+            pos += 3;
+            (be16(buf, pos - 3), 0)
+        }
+        0xc9 => {
+            need(buf, pos, 5)?;
+            pos += 5;
+            (be32(buf, pos - 5), 0)
+        }
+        0xca => (4, 0),
+        0xcb => (8, 0),
+        0xcc | 0xd0 => (1, 0),
+        0xcd | 0xd1 => (2, 0),
+        0xce | 0xd2 => (4, 0),
+        0xcf | 0xd3 => (8, 0),
+        0xd4 => (2, 0),
+        0xd5 => (3, 0),
+        0xd6 => (5, 0),
+        0xd7 => (9, 0),
+        0xd8 => (17, 0),
+        0xdc => {
+            need(buf, pos, 2)?;
+            pos += 2;
+            (0, be16(buf, pos - 2))
+        }
+        0xdd => {
+            need(buf, pos, 4)?;
+            pos += 4;
+            (0, be32(buf, pos - 4))
+        }
+        0xde => {
+            need(buf, pos, 2)?;
+            pos += 2;
+            (0, 2 * be16(buf, pos - 2))
+        }
+        0xdf => {
+            need(buf, pos, 4)?;
+            pos += 4;
+            (0, 2 * be32(buf, pos - 4))
+        }
+    };
+    Ok((pos, payload, children))
 }
 
 /// Reads an array header; returns (length, position of the first element).

@@ -247,9 +247,9 @@ fn pairs(map: &[u8], out: &mut Vec<Pair>) -> Option<()> {
     for _ in 0..n {
         let (text, str_key, value) = match read_str_or_bin(map, p).ok()? {
             Some((a, b)) => ((a, b), true, b),
-            None => ((p, p), false, skip(map, p)?),
+            None => ((p, p), false, skip_value(map, p).ok()?),
         };
-        let end = skip(map, value)?;
+        let end = skip_value(map, value).ok()?;
         out.push(Pair {
             start: p,
             text,
@@ -261,23 +261,6 @@ fn pairs(map: &[u8], out: &mut Vec<Pair>) -> Option<()> {
         p = end;
     }
     Some(())
-}
-
-/// The end of the value at `pos`: scalars and strings directly (most
-/// values), anything else with the general scanner.
-fn skip(buf: &[u8], pos: usize) -> Option<usize> {
-    let fixed = |n: usize| (pos + n <= buf.len()).then_some(pos + n);
-    match *buf.get(pos)? {
-        0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => Some(pos + 1),
-        0xa0..=0xbf | 0xc4..=0xc6 | 0xd9..=0xdb => {
-            read_str_or_bin(buf, pos).ok()?.map(|(_, end)| end)
-        }
-        0xcc | 0xd0 => fixed(2),
-        0xcd | 0xd1 => fixed(3),
-        0xca | 0xce | 0xd2 => fixed(5),
-        0xcb | 0xcf | 0xd3 => fixed(9),
-        _ => skip_value(buf, pos).ok(),
-    }
 }
 
 /// Writes a map header for the pairs of `record` (its pairs are `own`)
