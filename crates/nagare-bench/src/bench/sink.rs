@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use bytes::Bytes;
+use bytes::BytesMut;
 use nagare_forward::msgpack::{
     read_array_len, read_map_len, read_str_or_bin, read_uint, skip_value,
 };
@@ -245,49 +245,28 @@ impl Sink {
             conns: Mutex::new(Vec::new()),
             limits: Limits::default(),
         });
-        let mut threads = Vec::new();
-        {
-            let sh = shared.clone();
-            threads.push(std::thread::spawn(move || loop {
-                if sh.stop.load(Ordering::Relaxed) {
-                    return;
-                }
-                match ln.accept() {
-                    Ok((s, _)) => {
-                        s.set_nonblocking(false).ok();
-                        s.set_nodelay(true).ok();
-                        if let Ok(c) = s.try_clone() {
-                            sh.conns.lock().unwrap().push(Conn::Tcp(c));
-                        }
-                        let sh = sh.clone();
-                        std::thread::spawn(move || serve(s, &sh));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }));
-        }
+        let mut threads = vec![spawn_acceptor(
+            shared.clone(),
+            move || ln.accept().map(|(s, _)| s),
+            |s: &TcpStream| {
+                s.set_nonblocking(false).ok();
+                s.set_nodelay(true).ok();
+                s.try_clone().ok().map(Conn::Tcp)
+            },
+        )];
         if let Some(p) = &unix {
             let _ = std::fs::remove_file(p);
             let ul =
                 UnixListener::bind(p).with_context(|| format!("sink: binding {}", p.display()))?;
             ul.set_nonblocking(true)?;
-            let sh = shared.clone();
-            threads.push(std::thread::spawn(move || loop {
-                if sh.stop.load(Ordering::Relaxed) {
-                    return;
-                }
-                match ul.accept() {
-                    Ok((s, _)) => {
-                        s.set_nonblocking(false).ok();
-                        if let Ok(c) = s.try_clone() {
-                            sh.conns.lock().unwrap().push(Conn::Unix(c));
-                        }
-                        let sh = sh.clone();
-                        std::thread::spawn(move || serve(s, &sh));
-                    }
-                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                }
-            }));
+            threads.push(spawn_acceptor(
+                shared.clone(),
+                move || ul.accept().map(|(s, _)| s),
+                |s: &UnixStream| {
+                    s.set_nonblocking(false).ok();
+                    s.try_clone().ok().map(Conn::Unix)
+                },
+            ));
         }
         Ok(Sink {
             addr: local,
@@ -345,10 +324,36 @@ impl Drop for Sink {
     }
 }
 
+/// Accepts connections until the sink stops: `prepare` sets a new stream's
+/// options and gives the clone kept for shutdown; each stream is served on
+/// its own thread.
+fn spawn_acceptor<S: Read + Write + Send + 'static>(
+    sh: Arc<Shared>,
+    accept: impl Fn() -> std::io::Result<S> + Send + 'static,
+    prepare: impl Fn(&S) -> Option<Conn> + Send + 'static,
+) -> JoinHandle<()> {
+    std::thread::spawn(move || loop {
+        if sh.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        match accept() {
+            Ok(s) => {
+                if let Some(c) = prepare(&s) {
+                    sh.conns.lock().unwrap().push(c);
+                }
+                let sh = sh.clone();
+                std::thread::spawn(move || serve(s, &sh));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    })
+}
+
 fn serve<S: Read + Write>(mut s: S, sh: &Shared) {
-    let mut buf: Vec<u8> = Vec::with_capacity(256 << 10);
+    let mut buf = BytesMut::with_capacity(256 << 10);
     let mut tmp = vec![0u8; 256 << 10];
     let mut ack = Vec::with_capacity(64);
+    let mut seqs = Vec::new();
     loop {
         let n = match s.read(&mut tmp) {
             Ok(0) | Err(_) => {
@@ -364,13 +369,10 @@ fn serve<S: Read + Write>(mut s: S, sh: &Shared) {
             Ok(n) => n,
         };
         buf.extend_from_slice(&tmp[..n]);
-        let mut pos = 0;
         loop {
-            match scan_frame(&buf[pos..], &sh.limits) {
+            match scan_frame(&buf, &sh.limits) {
                 Ok(Some(sc)) => {
-                    let len = sc.len;
-                    let frame = Bytes::copy_from_slice(&buf[pos..pos + len]);
-                    pos += len;
+                    let frame = buf.split_to(sc.len).freeze();
                     let run = sh.run.read().unwrap().clone();
                     match sc.into_frame(frame, &sh.limits, EventTime::now()) {
                         Ok(f) => {
@@ -379,7 +381,7 @@ fn serve<S: Read + Write>(mut s: S, sh: &Shared) {
                                 Some(t) => t == f.tag,
                             };
                             if ours {
-                                if count_entries(&f.entries, &run).is_err() {
+                                if count_entries(&f.entries, &run, &mut seqs).is_err() {
                                     run.errors.fetch_add(1, Ordering::Relaxed);
                                 }
                                 run.frames.fetch_add(1, Ordering::Relaxed);
@@ -415,7 +417,6 @@ fn serve<S: Read + Write>(mut s: S, sh: &Shared) {
                 }
             }
         }
-        buf.drain(..pos);
     }
 }
 
@@ -430,11 +431,16 @@ fn seq_from_message(m: &[u8]) -> Option<u64> {
 }
 
 /// Walks a PackedForward payload: counts events and payload bytes, checks seqs.
-fn count_entries(e: &[u8], run: &RunCounters) -> Result<(), ScanError> {
+/// `seqs` is the connection's reused scratch for the frame's seqs.
+fn count_entries(
+    e: &[u8],
+    run: &RunCounters,
+    seqs: &mut Vec<Option<u64>>,
+) -> Result<(), ScanError> {
     let mut p = 0;
     let mut events = 0u64;
     let mut payload = 0u64;
-    let mut seqs: Vec<Option<u64>> = Vec::new();
+    seqs.clear();
     while p < e.len() {
         let (n, q) = read_array_len(e, p)?;
         let end_of_time = skip_value(e, q)?;
@@ -444,7 +450,7 @@ fn count_entries(e: &[u8], run: &RunCounters) -> Result<(), ScanError> {
         for _ in 0..m {
             let key = read_str_or_bin(e, q)?;
             let vpos = match key {
-                Some((a, b)) => b.max(a),
+                Some((_, b)) => b,
                 None => skip_value(e, q)?,
             };
             let k = key.map(|(a, b)| &e[a..b]);
@@ -484,7 +490,7 @@ fn count_entries(e: &[u8], run: &RunCounters) -> Result<(), ScanError> {
     {
         let mut set = run.seqs.lock().unwrap();
         let (mut dups, mut none, mut bad) = (0, 0, 0);
-        for s in seqs {
+        for s in seqs.drain(..) {
             match s {
                 None => none += 1,
                 Some(v) => match set.insert(v) {
