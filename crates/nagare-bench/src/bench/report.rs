@@ -154,24 +154,11 @@ pub fn plots(rows: &[Row]) -> Vec<Plot> {
         let top_rate = fwd.iter().map(|r| key(r.target_rate)).fold(0.0, f64::max);
         let top_batch = fwd.iter().map(|r| r.msgs_per_call).max().unwrap_or(0);
         let min_size = fwd.iter().map(|r| r.bytes_per_msg).min().unwrap_or(0);
-        let by_size = |f: &dyn Fn(&Row) -> f64| -> Vec<(String, Vec<(f64, f64)>)> {
-            systems
-                .iter()
-                .map(|sys| {
-                    let mut pts: Vec<(f64, f64)> = fwd
-                        .iter()
-                        .filter(|r| {
-                            &r.system == sys
-                                && key(r.target_rate) == top_rate
-                                && r.msgs_per_call == top_batch
-                        })
-                        .map(|r| (r.bytes_per_msg as f64, f(r)))
-                        .collect();
-                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                    (sys.clone(), pts)
-                })
-                .filter(|(_, p)| !p.is_empty())
-                .collect()
+        let by_size = |f: &dyn Fn(&Row) -> f64| {
+            per_system(&systems, &fwd, |r| {
+                (key(r.target_rate) == top_rate && r.msgs_per_call == top_batch)
+                    .then(|| (r.bytes_per_msg as f64, f(r)))
+            })
         };
         let rate_label = if top_rate.is_infinite() {
             "as fast as possible".to_string()
@@ -192,24 +179,10 @@ pub fn plots(rows: &[Row]) -> Vec<Plot> {
             y_label: "achieved Mbps".into(),
             series: by_size(&|r| r.achieved_mbps),
         });
-        let series: Vec<(String, Vec<(f64, f64)>)> = systems
-            .iter()
-            .map(|sys| {
-                let mut pts: Vec<(f64, f64)> = fwd
-                    .iter()
-                    .filter(|r| {
-                        &r.system == sys
-                            && r.target_rate > 0.0
-                            && r.bytes_per_msg == min_size
-                            && r.msgs_per_call == top_batch
-                    })
-                    .map(|r| (r.target_rate, r.achieved_msgs_per_s))
-                    .collect();
-                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                (sys.clone(), pts)
-            })
-            .filter(|(_, p)| !p.is_empty())
-            .collect();
+        let series = per_system(&systems, &fwd, |r| {
+            (r.target_rate > 0.0 && r.bytes_per_msg == min_size && r.msgs_per_call == top_batch)
+                .then_some((r.target_rate, r.achieved_msgs_per_s))
+        });
         if !series.is_empty() {
             out.push(Plot {
                 file_stem: "throughput_vs_rate".into(),
@@ -222,19 +195,9 @@ pub fn plots(rows: &[Row]) -> Vec<Plot> {
     }
     let tail: Vec<&Row> = rows.iter().filter(|r| r.case == "tail").collect();
     if !tail.is_empty() {
-        let series = systems
-            .iter()
-            .map(|sys| {
-                let mut pts: Vec<(f64, f64)> = tail
-                    .iter()
-                    .filter(|r| &r.system == sys)
-                    .map(|r| (r.bytes_per_msg as f64, r.achieved_msgs_per_s))
-                    .collect();
-                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-                (sys.clone(), pts)
-            })
-            .filter(|(_, p)| !p.is_empty())
-            .collect();
+        let series = per_system(&systems, &tail, |r| {
+            Some((r.bytes_per_msg as f64, r.achieved_msgs_per_s))
+        });
         out.push(Plot {
             file_stem: "file_transfer".into(),
             title: "File transfer through tail: lines/s vs line size".into(),
@@ -244,6 +207,28 @@ pub fn plots(rows: &[Row]) -> Vec<Plot> {
         });
     }
     out
+}
+
+/// One series per system (in `systems` order): the points `point` gives for
+/// that system's rows, sorted by x; systems without points are left out.
+fn per_system(
+    systems: &[String],
+    rows: &[&Row],
+    point: impl Fn(&Row) -> Option<(f64, f64)>,
+) -> Vec<(String, Vec<(f64, f64)>)> {
+    systems
+        .iter()
+        .map(|sys| {
+            let mut pts: Vec<(f64, f64)> = rows
+                .iter()
+                .filter(|r| &r.system == sys)
+                .filter_map(|r| point(r))
+                .collect();
+            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+            (sys.clone(), pts)
+        })
+        .filter(|(_, p)| !p.is_empty())
+        .collect()
 }
 
 /// Checks that plotters (`ttf` feature: fontconfig and FreeType) finds a
