@@ -17,23 +17,14 @@ pub struct Usage {
     pub procs: usize,
 }
 
-fn clk_tck() -> f64 {
+/// `sysconf(name)`, or `default` when the system does not say.
+fn sysconf_or(name: libc::c_int, default: u64) -> u64 {
     // SAFETY: sysconf has no preconditions.
-    let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if t > 0 {
-        t as f64
+    let v = unsafe { libc::sysconf(name) };
+    if v > 0 {
+        v as u64
     } else {
-        100.0
-    }
-}
-
-fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if p > 0 {
-        p as u64
-    } else {
-        4096
+        default
     }
 }
 
@@ -66,7 +57,8 @@ pub fn read_tree(root: u32) -> Usage {
             }
         }
     }
-    let (tck, page) = (clk_tck(), page_size());
+    let tck = sysconf_or(libc::_SC_CLK_TCK, 100) as f64;
+    let page = sysconf_or(libc::_SC_PAGESIZE, 4096);
     let mut u = Usage::default();
     let mut stack = vec![root];
     let mut ticks = 0u64;
