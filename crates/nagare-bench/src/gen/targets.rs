@@ -432,10 +432,17 @@ impl Sender for ForwardSender {
     fn send(&mut self, gen: &mut LineGen, first: u64, n: u64, now: i64) -> io::Result<u64> {
         let t = EventTime::new((now / 1_000_000_000) as u32, (now % 1_000_000_000) as u32);
         self.entries.clear();
-        for i in first..first + n {
-            self.line.clear();
-            gen.write_line(i, now, &mut self.line);
-            write_seq_entry(&mut self.entries, t, i, &self.line);
+        if let Some(m) = gen.fixed() {
+            // Same message every line: no copy through `line`.
+            for i in first..first + n {
+                write_seq_entry(&mut self.entries, t, i, m);
+            }
+        } else {
+            for i in first..first + n {
+                self.line.clear();
+                gen.write_line(i, now, &mut self.line);
+                write_seq_entry(&mut self.entries, t, i, &self.line);
+            }
         }
         let mut id = [0u8; 24];
         if self.ack {
