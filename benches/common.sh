@@ -1,6 +1,7 @@
 # Sourced by the benches/*.sh scripts: finds (or builds) flowbench from
 # ../shared/bench and builds nagare's release binary.
-# Sets ROOT, FB (flowbench) and NAGARE (the nagare binary; NAGARE_BIN overrides).
+# Sets ROOT, FB (flowbench) and NAGARE (the nagare binary; NAGARE_BIN overrides);
+# defines results_dir.
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BENCH_DIR=${FLOWBENCH_DIR:-$ROOT/../shared/bench}
 FB=$BENCH_DIR/bin/flowbench
@@ -13,3 +14,10 @@ else
     cargo build --release -p nagare --manifest-path "$ROOT/Cargo.toml" >&2
     NAGARE=$ROOT/target/release/nagare
 fi
+# results_dir NAME: sets OUT (an OUT from the environment wins) to the
+# directory for raw results, /tmp/nagare-NAME-XXXX by default.
+results_dir() {
+    OUT=${OUT:-$(mktemp -d "/tmp/nagare-$1-XXXX")}
+    mkdir -p "$OUT"
+    echo "raw results in $OUT" >&2
+}

@@ -12,9 +12,7 @@ DURATION=${2:-10s}
 CONNS=${3:-4}
 SIZES=${SIZES:-"100 1024"}
 . benches/common.sh
-OUT=${OUT:-$(mktemp -d /tmp/nagare-durability-XXXX)}
-mkdir -p "$OUT"
-echo "raw results in $OUT" >&2
+results_dir durability
 
 run() { # run NAME SIZE ACKFLAG CONFIG
   local bufdir

@@ -22,9 +22,7 @@ RUNS=${1:-3}
 EVENTS=${2:-2000000}
 DURATION=${3:-8s}
 . benches/common.sh
-OUT=${OUT:-$(mktemp -d /tmp/nagare-filter-XXXX)}
-mkdir -p "$OUT"
-echo "raw results in $OUT" >&2
+results_dir filter
 SUT=${SUT_PORT:-36324}
 SINK=${SINK_PORT:-36325}
 

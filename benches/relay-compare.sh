@@ -14,9 +14,7 @@ DURATION=${2:-10s}
 SIZES=${SIZES:-"100 1024 4800"}
 command -v socat >/dev/null || { echo "socat is needed (apt-get install socat)" >&2; exit 1; }
 . benches/common.sh
-OUT=${OUT:-$(mktemp -d /tmp/nagare-relay-XXXX)}
-mkdir -p "$OUT"
-echo "raw results in $OUT" >&2
+results_dir relay
 
 run() { # run NAME SIZE CMD
   "$FB" relay --sut-port "${SUT_PORT:-36224}" --sink-port "${SINK_PORT:-36225}" --duration "$DURATION" --warmup 3s \
