@@ -167,7 +167,15 @@ fn escape(out: &mut Vec<u8>, s: &str) {
             b'\t' => b"\\t",
             0x00..=0x1f => {
                 out.extend_from_slice(&bytes[start..i]);
-                out.extend_from_slice(format!("\\u{b:04x}").as_bytes());
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.extend_from_slice(&[
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    HEX[(b >> 4) as usize],
+                    HEX[(b & 0xf) as usize],
+                ]);
                 start = i + 1;
                 continue;
             }
@@ -231,6 +239,13 @@ mod tests {
         assert_eq!(s, r#"{"a":[1,-2,"x\n"],"b":{"c":null,"d":true},"e":1.5}"#);
         let v: serde_json::Value = serde_json::from_str(&s).unwrap();
         assert_eq!(v["e"], 1.5);
+    }
+
+    #[test]
+    fn control_characters_are_escaped_as_u_sequences() {
+        let mut out = Vec::new();
+        escape(&mut out, "a\u{1}b\u{1f}\"");
+        assert_eq!(String::from_utf8(out).unwrap(), r#"a\u0001b\u001f\""#);
     }
 
     #[test]
