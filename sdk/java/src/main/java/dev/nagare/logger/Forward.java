@@ -195,16 +195,37 @@ public final class Forward {
 
   // ---------------------------------------------------------------- encoding
 
-  /** The msgpack array {@code [EventTime, record]}. */
-  public static byte[] encodeEntry(EventTime time, Map<String, ?> record) {
-    ByteSink sink = new ByteSink(64);
+  /** Writes a msgpack value into the sink; see {@link #pack}. */
+  @FunctionalInterface
+  interface Body {
+    void write(ByteSink sink, MessagePacker p) throws IOException;
+  }
+
+  /** Runs body on a fresh sink of the given capacity, flushes, and returns the bytes. */
+  static byte[] pack(int capacity, Body body) {
+    ByteSink sink = new ByteSink(capacity);
     MessagePacker p = MessagePack.newDefaultPacker(sink);
     try {
-      writeEntry(sink, p, time.seconds(), time.nanos(), record);
+      body.write(sink, p);
+      p.flush();
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }
     return sink.toByteArray();
+  }
+
+  /** The trailing {@code {"chunk": id}} option map, when chunk is not null. */
+  private static void packChunkOption(MessagePacker p, String chunk) throws IOException {
+    if (chunk != null) {
+      p.packMapHeader(1);
+      p.packString("chunk");
+      p.packString(chunk);
+    }
+  }
+
+  /** The msgpack array {@code [EventTime, record]}. */
+  public static byte[] encodeEntry(EventTime time, Map<String, ?> record) {
+    return pack(64, (sink, p) -> writeEntry(sink, p, time.seconds(), time.nanos(), record));
   }
 
   /** Appends {@code [EventTime, record]} to the sink (the packer must be flushed and empty). */
@@ -224,61 +245,42 @@ public final class Forward {
 
   /** Concatenated entries: the payload of a PackedForward frame. */
   public static byte[] encodeEntries(List<Entry> entries) {
-    ByteSink sink = new ByteSink(256);
-    MessagePacker p = MessagePack.newDefaultPacker(sink);
-    try {
-      for (Entry e : entries) {
-        writeEntry(sink, p, e.time().seconds(), e.time().nanos(), e.record());
-      }
-    } catch (IOException e) {
-      throw new UncheckedIOException(e);
-    }
-    return sink.toByteArray();
+    return pack(
+        256,
+        (sink, p) -> {
+          for (Entry e : entries) {
+            writeEntry(sink, p, e.time().seconds(), e.time().nanos(), e.record());
+          }
+        });
   }
 
   /** {@code [tag, time, record]} plus {@code {"chunk": id}} when chunk is not null. */
   public static byte[] encodeMessage(String tag, Entry entry, String chunk) {
-    ByteSink sink = new ByteSink(256);
-    MessagePacker p = MessagePack.newDefaultPacker(sink);
-    try {
-      p.packArrayHeader(chunk == null ? 3 : 4);
-      p.packString(tag);
-      packValue(p, entry.time());
-      packMap(p, entry.record());
-      if (chunk != null) {
-        p.packMapHeader(1);
-        p.packString("chunk");
-        p.packString(chunk);
-      }
-      p.flush();
-    } catch (IOException e) {
-      throw new UncheckedIOException(e);
-    }
-    return sink.toByteArray();
+    return pack(
+        256,
+        (sink, p) -> {
+          p.packArrayHeader(chunk == null ? 3 : 4);
+          p.packString(tag);
+          packValue(p, entry.time());
+          packMap(p, entry.record());
+          packChunkOption(p, chunk);
+        });
   }
 
   /** {@code [tag, [[time, record], ...]]} plus {@code {"chunk": id}} when chunk is not null. */
   public static byte[] encodeForward(String tag, List<Entry> entries, String chunk) {
-    ByteSink sink = new ByteSink(256);
-    MessagePacker p = MessagePack.newDefaultPacker(sink);
-    try {
-      p.packArrayHeader(chunk == null ? 2 : 3);
-      p.packString(tag);
-      p.packArrayHeader(entries.size());
-      p.flush();
-      for (Entry e : entries) {
-        writeEntry(sink, p, e.time().seconds(), e.time().nanos(), e.record());
-      }
-      if (chunk != null) {
-        p.packMapHeader(1);
-        p.packString("chunk");
-        p.packString(chunk);
-      }
-      p.flush();
-    } catch (IOException e) {
-      throw new UncheckedIOException(e);
-    }
-    return sink.toByteArray();
+    return pack(
+        256,
+        (sink, p) -> {
+          p.packArrayHeader(chunk == null ? 2 : 3);
+          p.packString(tag);
+          p.packArrayHeader(entries.size());
+          p.flush();
+          for (Entry e : entries) {
+            writeEntry(sink, p, e.time().seconds(), e.time().nanos(), e.record());
+          }
+          packChunkOption(p, chunk);
+        });
   }
 
   /** {@code [tag, bin(entries), {"size": count[, "chunk": id]}]}. */
@@ -361,25 +363,21 @@ public final class Forward {
 
   /** The option map: {@code {"size": n[, "chunk": id][, "compressed": "gzip"]}}. */
   static byte[] trailer(int count, String chunk, boolean compressed) {
-    ByteSink sink = new ByteSink(64);
-    MessagePacker p = MessagePack.newDefaultPacker(sink);
-    try {
-      p.packMapHeader(1 + (chunk != null ? 1 : 0) + (compressed ? 1 : 0));
-      p.packString("size");
-      p.packInt(count);
-      if (chunk != null) {
-        p.packString("chunk");
-        p.packString(chunk);
-      }
-      if (compressed) {
-        p.packString("compressed");
-        p.packString("gzip");
-      }
-      p.flush();
-    } catch (IOException e) {
-      throw new UncheckedIOException(e);
-    }
-    return sink.toByteArray();
+    return pack(
+        64,
+        (sink, p) -> {
+          p.packMapHeader(1 + (chunk != null ? 1 : 0) + (compressed ? 1 : 0));
+          p.packString("size");
+          p.packInt(count);
+          if (chunk != null) {
+            p.packString("chunk");
+            p.packString(chunk);
+          }
+          if (compressed) {
+            p.packString("compressed");
+            p.packString("gzip");
+          }
+        });
   }
 
   public static byte[] gzip(byte[] data, int off, int len) {

@@ -1,14 +1,11 @@
 package dev.nagare.logger;
 
 import java.io.IOException;
-import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.HexFormat;
 import java.util.List;
-import org.msgpack.core.MessagePack;
-import org.msgpack.core.MessagePacker;
 import org.msgpack.value.ArrayValue;
 import org.msgpack.value.MapValue;
 import org.msgpack.value.Value;
@@ -102,63 +99,51 @@ public final class Handshake {
 
   /** {@code ["PING", hostname, salt, digest, username, password_digest]}, all as msgpack str. */
   public static byte[] encodePing(Ping ping) {
-    ByteSink sink = new ByteSink(256);
-    MessagePacker p = MessagePack.newDefaultPacker(sink);
-    try {
-      p.packArrayHeader(6);
-      p.packString("PING");
-      p.packString(ping.clientHostname());
-      p.packRawStringHeader(ping.sharedKeySalt().length);
-      p.writePayload(ping.sharedKeySalt());
-      p.packString(ping.digest());
-      p.packString(ping.username());
-      p.packString(ping.passwordDigest());
-      p.flush();
-    } catch (IOException e) {
-      throw new UncheckedIOException(e);
-    }
-    return sink.toByteArray();
+    return Forward.pack(
+        256,
+        (sink, p) -> {
+          p.packArrayHeader(6);
+          p.packString("PING");
+          p.packString(ping.clientHostname());
+          p.packRawStringHeader(ping.sharedKeySalt().length);
+          p.writePayload(ping.sharedKeySalt());
+          p.packString(ping.digest());
+          p.packString(ping.username());
+          p.packString(ping.passwordDigest());
+        });
   }
 
   /** {@code ["HELO", {"nonce": bin, "auth": bin, "keepalive": bool}]} (for test servers). */
   public static byte[] encodeHelo(Helo helo) {
-    ByteSink sink = new ByteSink(128);
-    MessagePacker p = MessagePack.newDefaultPacker(sink);
-    try {
-      p.packArrayHeader(2);
-      p.packString("HELO");
-      p.packMapHeader(3);
-      p.packString("nonce");
-      p.packBinaryHeader(helo.nonce().length);
-      p.writePayload(helo.nonce());
-      p.packString("auth");
-      p.packBinaryHeader(helo.auth().length);
-      p.writePayload(helo.auth());
-      p.packString("keepalive");
-      p.packBoolean(helo.keepalive());
-      p.flush();
-    } catch (IOException e) {
-      throw new UncheckedIOException(e);
-    }
-    return sink.toByteArray();
+    return Forward.pack(
+        128,
+        (sink, p) -> {
+          p.packArrayHeader(2);
+          p.packString("HELO");
+          p.packMapHeader(3);
+          p.packString("nonce");
+          p.packBinaryHeader(helo.nonce().length);
+          p.writePayload(helo.nonce());
+          p.packString("auth");
+          p.packBinaryHeader(helo.auth().length);
+          p.writePayload(helo.auth());
+          p.packString("keepalive");
+          p.packBoolean(helo.keepalive());
+        });
   }
 
   /** {@code ["PONG", auth_ok, reason, server_hostname, digest]} (for test servers). */
   public static byte[] encodePong(Pong pong) {
-    ByteSink sink = new ByteSink(256);
-    MessagePacker p = MessagePack.newDefaultPacker(sink);
-    try {
-      p.packArrayHeader(5);
-      p.packString("PONG");
-      p.packBoolean(pong.authOk());
-      p.packString(pong.reason());
-      p.packString(pong.serverHostname());
-      p.packString(pong.digest());
-      p.flush();
-    } catch (IOException e) {
-      throw new UncheckedIOException(e);
-    }
-    return sink.toByteArray();
+    return Forward.pack(
+        256,
+        (sink, p) -> {
+          p.packArrayHeader(5);
+          p.packString("PONG");
+          p.packBoolean(pong.authOk());
+          p.packString(pong.reason());
+          p.packString(pong.serverHostname());
+          p.packString(pong.digest());
+        });
   }
 
   private static List<Value> expect(Value v, String kind, int minSize) throws HandshakeException {
