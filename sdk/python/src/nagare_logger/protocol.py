@@ -220,6 +220,17 @@ def _time_ok(t: Any) -> bool:
     return isinstance(t, (EventTime, int)) and not isinstance(t, bool)
 
 
+def _entry(ent: Any, kind: str) -> tuple[Any, dict]:
+    """Checks one ``[time, record]`` entry of a packed or forward frame."""
+    if not (isinstance(ent, list) and len(ent) == 2 and _time_ok(ent[0])):
+        msg = f"{kind} entry must be [time, record]"
+        raise ProtocolError(msg)
+    if not isinstance(ent[1], dict):
+        msg = "record must be a map"
+        raise ProtocolError(msg)
+    return (ent[0], ent[1])
+
+
 def frame_from_object(obj: Any) -> Frame:
     """Validate and interpret one msgpack-decoded frame array."""
     if not isinstance(obj, (list, tuple)) or not 2 <= len(obj) <= 4:
@@ -255,13 +266,7 @@ def frame_from_object(obj: Any) -> Frame:
         try:
             for ent in unp:
                 end = unp.tell()
-                if not (isinstance(ent, list) and len(ent) == 2 and _time_ok(ent[0])):
-                    msg = "packed entry must be [time, record]"
-                    raise ProtocolError(msg)
-                if not isinstance(ent[1], dict):
-                    msg = "record must be a map"
-                    raise ProtocolError(msg)
-                entries.append((ent[0], ent[1]))
+                entries.append(_entry(ent, "packed"))
         except (msgpack.ExtraData, ValueError) as e:
             if isinstance(e, ProtocolError):
                 raise
@@ -276,15 +281,7 @@ def frame_from_object(obj: Any) -> Frame:
         if not isinstance(options, dict) or len(obj) > 3:
             msg = "forward options must be a map"
             raise ProtocolError(msg)
-        entries = []
-        for ent in second:
-            if not (isinstance(ent, list) and len(ent) == 2 and _time_ok(ent[0])):
-                msg = "forward entry must be [time, record]"
-                raise ProtocolError(msg)
-            if not isinstance(ent[1], dict):
-                msg = "record must be a map"
-                raise ProtocolError(msg)
-            entries.append((ent[0], ent[1]))
+        entries = [_entry(ent, "forward") for ent in second]
         return Frame("forward", tag, entries, options, None)
     if _time_ok(second):
         if len(obj) < 3 or not isinstance(obj[2], dict):
