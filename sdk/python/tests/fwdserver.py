@@ -21,6 +21,14 @@ import msgpack
 from nagare_logger import protocol
 
 
+def free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
 class ForwardServer:
     def __init__(
         self,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import socket
 import ssl
 import threading
 import time
@@ -12,7 +11,7 @@ import time
 import msgpack
 import pytest
 
-from fwdserver import ForwardServer
+from fwdserver import ForwardServer, free_port
 from nagare_logger import (
     BufferFullError,
     Client,
@@ -34,14 +33,6 @@ def wait_total(servers, n: int, timeout: float = 10.0) -> list[int]:
             return sorted(seqs)
         time.sleep(0.01)
     return sorted(x for s in servers for x in s.seqs())
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 @pytest.fixture

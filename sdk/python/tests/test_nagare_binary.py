@@ -18,18 +18,11 @@ import time
 
 import pytest
 
+from fwdserver import free_port
 from nagare_logger import Client, EventTime
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
 NAGARE_BIN = pathlib.Path(os.environ.get("NAGARE_BIN", REPO / "target" / "release" / "nagare"))
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class Nagare:
