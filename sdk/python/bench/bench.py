@@ -153,6 +153,27 @@ def start_nagare(port: int, td: str) -> tuple[subprocess.Popen, str]:
     return proc, f"http://127.0.0.1:{mport}/metrics"
 
 
+def run_child(lib: str, port: int, count: int, *extra: str) -> dict:
+    """Runs this script as the emitter child; returns its JSON result line."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            lib,
+            "--port",
+            str(port),
+            "--count",
+            str(count),
+            *extra,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def one_run(lib: str, count: int) -> dict:
     port = free_port()
     with tempfile.TemporaryDirectory() as td:
@@ -178,22 +199,7 @@ def one_run(lib: str, count: int) -> dict:
         )
         try:
             wait_port(port)
-            out = subprocess.run(
-                [
-                    sys.executable,
-                    __file__,
-                    "--child",
-                    lib,
-                    "--port",
-                    str(port),
-                    "--count",
-                    str(count),
-                ],
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            res = json.loads(out.stdout.strip().splitlines()[-1])
+            res = run_child(lib, port, count)
             sink.wait(60)
         finally:
             if sink.poll() is None:
@@ -210,24 +216,7 @@ def one_run_nagare(lib: str, count: int, port: int, td: str) -> dict:
     sink, metrics = start_nagare(port, td)
     try:
         wait_port(port)
-        out = subprocess.run(
-            [
-                sys.executable,
-                __file__,
-                "--child",
-                lib,
-                "--port",
-                str(port),
-                "--count",
-                str(count),
-                "--metrics",
-                metrics,
-            ],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        res = json.loads(out.stdout.strip().splitlines()[-1])
+        res = run_child(lib, port, count, "--metrics", metrics)
     finally:
         sink.terminate()
         sink.wait(30)
