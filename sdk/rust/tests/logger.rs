@@ -22,6 +22,15 @@ fn fast(cfg: Config) -> Config {
         .close_timeout(Duration::from_secs(2))
 }
 
+/// `fast` settings for a server on 127.0.0.1:port.
+fn fast_to(port: u16) -> Config {
+    fast(
+        Config::new()
+            .servers([format!("127.0.0.1:{port}")])
+            .unwrap(),
+    )
+}
+
 fn emit_range(log: &Logger, tag: &str, r: std::ops::Range<u64>) {
     for i in r {
         log.emit(
@@ -194,14 +203,10 @@ fn spill_to_disk_and_drain_in_order() {
     let dir = tmpdir("spill");
     let port = free_port();
     let log = Logger::new(
-        fast(
-            Config::new()
-                .servers([format!("127.0.0.1:{port}")])
-                .unwrap(),
-        )
-        .buffer_limit(4096)
-        .overflow(Overflow::Spill)
-        .spill_path(dir.join("spill.bin")),
+        fast_to(port)
+            .buffer_limit(4096)
+            .overflow(Overflow::Spill)
+            .spill_path(dir.join("spill.bin")),
     )
     .unwrap();
     emit_range(&log, "app.s", 0..3000);
@@ -222,12 +227,7 @@ fn spill_to_disk_and_drain_in_order() {
 fn close_keeps_undelivered_events_in_the_spill_file() {
     let dir = tmpdir("persist");
     let port = free_port();
-    let cfg = fast(
-        Config::new()
-            .servers([format!("127.0.0.1:{port}")])
-            .unwrap(),
-    )
-    .spill_path(dir.join("spill.bin"));
+    let cfg = fast_to(port).spill_path(dir.join("spill.bin"));
     let log = Logger::new(cfg.clone()).unwrap();
     emit_range(&log, "app.p", 0..500);
     assert!(matches!(
@@ -249,15 +249,7 @@ fn close_keeps_undelivered_events_in_the_spill_file() {
 #[test]
 fn overflow_drop_counts_and_reports() {
     let port = free_port();
-    let (cfg, errs) = collect_errors(
-        fast(
-            Config::new()
-                .servers([format!("127.0.0.1:{port}")])
-                .unwrap(),
-        )
-        .buffer_limit(2048)
-        .overflow(Overflow::Drop),
-    );
+    let (cfg, errs) = collect_errors(fast_to(port).buffer_limit(2048).overflow(Overflow::Drop));
     let log = Logger::new(cfg).unwrap();
     let mut dropped = 0;
     for i in 0..1000 {
@@ -290,14 +282,10 @@ fn overflow_block_waits_for_room() {
     // Nobody listens: a blocked emit gives up after block_timeout.
     let port = free_port();
     let log = Logger::new(
-        fast(
-            Config::new()
-                .servers([format!("127.0.0.1:{port}")])
-                .unwrap(),
-        )
-        .buffer_limit(1024)
-        .overflow(Overflow::Block)
-        .block_timeout(Some(Duration::from_millis(150))),
+        fast_to(port)
+            .buffer_limit(1024)
+            .overflow(Overflow::Block)
+            .block_timeout(Some(Duration::from_millis(150))),
     )
     .unwrap();
     let t0 = Instant::now();
@@ -515,13 +503,9 @@ fn gzip_compressed_frames() {
 fn batches_stay_within_batch_bytes_after_an_outage() {
     let port = free_port();
     let log = Logger::new(
-        fast(
-            Config::new()
-                .servers([format!("127.0.0.1:{port}")])
-                .unwrap(),
-        )
-        .batch_bytes(4096)
-        .backoff(Duration::from_millis(300), Duration::from_millis(300)),
+        fast_to(port)
+            .batch_bytes(4096)
+            .backoff(Duration::from_millis(300), Duration::from_millis(300)),
     )
     .unwrap();
     emit_range(&log, "b", 0..3000);
