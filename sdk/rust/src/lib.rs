@@ -39,6 +39,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use nagare_forward::msgpack;
 use serde::Serialize;
 
 pub use config::{Compress, Config, Endpoint, ErrorHandler, Overflow};
@@ -400,30 +401,25 @@ impl Logger {
         time: EventTime,
         record: &T,
     ) -> Result<(), Error> {
-        self.emit_with(tag, time, |out| {
-            let mut ser = rmp_serde::Serializer::new(out).with_struct_map();
-            record
-                .serialize(&mut ser)
-                .map_err(|e| Error::Encode(e.to_string()))
-        })
+        self.emit_with(tag, |out| encode_entry(out, time, record))
     }
 
     /// Emits a record that is already encoded as a msgpack map.
     pub fn emit_msgpack(&self, tag: &str, time: EventTime, record: &[u8]) -> Result<(), Error> {
-        match nagare_forward::msgpack::skip_value(record, 0) {
+        match msgpack::skip_value(record, 0) {
             Ok(n) if n == record.len() => {}
             _ => return Err(Error::Encode("not one complete msgpack value".into())),
         }
-        self.emit_with(tag, time, |out| {
-            out.extend_from_slice(record);
+        self.emit_with(tag, |out| {
+            nagare_forward::encode::write_entry(out, time, record);
             Ok(())
         })
     }
 
+    /// `enc` appends one whole `[EventTime, record]` entry.
     fn emit_with(
         &self,
         tag: &str,
-        time: EventTime,
         enc: impl FnOnce(&mut Vec<u8>) -> Result<(), Error>,
     ) -> Result<(), Error> {
         let inner = self.inner();
@@ -439,13 +435,11 @@ impl Logger {
                 let i = st.buf_index(tag);
                 let b = &mut st.bufs[i].entries;
                 let start = b.len();
-                b.push(0x92);
-                b.extend_from_slice(&time.to_bytes());
                 if let Err(e) = enc(b) {
                     b.truncate(start);
                     return Err(e);
                 }
-                if !matches!(b.get(start + 11), Some(0x80..=0x8f | 0xde | 0xdf)) {
+                if !matches!(msgpack::is_map(b, start + 11), Ok(true)) {
                     b.truncate(start);
                     return Err(Error::NotAMap);
                 }
@@ -474,10 +468,8 @@ impl Logger {
                 b.truncate(start);
             } else {
                 st.scratch.clear();
-                st.scratch.push(0x92);
-                st.scratch.extend_from_slice(&time.to_bytes());
                 enc(&mut st.scratch)?;
-                if !matches!(st.scratch.get(11), Some(0x80..=0x8f | 0xde | 0xdf)) {
+                if !matches!(msgpack::is_map(&st.scratch, 11), Ok(true)) {
                     return Err(Error::NotAMap);
                 }
             }
