@@ -375,8 +375,9 @@ export class NagareClient {
     return eb;
   }
 
-  private accepted(eb: EntryBuffer, size: number): void {
-    this.counters.buffered++;
+  /** Counts `count` entries of `size` bytes just written into eb, and schedules a flush. */
+  private accepted(eb: EntryBuffer, size: number, count = 1): void {
+    this.counters.buffered += count;
     this.counters.bufferedBytes += size;
     if (eb.len >= this.opts.maxBatchBytes) this.schedule(0);
     else this.schedule(this.opts.flushIntervalMs);
@@ -404,10 +405,7 @@ export class NagareClient {
   private append(tag: string, entries: Uint8Array, count: number): void {
     const eb = this.batch(tag);
     eb.appendBytes(entries, count);
-    this.counters.buffered += count;
-    this.counters.bufferedBytes += entries.length;
-    if (eb.len >= this.opts.maxBatchBytes) this.schedule(0);
-    else this.schedule(this.opts.flushIntervalMs);
+    this.accepted(eb, entries.length, count);
   }
 
   private openSpill(): SpillFile | undefined {
