@@ -41,13 +41,7 @@ chunk_limit_records = 100
     let mut tx = Sender::tcp(port);
     // One acked frame at a time, so each frame is one batch and one chunk
     // (chunk_limit_records = 100).
-    let mut s = 0;
-    while s < n {
-        let id = format!("lb{s}");
-        tx.packed("lb.events", s..s + 100, Some(id.as_bytes()));
-        assert_eq!(tx.read_ack(), ack_bytes(&mp_str(id.as_bytes())));
-        s += 100;
-    }
+    tx.send_acked("lb.events", 0..n, 100, "lb");
     tx.finish();
     wait_until(WAIT, "all events at the two sinks", || {
         s1.count() + s2.count() >= n as usize

@@ -74,12 +74,7 @@ fn check(text: &str) -> (i32, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("nagare.toml");
     std::fs::write(&p, text).unwrap();
-    let out = Command::new(BIN)
-        .arg("check")
-        .arg("-c")
-        .arg(&p)
-        .output()
-        .unwrap();
+    let out = run_check(&p);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),

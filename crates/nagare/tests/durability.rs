@@ -37,15 +37,7 @@ retry_max_interval = "300ms"
 /// Sends `range` in acked frames of 50 events; returns once every ack came.
 fn send_acked(port: u16, range: std::ops::Range<u64>) {
     let mut s = Sender::tcp(port);
-    let mut seq = range.start;
-    while seq < range.end {
-        let end = (seq + 50).min(range.end);
-        let id = format!("c{seq}");
-        s.packed("fb.test", seq..end, Some(id.as_bytes()));
-        let ack = s.read_ack();
-        assert_eq!(ack, ack_bytes(&mp_str(id.as_bytes())), "ack for {id}");
-        seq = end;
-    }
+    s.send_acked("fb.test", range, 50, "c");
     s.finish();
 }
 

@@ -6,19 +6,9 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::*;
 use nagare_forward::{encode_packed_forward, write_entry, Compression, EventTime};
 use rmpv::Value;
-
-fn sample(name: &str) -> String {
-    std::fs::read_to_string(format!(
-        "{}/tests/samples/parsers/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap()
-}
 
 /// A msgpack map with string keys, in order.
 fn m(pairs: &[(&str, Value)]) -> Value {
@@ -422,12 +412,7 @@ fn check_names_file_line_and_key_of_bad_filters() {
     for (i, (section, at, what)) in cases.iter().enumerate() {
         let p = dir.path().join(format!("bad{i}.toml"));
         std::fs::write(&p, format!("{base}{section}")).unwrap();
-        let out = Command::new(BIN)
-            .arg("check")
-            .arg("-c")
-            .arg(&p)
-            .output()
-            .unwrap();
+        let out = run_check(&p);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{section}: {err}");
         assert!(
@@ -440,10 +425,7 @@ fn check_names_file_line_and_key_of_bad_filters() {
         env!("CARGO_MANIFEST_DIR"),
         "/../../examples/filter-parser.toml"
     );
-    let out = Command::new(BIN)
-        .args(["check", "-c", example])
-        .output()
-        .unwrap();
+    let out = run_check(example);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
     assert!(

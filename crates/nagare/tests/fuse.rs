@@ -489,12 +489,7 @@ fn check_refuses_a_multiline_parser_naming_the_line() {
         "[[input]]\ntype = \"fuse\"\nmountpoint = \"/x\"\n[input.parser]\ntype = \"multiline\"\nformat_firstline = \"^\\\\d\"\n[[output]]\ntype = \"stdout\"\nmatch = \"**\"\n",
     )
     .unwrap();
-    let out = Command::new(BIN)
-        .arg("check")
-        .arg("-c")
-        .arg(&cfg)
-        .output()
-        .unwrap();
+    let out = run_check(&cfg);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "stderr:\n{err}");
     assert!(
@@ -570,26 +565,7 @@ overflow_action = "block"
             }
         })
     };
-    let start = std::time::Instant::now();
-    let stalled = loop {
-        let a = written.load(SeqCst);
-        std::thread::sleep(Duration::from_millis(500));
-        let b = written.load(SeqCst);
-        assert!(
-            b < N,
-            "the writer was not slowed: wrote all {N} lines while the sink was paused"
-        );
-        if a == b {
-            break b;
-        }
-        assert!(start.elapsed() < WAIT, "the writer never stalled");
-    };
-    std::thread::sleep(Duration::from_millis(1000));
-    assert_eq!(
-        written.load(SeqCst),
-        stalled,
-        "the writer made progress while blocked"
-    );
+    wait_stalled(&written, N, "writer");
     sink.pause(false);
     writer.join().unwrap();
     sink.wait_count(N as usize);
@@ -607,12 +583,7 @@ overflow_action = "block"
 #[test]
 fn the_example_config_passes_check() {
     let example = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/fuse.toml");
-    let out = Command::new(BIN)
-        .arg("check")
-        .arg("-c")
-        .arg(example)
-        .output()
-        .unwrap();
+    let out = run_check(example);
     assert!(
         out.status.success(),
         "{}",

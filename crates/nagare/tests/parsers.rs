@@ -3,17 +3,7 @@
 
 mod common;
 
-use std::process::Command;
-
 use common::*;
-
-fn samples(name: &str) -> String {
-    std::fs::read_to_string(format!(
-        "{}/tests/samples/parsers/{name}",
-        env!("CARGO_MANIFEST_DIR")
-    ))
-    .unwrap()
-}
 
 #[test]
 fn tail_with_parsers_prints_parsed_records() {
@@ -21,8 +11,8 @@ fn tail_with_parsers_prints_parsed_records() {
     let d = dir.path();
     std::fs::create_dir_all(d.join("web")).unwrap();
     std::fs::create_dir_all(d.join("app")).unwrap();
-    std::fs::write(d.join("web/access.log"), samples("apache2_access.log")).unwrap();
-    std::fs::write(d.join("app/app.log"), samples("app.jsonl")).unwrap();
+    std::fs::write(d.join("web/access.log"), sample("apache2_access.log")).unwrap();
+    std::fs::write(d.join("app/app.log"), sample("app.jsonl")).unwrap();
     let config = format!(
         r#"
 [[input]]
@@ -125,12 +115,7 @@ fn check_rejects_unknown_parser_types_and_options() {
             ),
         )
         .unwrap();
-        let out = Command::new(BIN)
-            .arg("check")
-            .arg("-c")
-            .arg(&p)
-            .output()
-            .unwrap();
+        let out = run_check(&p);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{err}");
         assert!(
@@ -145,8 +130,8 @@ fn multiline_gathers_java_and_python_stack_traces() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     std::fs::create_dir_all(d.join("logs")).unwrap();
-    std::fs::write(d.join("logs/java.log"), samples("java_stacktrace.log")).unwrap();
-    std::fs::write(d.join("logs/python.log"), samples("python_traceback.log")).unwrap();
+    std::fs::write(d.join("logs/java.log"), sample("java_stacktrace.log")).unwrap();
+    std::fs::write(d.join("logs/python.log"), sample("python_traceback.log")).unwrap();
     let config = |d: &std::path::Path, flush: &str| {
         format!(
             r#"

@@ -51,8 +51,7 @@ fn append(path: &std::path::Path, lines: std::ops::Range<u64>, prefix: &str) {
 }
 
 fn out_lines(dir: &std::path::Path) -> Vec<String> {
-    std::fs::read_to_string(dir.join("out/unified.log"))
-        .unwrap_or_default()
+    read_file(&dir.join("out/unified.log"))
         .lines()
         .map(String::from)
         .collect()

@@ -13,7 +13,7 @@ use std::net::{TcpListener, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -30,6 +30,25 @@ use nagare_forward::{
 pub const WAIT: Duration = Duration::from_secs(20);
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_nagare");
+
+/// Runs `nagare check -c <config>` and returns its output.
+pub fn run_check(config: impl AsRef<std::ffi::OsStr>) -> std::process::Output {
+    Command::new(BIN)
+        .arg("check")
+        .arg("-c")
+        .arg(config)
+        .output()
+        .unwrap()
+}
+
+/// The text of `tests/samples/parsers/<name>`.
+pub fn sample(name: &str) -> String {
+    std::fs::read_to_string(format!(
+        "{}/tests/samples/parsers/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap()
+}
 
 /// A loopback port that was free a moment ago (bind port 0, read it, drop).
 pub fn free_port() -> u16 {
@@ -49,6 +68,32 @@ pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool)
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Waits until `progress` (a producer's count, short of its goal `n` while it
+/// is blocked) stops moving for 500 ms, then checks it stays put for another
+/// second. `who` names the producer in panics.
+pub fn wait_stalled(progress: &AtomicU64, n: u64, who: &str) {
+    let start = Instant::now();
+    let stalled = loop {
+        let a = progress.load(SeqCst);
+        std::thread::sleep(Duration::from_millis(500));
+        let b = progress.load(SeqCst);
+        assert!(
+            b < n,
+            "the {who} was not slowed: got through all {n} while the sink was paused"
+        );
+        if a == b {
+            break b;
+        }
+        assert!(start.elapsed() < WAIT, "the {who} never stalled");
+    };
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(
+        progress.load(SeqCst),
+        stalled,
+        "the {who} made progress while blocked"
+    );
 }
 
 /// Waits until a TCP connect to 127.0.0.1:port succeeds.
@@ -525,6 +570,29 @@ impl Sender {
         }
     }
 
+    /// Sends `seqs` in PackedForward frames of `per_frame`, each with chunk id
+    /// `{id_prefix}{first seq}`, and asserts each frame's ack before sending the next.
+    pub fn send_acked(
+        &mut self,
+        tag: &str,
+        seqs: std::ops::Range<u64>,
+        per_frame: u64,
+        id_prefix: &str,
+    ) {
+        let mut s = seqs.start;
+        while s < seqs.end {
+            let e = (s + per_frame).min(seqs.end);
+            let id = format!("{id_prefix}{s}");
+            self.packed(tag, s..e, Some(id.as_bytes()));
+            assert_eq!(
+                self.read_ack(),
+                ack_bytes(&mp_str(id.as_bytes())),
+                "ack for {id}"
+            );
+            s = e;
+        }
+    }
+
     /// Reads one complete msgpack value (ack, HELO, PONG) as raw bytes.
     pub fn read_msg(&mut self) -> Result<Vec<u8>, String> {
         read_msg(&mut *self.conn, &mut self.buf)
@@ -699,8 +767,7 @@ impl Sink {
         let l = loop {
             match listen(self.port, self.opts.rcvbuf) {
                 Ok(l) => break l,
-                Err(e) if start.elapsed() < WAIT => {
-                    let _ = e;
+                Err(_) if start.elapsed() < WAIT => {
                     std::thread::sleep(Duration::from_millis(50));
                 }
                 Err(e) => panic!("sink cannot bind 127.0.0.1:{}: {e}", self.port),
