@@ -5,12 +5,16 @@
 # each, interleaved; prints a Markdown table of medians.
 #
 #   benches/durability-compare.sh [RUNS] [DURATION] [CONNS]   (defaults: 3, 10s, 4)
+#
+# SIZES (default "100 1024") sets the bytes per event, BATCH (default 200)
+# the events per frame.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}
 DURATION=${2:-10s}
 CONNS=${3:-4}
 SIZES=${SIZES:-"100 1024"}
+BATCH=${BATCH:-200}
 . benches/common.sh
 results_dir durability
 
@@ -18,7 +22,7 @@ run() { # run NAME SIZE ACKFLAG CONFIG
   local bufdir
   bufdir=$(mktemp -d /tmp/nagare-bench-buf-XXXX)
   NAGARE_BUFFER_DIR=$bufdir "$FB" relay --sut-port "${SUT_PORT:-36224}" --sink-port "${SINK_PORT:-36225}" \
-    --duration "$DURATION" --warmup 3s --size "$2" --batch 200 --conns "$CONNS" $3 --quiet \
+    --duration "$DURATION" --warmup 3s --size "$2" --batch "$BATCH" --conns "$CONNS" $3 --quiet \
     --sut-cmd "exec $NAGARE run -c $ROOT/benches/$4" 2>/dev/null | tail -n 1 >> "$OUT/$1-$2.jsonl"
   rm -rf "$bufdir"
 }
