@@ -21,10 +21,12 @@ pub struct PluginStats {
     pub rejected: AtomicU64,
     /// Events handed to the secondary output after their retries ran out.
     pub to_secondary: AtomicU64,
-    /// Events lost because no secondary took them.
+    /// Events lost: no secondary took them, or their chunk could not be read back from disk.
     pub lost: AtomicU64,
     pub buffer_bytes: AtomicU64,
     pub buffer_chunks: AtomicU64,
+    /// File buffers: bytes of queued chunks kept on disk only (past memory_limit_size).
+    pub buffer_disk_only_bytes: AtomicU64,
     /// Inputs: connections accepted and closed for bad input.
     pub connections: AtomicU64,
     /// Inputs: events of resent chunks acked again without being stored.

@@ -714,3 +714,85 @@ fn a_resend_of_a_chunk_recovered_after_kill_9_is_not_stored_twice() {
     assert_exact_seqs(&sink.seqs(), 100);
     relay.terminate();
 }
+
+#[test]
+fn a_file_buffer_past_its_memory_limit_keeps_chunks_on_disk_and_delivers_them_all() {
+    // total_limit_size far above memory_limit_size: a long outage fills the
+    // disk, not the memory, also across a kill -9 and recovery.
+    let dir = tempfile::tempdir().unwrap();
+    let (port, sink_port, mon) = (free_port(), free_port(), free_port());
+    let cfg = format!(
+        r#"
+[monitor]
+bind = "127.0.0.1:{mon}"
+[[input]]
+type = "forward"
+bind = "127.0.0.1:{port}"
+[[output]]
+type = "forward"
+match = "**"
+heartbeat_type = "none"
+recover_wait = "200ms"
+[[output.server]]
+address = "127.0.0.1:{sink_port}"
+[output.buffer]
+type = "file"
+path = "{}"
+flush_interval = "100ms"
+chunk_limit_size = "256KiB"
+total_limit_size = "256MiB"
+memory_limit_size = "2MiB"
+retry_wait = "100ms"
+retry_max_interval = "300ms"
+"#,
+        dir.path().join("buf").display()
+    );
+    let mut relay = Daemon::start(dir.path(), "relay", &cfg, Some(mon));
+    relay.wait_port(port);
+    let pid = relay.child.id();
+    let idle_rss = rss_kib(pid);
+    // The receiver is down: tens of MB of acked events pile up in the buffer.
+    let n = 1_000_000u64;
+    let mut s = Sender::tcp(port);
+    s.send_acked("fb.big", 0..n, 1000, "m");
+    s.finish();
+    let held = relay.metric("buffer_bytes", "forward#0");
+    let disk_only = relay.metric("buffer_disk_only_bytes", "forward#0");
+    let rss = rss_kib(pid);
+    eprintln!(
+        "held {held} B, on disk only {disk_only} B; relay RSS idle {idle_rss} KiB, now {rss} KiB"
+    );
+    assert!(
+        held > 30 << 20,
+        "the buffer holds every event: {held} bytes"
+    );
+    assert!(
+        disk_only + (3 << 20) >= held,
+        "all but about memory_limit_size is on disk only: {disk_only} of {held} bytes"
+    );
+    assert!(
+        rss < idle_rss + 16 * 1024,
+        "memory stays flat while the buffer grows: RSS {idle_rss} -> {rss} KiB"
+    );
+    // Recovered after kill -9, the chunks past the limit stay on disk only too.
+    relay.signal(libc::SIGKILL);
+    relay.wait_exit(WAIT);
+    let mut relay = Daemon::start(dir.path(), "relay", &cfg, Some(mon));
+    relay.wait_port(port);
+    let recovered = relay.metric("buffer_bytes", "forward#0");
+    let disk_only = relay.metric("buffer_disk_only_bytes", "forward#0");
+    let rss = rss_kib(relay.child.id());
+    eprintln!("recovered {recovered} B, on disk only {disk_only} B, RSS {rss} KiB");
+    assert_eq!(recovered, held, "every chunk recovered");
+    assert!(
+        disk_only + (3 << 20) >= held,
+        "{disk_only} of {held} bytes on disk only after recovery"
+    );
+    assert!(rss < idle_rss + 16 * 1024, "RSS after recovery: {rss} KiB");
+    let sink = Sink::start_on(sink_port, SinkOpts::default());
+    sink.wait_count(n as usize);
+    relay.wait_metric("buffer_bytes", "forward#0", 0);
+    assert_eq!(relay.metric("buffer_disk_only_bytes", "forward#0"), 0);
+    assert_exact_seqs(&sink.seqs(), n);
+    relay.terminate();
+}

@@ -60,7 +60,10 @@ pub struct FileStore {
 pub struct Recovered {
     pub id: [u8; 16],
     pub tag: String,
+    /// The events; empty when the chunk was left on disk only (see `FileStore::open`).
     pub data: Bytes,
+    /// Payload bytes of the chunk.
+    pub len: usize,
     pub count: u32,
     /// The chunk's file, opened for reuse (set by the buffer's recovery).
     pub slot: Option<Arc<Slot>>,
@@ -183,11 +186,13 @@ pub struct ChunkFile {
 impl FileStore {
     /// Opens (creating) the buffer directory, takes its lock and recovers
     /// every chunk in it, oldest first. `keep_free` bounds the free slots
-    /// kept for reuse.
+    /// kept for reuse. The chunks past the first `memory_limit` bytes come
+    /// back without their events (empty `data`): they stay on disk only.
     pub fn open(
         dir: &Path,
         output: &str,
         keep_free: usize,
+        memory_limit: usize,
     ) -> Result<(FileStore, Vec<Recovered>), String> {
         fs::create_dir_all(dir)
             .map_err(|e| format!("{output}: cannot create buffer path {}: {e}", dir.display()))?;
@@ -214,11 +219,11 @@ impl FileStore {
             free: Mutex::new(Vec::new()),
             keep_free: keep_free.clamp(1, MAX_FREE_SLOTS),
         };
-        let recovered = store.recover(output);
+        let recovered = store.recover(output, memory_limit);
         Ok((store, recovered))
     }
 
-    fn recover(&self, output: &str) -> Vec<Recovered> {
+    fn recover(&self, output: &str, memory_limit: usize) -> Vec<Recovered> {
         let mut found: Vec<(std::time::SystemTime, PathBuf)> = fs::read_dir(&self.dir)
             .into_iter()
             .flatten()
@@ -234,11 +239,17 @@ impl FileStore {
             .collect();
         found.sort();
         let mut out = Vec::new();
+        let mut in_memory = 0;
         for (_, path) in found {
             match read_chunk(&path) {
                 Ok(Some(mut r)) => match open_slot(&path) {
                     Ok(slot) => {
                         r.slot = Some(slot);
+                        in_memory += r.len;
+                        if in_memory > memory_limit {
+                            in_memory -= r.len;
+                            r.data = Bytes::new();
+                        }
                         out.push(r)
                     }
                     Err(e) => tracing::error!(output = %output, file = %path.display(), error = %e,
@@ -261,7 +272,7 @@ impl FileStore {
         out
     }
 
-    fn quarantine(&self, path: &Path, why: &str, output: &str) {
+    pub fn quarantine(&self, path: &Path, why: &str, output: &str) {
         let qdir = self.dir.join("quarantine");
         let dest = qdir.join(path.file_name().unwrap_or_default());
         let moved = fs::create_dir_all(&qdir).and_then(|_| fs::rename(path, &dest));
@@ -567,6 +578,7 @@ fn read_chunk(path: &Path) -> Result<Option<Recovered>, String> {
         id,
         ids,
         tag,
+        len: data.len(),
         data: data.freeze(),
         count,
         slot: None,
@@ -585,7 +597,7 @@ mod tests {
     #[test]
     fn recovers_truncates_torn_tail_and_quarantines_corruption() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, rec) = FileStore::open(dir.path(), "t", 4).unwrap();
+        let (store, rec) = FileStore::open(dir.path(), "t", 4, usize::MAX).unwrap();
         assert!(rec.is_empty());
         let mut a = store.create(&[1; 16], "app.a").unwrap();
         a.append(&[entry(1), entry(2)], 2, &[Bytes::from_static(b"\xa2c1")])
@@ -610,12 +622,12 @@ mod tests {
         raw[last] ^= 0xff;
         fs::write(&b_path, raw).unwrap();
         assert!(
-            FileStore::open(dir.path(), "t", 4).is_err(),
+            FileStore::open(dir.path(), "t", 4, usize::MAX).is_err(),
             "a second open while the first holds the lock must fail"
         );
         drop(store);
 
-        let (store, rec) = FileStore::open(dir.path(), "t", 4).unwrap();
+        let (store, rec) = FileStore::open(dir.path(), "t", 4, usize::MAX).unwrap();
         assert_eq!(rec.len(), 1);
         assert_eq!((rec[0].tag.as_str(), rec[0].count), ("app.a", 3));
         assert_eq!(rec[0].id, [1; 16]);
@@ -632,14 +644,14 @@ mod tests {
         // The torn tail was cut off on disk too.
         assert!(fs::metadata(&a_path).unwrap().len() < len - 2);
         drop((store, rec));
-        let (_store, again) = FileStore::open(dir.path(), "t", 4).unwrap();
+        let (_store, again) = FileStore::open(dir.path(), "t", 4, usize::MAX).unwrap();
         assert_eq!(again[0].count, 3);
     }
 
     #[test]
     fn a_delivered_chunks_file_is_reused_and_its_old_bytes_ignored() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) = FileStore::open(dir.path(), "t", 1).unwrap();
+        let (store, _) = FileStore::open(dir.path(), "t", 1, usize::MAX).unwrap();
         let mut a = store
             .create(&[1; 16], "long.tag.of.the.first.chunk")
             .unwrap();
@@ -667,7 +679,7 @@ mod tests {
         assert!(!d_path.exists());
         drop(store);
 
-        let (store, rec) = FileStore::open(dir.path(), "t", 1).unwrap();
+        let (store, rec) = FileStore::open(dir.path(), "t", 1, usize::MAX).unwrap();
         assert_eq!(rec.len(), 1);
         assert_eq!(
             (rec[0].id, rec[0].tag.as_str(), rec[0].count),
@@ -682,7 +694,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn concurrent_syncs_all_finish_even_when_some_are_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) = FileStore::open(dir.path(), "t", 4).unwrap();
+        let (store, _) = FileStore::open(dir.path(), "t", 4, usize::MAX).unwrap();
         let mut f = store.create(&[1; 16], "t").unwrap();
         let mut tasks = Vec::new();
         for i in 0..200u8 {
@@ -711,7 +723,7 @@ mod tests {
     #[tokio::test]
     async fn a_waiter_dropped_at_its_first_pause_leaves_nothing_counted() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) = FileStore::open(dir.path(), "t", 4).unwrap();
+        let (store, _) = FileStore::open(dir.path(), "t", 4, usize::MAX).unwrap();
         let mut f = store.create(&[1; 16], "t").unwrap();
         for round in 1..=3u8 {
             f.append(&[entry(round)], 1, &[]).unwrap();
@@ -745,7 +757,7 @@ mod tests {
     #[test]
     fn dead_letters_are_chunk_files() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) = FileStore::open(dir.path(), "t", 4).unwrap();
+        let (store, _) = FileStore::open(dir.path(), "t", 4, usize::MAX).unwrap();
         let path = store
             .write_dead_letter(&[9; 16], "dl", &[entry(1), entry(2)], 2)
             .unwrap();

@@ -35,6 +35,11 @@ pub struct Chunk {
 }
 
 impl Chunk {
+    /// A file buffer's chunk whose events are on disk only, read back before it is sent.
+    fn on_disk_only(&self) -> bool {
+        self.segments.is_empty() && self.len > 0
+    }
+
     pub fn id_hex(&self) -> String {
         hex::encode(self.id)
     }
@@ -103,9 +108,21 @@ struct State {
     queue: VecDeque<Chunk>,
     /// Bytes of staged, queued and in-flight chunks.
     bytes: usize,
+    /// Of those, bytes of queued chunks kept on disk only (file buffer).
+    disk_only: usize,
     closing: bool,
     /// Inputs waiting for a chunk's delivery (`ack = "delivered"`), by chunk id.
     waiters: HashMap<[u8; 16], Vec<oneshot::Sender<bool>>>,
+}
+
+/// A file buffer keeps a queued chunk on disk only (its events are read back
+/// when it is sent) while the chunks held in memory pass `memory_limit`: so
+/// `total_limit_size` may be far bigger than memory.
+fn keep_on_disk_if_over(st: &mut State, chunk: &mut Chunk, memory_limit: usize) {
+    if chunk.file.is_some() && st.bytes - st.disk_only > memory_limit {
+        chunk.segments = Vec::new();
+        st.disk_only += chunk.len;
+    }
 }
 
 /// Cuts a batch into pieces of at most `max_count` events and about
@@ -198,18 +215,28 @@ impl Buffer {
         let store = store.map(|(store, recovered)| {
             for r in recovered {
                 recovered_ids.extend(r.ids);
-                state.bytes += r.data.len();
+                state.bytes += r.len;
                 PluginStats::add(&stats.buffer_chunks, 1);
+                // Recovery left the chunks past memory_limit_size on disk only.
+                let segments = if r.data.is_empty() {
+                    state.disk_only += r.len;
+                    Vec::new()
+                } else {
+                    vec![r.data]
+                };
                 state.queue.push_back(Chunk {
                     id: r.id,
                     tag: Arc::from(r.tag.as_str()),
-                    len: r.data.len(),
-                    segments: vec![r.data],
+                    len: r.len,
+                    segments,
                     count: r.count,
                     file: r.slot,
                 });
             }
             stats.buffer_bytes.store(state.bytes as u64, Relaxed);
+            stats
+                .buffer_disk_only_bytes
+                .store(state.disk_only as u64, Relaxed);
             store
         });
         Arc::new(Buffer {
@@ -246,14 +273,21 @@ impl Buffer {
             } else {
                 let (id, len, count) = (s.id, s.len, s.count);
                 let file = s.file.as_ref().map(|f| f.slot().clone());
-                st.queue.push_back(Chunk {
+                let mut chunk = Chunk {
                     id,
                     tag: tag.clone(),
                     segments: s.into_segments(),
                     len,
                     count,
                     file,
-                });
+                };
+                if self.store.is_some() {
+                    keep_on_disk_if_over(st, &mut chunk, self.cfg.memory_limit_size.0 as usize);
+                    self.stats
+                        .buffer_disk_only_bytes
+                        .store(st.disk_only as u64, Relaxed);
+                }
+                st.queue.push_back(chunk);
                 PluginStats::add(&self.stats.buffer_chunks, 1);
                 self.queued.notify_one();
             }
@@ -327,6 +361,12 @@ impl Buffer {
                         OverflowAction::DropOldestChunk => {
                             if let Some(old) = st.queue.pop_front() {
                                 st.bytes -= old.len;
+                                if old.on_disk_only() {
+                                    st.disk_only -= old.len;
+                                    self.stats
+                                        .buffer_disk_only_bytes
+                                        .store(st.disk_only as u64, Relaxed);
+                                }
                                 self.free_file(old.file.clone());
                                 for w in st.waiters.remove(&old.id).unwrap_or_default() {
                                     let _ = w.send(false);
@@ -563,6 +603,55 @@ impl Buffer {
         self.space.notify_waiters();
     }
 
+    /// Reads a chunk kept on disk only back from its file. A file that no
+    /// longer holds the chunk (damaged on disk) is quarantined and its events
+    /// counted as lost: `None`.
+    async fn read_back(&self, mut chunk: Chunk) -> Option<Chunk> {
+        let slot = match &chunk.file {
+            Some(slot) if chunk.on_disk_only() => slot.clone(),
+            _ => return Some(chunk),
+        };
+        let path = slot.path.clone();
+        let read = tokio::task::spawn_blocking(move || super::file::read_chunk_file(&path))
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()));
+        {
+            let mut st = self.state.lock().expect("buffer state");
+            st.disk_only -= chunk.len;
+            self.stats
+                .buffer_disk_only_bytes
+                .store(st.disk_only as u64, Relaxed);
+        }
+        let why = match read {
+            Ok(Some(r))
+                if r.id == chunk.id && r.count == chunk.count && r.data.len() == chunk.len =>
+            {
+                chunk.segments = vec![r.data];
+                return Some(chunk);
+            }
+            Ok(Some(r)) => format!(
+                "holds {} events in {} bytes, {} in {} were written",
+                r.count,
+                r.data.len(),
+                chunk.count,
+                chunk.len
+            ),
+            Ok(None) => "holds no events".to_string(),
+            Err(e) => e,
+        };
+        if let Some(store) = &self.store {
+            store.quarantine(&slot.path, &why, &self.name);
+        }
+        PluginStats::add(&self.stats.lost, chunk.count as u64);
+        tracing::error!(output = %self.name, chunk = %chunk.id_hex(), events = chunk.count,
+            file = %slot.path.display(), reason = %why,
+            "a chunk kept on disk only cannot be read back; its events are lost");
+        // The file went to quarantine: it must not be reused.
+        chunk.file = None;
+        self.commit(&chunk, false);
+        None
+    }
+
     /// Writes one chunk, retrying with backoff; after the retry limit the
     /// chunk goes to the secondary output.
     /// Returns whether the output itself took the chunk.
@@ -641,6 +730,9 @@ impl Buffer {
             let b = self.clone();
             tasks.push(tokio::spawn(async move {
                 while let Some(chunk) = b.next_chunk().await {
+                    let Some(chunk) = b.read_back(chunk).await else {
+                        continue;
+                    };
                     let delivered = b.deliver(&chunk).await;
                     b.commit(&chunk, delivered);
                 }
@@ -819,6 +911,104 @@ mod tests {
         let want: Vec<u8> = (0..10u8).flat_map(|i| [i; 4]).collect();
         assert_eq!(all, want);
         assert!(chunks.iter().all(|c| c.len <= 12));
+        assert_eq!(b.held_bytes(), 0);
+    }
+
+    /// A file buffer in `dir` that keeps at most `memory_limit` bytes in
+    /// memory, with chunks of 10 entries.
+    fn paging_buffer(dir: &std::path::Path, memory_limit: u64) -> (Arc<Buffer>, Arc<Collect>) {
+        let out = Arc::new(Collect::default());
+        let store = FileStore::open(dir, "test", 16, usize::MAX).unwrap();
+        assert!(store.1.is_empty());
+        let cfg = BufferConfig {
+            kind: crate::buffer::BufferType::File,
+            chunk_limit_records: Some(10),
+            memory_limit_size: Size(memory_limit),
+            ..Default::default()
+        };
+        let stats = Arc::new(PluginStats::default());
+        let b = Buffer::new("test", cfg, stats, out.clone(), None, Some(store));
+        (b, out)
+    }
+
+    /// Appends chunk number `c`: 10 entries [c*10+i, {}] of 3 bytes.
+    async fn append_chunk(b: &Buffer, c: u8) -> Vec<u8> {
+        let entries: Vec<u8> = (0..10u8).flat_map(|i| [0x92, c * 10 + i, 0x80]).collect();
+        b.append("t", &[Bytes::from(entries.clone())], 10, false, false, &[])
+            .await
+            .unwrap();
+        entries
+    }
+
+    async fn drain(b: &Arc<Buffer>) {
+        let tasks = b.start();
+        b.close();
+        for t in tasks {
+            t.await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_file_buffer_keeps_chunks_past_its_memory_limit_on_disk_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let (b, out) = paging_buffer(dir.path(), 60);
+        let mut want = Vec::new();
+        for c in 0..10u8 {
+            want.extend(append_chunk(&b, c).await);
+        }
+        // 30 bytes per chunk: the first two fit the 60 bytes, the rest wait on disk.
+        let on_disk = |b: &Buffer| {
+            let st = b.state.lock().unwrap();
+            st.queue.iter().filter(|c| c.on_disk_only()).count()
+        };
+        assert_eq!(on_disk(&b), 8);
+        assert_eq!(PluginStats::get(&b.stats.buffer_disk_only_bytes), 8 * 30);
+        drain(&b).await;
+        let chunks = out.0.lock().unwrap();
+        let got: Vec<u8> = chunks
+            .iter()
+            .flat_map(|c| c.contiguous().to_vec())
+            .collect();
+        assert_eq!(got, want, "every chunk read back whole and in order");
+        assert_eq!(PluginStats::get(&b.stats.buffer_disk_only_bytes), 0);
+        assert_eq!(b.held_bytes(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_chunk_damaged_on_disk_is_quarantined_and_counted_the_rest_delivered() {
+        use std::os::unix::fs::FileExt;
+        let dir = tempfile::tempdir().unwrap();
+        let (b, out) = paging_buffer(dir.path(), 0);
+        for c in 0..3u8 {
+            append_chunk(&b, c).await;
+        }
+        let damaged = {
+            let st = b.state.lock().unwrap();
+            assert!(st.queue.iter().all(|c| c.on_disk_only()));
+            st.queue[1].file.as_ref().unwrap().path.clone()
+        };
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&damaged)
+            .unwrap()
+            .write_all_at(b"JUNK", 0)
+            .unwrap();
+        drain(&b).await;
+        let firsts: Vec<u8> = out
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| c.contiguous()[1])
+            .collect();
+        assert_eq!(firsts, vec![0, 20], "chunks 0 and 2 delivered");
+        assert_eq!(PluginStats::get(&b.stats.lost), 10);
+        assert!(dir
+            .path()
+            .join("quarantine")
+            .join(damaged.file_name().unwrap())
+            .exists());
+        assert!(!damaged.exists());
         assert_eq!(b.held_bytes(), 0);
     }
 

@@ -79,6 +79,8 @@ pub struct BufferConfig {
     pub flush_thread_count: usize,
     /// Bytes held by staged, queued and in-flight chunks together (default "64MiB"); then overflow_action applies.
     pub total_limit_size: Size,
+    /// File buffer: chunks held in memory as well as on disk, in bytes (default "64MiB"); queued chunks beyond it are kept on disk only and read back when their turn comes, so total_limit_size may be far bigger than memory.
+    pub memory_limit_size: Size,
     /// What to do when `total_limit_size` is reached: "block", "drop_oldest_chunk" or "throw".
     pub overflow_action: OverflowAction,
     /// First wait after a failed flush (default "1s"); doubles on each retry.
@@ -104,6 +106,7 @@ impl Default for BufferConfig {
             flush_interval: Dur(Duration::from_secs(1)),
             flush_thread_count: 1,
             total_limit_size: Size(64 << 20),
+            memory_limit_size: Size(64 << 20),
             overflow_action: OverflowAction::Block,
             retry_wait: Dur(Duration::from_secs(1)),
             retry_max_interval: Dur(Duration::from_secs(60)),

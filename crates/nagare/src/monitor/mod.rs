@@ -55,7 +55,7 @@ const COUNTERS: &[(&str, &str, Counter)] = &[
     ),
     (
         "lost_events_total",
-        "Events discarded after retries ran out with no secondary",
+        "Events discarded: retries ran out with no secondary, or a chunk kept on disk only could not be read back",
         |s| PluginStats::get(&s.lost),
     ),
     ("connections_total", "Connections accepted", |s| {
@@ -79,6 +79,11 @@ const GAUGES: &[(&str, &str, Counter)] = &[
         "buffer_chunks",
         "Closed chunks waiting or being flushed",
         |s| PluginStats::get(&s.buffer_chunks),
+    ),
+    (
+        "buffer_disk_only_bytes",
+        "Bytes of queued chunks a file buffer keeps on disk only (past memory_limit_size)",
+        |s| PluginStats::get(&s.buffer_disk_only_bytes),
     ),
 ];
 

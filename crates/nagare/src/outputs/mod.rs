@@ -71,6 +71,7 @@ fn build_one(spec: &OutputSpec, reg: &Registry) -> anyhow::Result<Arc<Buffer>> {
                 &spec.name,
                 // About as many free chunk files as chunks fit the buffer.
                 (spec.buffer.total_limit_size.0 / spec.buffer.chunk_limit_size.0.max(1)) as usize,
+                spec.buffer.memory_limit_size.0 as usize,
             )
             .map_err(anyhow::Error::msg)?,
         ),
