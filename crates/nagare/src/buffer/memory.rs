@@ -283,9 +283,7 @@ impl Buffer {
                 };
                 if self.store.is_some() {
                     keep_on_disk_if_over(st, &mut chunk, self.cfg.memory_limit_size.0 as usize);
-                    self.stats
-                        .buffer_disk_only_bytes
-                        .store(st.disk_only as u64, Relaxed);
+                    self.show_disk_only(st);
                 }
                 st.queue.push_back(chunk);
                 PluginStats::add(&self.stats.buffer_chunks, 1);
@@ -363,9 +361,7 @@ impl Buffer {
                                 st.bytes -= old.len;
                                 if old.on_disk_only() {
                                     st.disk_only -= old.len;
-                                    self.stats
-                                        .buffer_disk_only_bytes
-                                        .store(st.disk_only as u64, Relaxed);
+                                    self.show_disk_only(&st);
                                 }
                                 self.free_file(old.file.clone());
                                 for w in st.waiters.remove(&old.id).unwrap_or_default() {
@@ -603,6 +599,12 @@ impl Buffer {
         self.space.notify_waiters();
     }
 
+    fn show_disk_only(&self, st: &State) {
+        self.stats
+            .buffer_disk_only_bytes
+            .store(st.disk_only as u64, Relaxed);
+    }
+
     /// Reads a chunk kept on disk only back from its file. A file that no
     /// longer holds the chunk (damaged on disk) is quarantined and its events
     /// counted as lost: `None`.
@@ -618,9 +620,7 @@ impl Buffer {
         {
             let mut st = self.state.lock().expect("buffer state");
             st.disk_only -= chunk.len;
-            self.stats
-                .buffer_disk_only_bytes
-                .store(st.disk_only as u64, Relaxed);
+            self.show_disk_only(&st);
         }
         let why = match read {
             Ok(Some(r))
