@@ -126,8 +126,10 @@ retry_max_interval = "500ms"
         "the standby took every event after the kill"
     );
     wait_until(WAIT, "the log line marking the primary down", || {
-        d.stderr()
-            .contains(&format!("server=127.0.0.1:{}", primary.port))
+        d.stderr().lines().any(|l| {
+            l.contains("forward server marked down")
+                && l.contains(&format!("server=127.0.0.1:{}", primary.port))
+        })
     });
 
     // 3. The primary comes back: it is used again, the standby rests.
