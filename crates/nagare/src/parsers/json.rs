@@ -1,13 +1,57 @@
 //! `json`: one JSON object per line, written as msgpack with its keys in
 //! order; `time_key` (when set and present) gives the event time.
+//!
+//! The line is converted while serde_json reads it, without building a
+//! tree of its values (a map and strings per object cost more than the
+//! parse). Lines that are not an object, or hold an object with a key twice,
+//! go through a `serde_json::Value` instead, so they get the same answer as
+//! before: an error, or the last value of a repeated key at its first place.
 
-use nagare_forward::msgpack::{write_map_len, write_str};
+use std::fmt;
+
+use nagare_forward::msgpack::{write_array_len, write_bool, write_map_len, write_str};
 use nagare_forward::EventTime;
+use std::borrow::Cow;
+
+use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use super::Parser;
 
 pub fn parse(
+    p: &Parser,
+    line: &[u8],
+    extra: &[(&[u8], &[u8])],
+    out: &mut Vec<u8>,
+) -> Result<Option<EventTime>, String> {
+    let starts_an_object = line
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .is_some_and(|&b| b == b'{');
+    if !starts_an_object {
+        return parse_tree(p, line, extra, out);
+    }
+    let start = out.len();
+    let mut time = None;
+    let top = TopObject {
+        p,
+        extra,
+        out: &mut *out,
+        time: &mut time,
+    };
+    let mut de = serde_json::Deserializer::from_slice(line);
+    match top.deserialize(&mut de).and_then(|()| de.end()) {
+        Ok(()) => Ok(time.transpose()?.flatten()),
+        Err(e) if e.to_string().starts_with(REPEATED_KEY) => {
+            out.truncate(start);
+            parse_tree(p, line, extra, out)
+        }
+        Err(e) => Err(format!("bad json: {e}")),
+    }
+}
+
+/// Parses through a `serde_json::Value`.
+fn parse_tree(
     p: &Parser,
     line: &[u8],
     extra: &[(&[u8], &[u8])],
@@ -20,16 +64,7 @@ pub fn parse(
     let mut time = None;
     if let Some(tk) = &p.time_key {
         if let Some(t) = map.get(tk) {
-            let parsed = match t {
-                Value::Number(n) => n
-                    .as_f64()
-                    .and_then(|f| super::parse_time(&f.to_string(), &super::TimeFmt::Auto)),
-                Value::String(s) => super::parse_time(s, &p.time),
-                _ => None,
-            };
-            time = Some(parsed.ok_or_else(|| {
-                format!("time {t} in field {tk:?} does not match the time format")
-            })?);
+            time = Some(event_time(p, tk, t)?);
             if !p.keep_time_key {
                 map.shift_remove(tk);
             }
@@ -44,9 +79,259 @@ pub fn parse(
     Ok(time)
 }
 
+/// The event time in field `tk`.
+fn event_time(p: &Parser, tk: &str, t: &Value) -> Result<EventTime, String> {
+    let parsed = match t {
+        Value::Number(n) => n
+            .as_f64()
+            .and_then(|f| super::parse_time(&f.to_string(), &super::TimeFmt::Auto)),
+        Value::String(s) => super::parse_time(s, &p.time),
+        _ => None,
+    };
+    parsed.ok_or_else(|| format!("time {t} in field {tk:?} does not match the time format"))
+}
+
+/// The error that sends a line with a repeated key to `parse_tree`.
+const REPEATED_KEY: &str = "nagare: repeated key";
+
+/// Writes msgpack for `n` items of a map or array whose items were written
+/// from `start` on: the header goes in front of them.
+fn insert_header(out: &mut Vec<u8>, start: usize, n: usize, map: bool) {
+    let mut h = Vec::with_capacity(5);
+    if map {
+        write_map_len(&mut h, n);
+    } else {
+        write_array_len(&mut h, n);
+    }
+    out.splice(start..start, h);
+}
+
+/// The line's top-level object: time_key handled, extra fields appended.
+struct TopObject<'a, 'p> {
+    p: &'p Parser,
+    extra: &'p [(&'p [u8], &'p [u8])],
+    out: &'a mut Vec<u8>,
+    /// The event time: None without time_key, Some(Err) when it does not parse.
+    time: &'a mut Option<Result<Option<EventTime>, String>>,
+}
+
+impl<'de> DeserializeSeed<'de> for TopObject<'_, '_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for TopObject<'_, '_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let start = self.out.len();
+        let mut keys = Keys::default();
+        let mut n = 0;
+        while let Some(key) = map.next_key_seed(Key)? {
+            keys.note::<A::Error>(key.clone())?;
+            if self.p.time_key.as_deref() == Some(&*key) {
+                let t: Value = map.next_value()?;
+                *self.time = Some(event_time(self.p, &key, &t).map(Some));
+                if !self.p.keep_time_key {
+                    continue;
+                }
+                write_str(self.out, key.as_bytes());
+                crate::formats::json::msgpack_from_json(&t, self.out);
+            } else {
+                write_str(self.out, key.as_bytes());
+                map.next_value_seed(Emit(&mut *self.out))?;
+            }
+            n += 1;
+        }
+        super::write_extra(self.extra, self.out);
+        insert_header(self.out, start, n + self.extra.len(), true);
+        Ok(())
+    }
+}
+
+/// A key, borrowed from the line unless it holds escapes.
+struct Key;
+
+impl<'de> DeserializeSeed<'de> for Key {
+    type Value = Cow<'de, str>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Cow<'de, str>, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Key {
+    type Value = Cow<'de, str>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a key")
+    }
+    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Borrowed(v))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Cow<'de, str>, E> {
+        Ok(Cow::Owned(v.to_string()))
+    }
+}
+
+/// Keys seen in one object, to find a repeated one.
+#[derive(Default)]
+struct Keys<'de> {
+    seen: Vec<Cow<'de, str>>,
+}
+
+impl<'de> Keys<'de> {
+    /// Notes `key` (a clone of a borrowed key costs nothing); a key seen
+    /// before in this object is an error that sends the line to `parse_tree`.
+    fn note<E: serde::de::Error>(&mut self, key: Cow<'de, str>) -> Result<(), E> {
+        if self.seen.contains(&key) {
+            return Err(E::custom(REPEATED_KEY));
+        }
+        self.seen.push(key);
+        Ok(())
+    }
+}
+
+/// Writes any JSON value as msgpack (as `msgpack_from_json` does for a tree).
+struct Emit<'a>(&'a mut Vec<u8>);
+
+impl<'de> DeserializeSeed<'de> for Emit<'_> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Emit<'_> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        self.0.push(0xc0);
+        Ok(())
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<(), E> {
+        write_bool(self.0, v);
+        Ok(())
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<(), E> {
+        let _ = rmp::encode::write_uint(self.0, v);
+        Ok(())
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<(), E> {
+        let _ = rmp::encode::write_sint(self.0, v);
+        Ok(())
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<(), E> {
+        let _ = rmp::encode::write_f64(self.0, v);
+        Ok(())
+    }
+    fn visit_str<E>(self, v: &str) -> Result<(), E> {
+        write_str(self.0, v.as_bytes());
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        let start = self.0.len();
+        let mut n = 0;
+        while seq.next_element_seed(Emit(&mut *self.0))?.is_some() {
+            n += 1;
+        }
+        insert_header(self.0, start, n, false);
+        Ok(())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let start = self.0.len();
+        let mut keys = Keys::default();
+        let mut n = 0;
+        while let Some(key) = map.next_key_seed(Key)? {
+            keys.note::<A::Error>(key.clone())?;
+            write_str(self.0, key.as_bytes());
+            map.next_value_seed(Emit(&mut *self.0))?;
+            n += 1;
+        }
+        insert_header(self.0, start, n, true);
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::testutil::*;
+
+    #[test]
+    fn the_streaming_path_writes_what_the_tree_path_writes() {
+        let big_obj: String = format!(
+            "{{{}}}",
+            (0..40)
+                .map(|i| format!("\"k{i}\":{i}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let big_arr = format!(
+            "{{\"a\":[{}]}}",
+            (0..300)
+                .map(|i| i.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        let lines = [
+            r#"{}"#,
+            r#"  {"a":1}  "#,
+            r#"{"s":"x\n\u00e9\"q","e":"","u":"ü日本"}"#,
+            r#"{"n":[0,1,-1,127,128,-33,255,65536,-2147483649,18446744073709551615,1.5,-0.0,1e300,123456789012345678901234567890]}"#,
+            r#"{"t":true,"f":false,"z":null,"o":{"p":{"q":[[],{},[{"r":1}]]}}}"#,
+            r#"{"k\u0041y":1,"kAy2":2}"#,
+            r#"{"a":1,"b":2,"a":3}"#,
+            r#"{"o":{"x":1,"x":2}}"#,
+            r#"{"ts":"2026-11-21T10:15:30.123Z","m":"x"}"#,
+            r#"{"m":"x","ts":1795252531.25}"#,
+            r#"{"ts":"not a time","m":"x"}"#,
+            r#"{"ts":[1],"m":"x"}"#,
+            r#"{"a":1,}"#,
+            r#"{"a":1} x"#,
+            r#"{"a":"#,
+            r#"[1,2]"#,
+            r#""s""#,
+            r#"nope"#,
+            "",
+            big_obj.as_str(),
+            big_arr.as_str(),
+        ];
+        let extra: &[(&[u8], &[u8])] = &[(b"host", b"h1"), (b"path", b"/x")];
+        for cfg in [
+            "type = \"json\"",
+            "type = \"json\"\ntime_key = \"ts\"",
+            "type = \"json\"\ntime_key = \"ts\"\nkeep_time_key = true",
+        ] {
+            let p = parser(cfg);
+            for line in lines {
+                for ex in [&[][..], extra] {
+                    let (mut a, mut b) = (vec![7u8], vec![7u8]);
+                    let streamed = super::parse(&p, line.as_bytes(), ex, &mut a);
+                    let tree = super::parse_tree(&p, line.as_bytes(), ex, &mut b);
+                    assert_eq!(
+                        streamed.is_ok(),
+                        tree.is_ok(),
+                        "{cfg} {line}: {streamed:?} {tree:?}"
+                    );
+                    match (streamed, tree) {
+                        (Ok(x), Ok(y)) => {
+                            assert_eq!(x, y, "{cfg} {line}");
+                            assert_eq!(a, b, "{cfg} {line}");
+                        }
+                        (Err(x), Err(y)) => {
+                            // Same kind of error; positions may be reported differently.
+                            assert_eq!(x.split(':').next(), y.split(':').next(), "{cfg} {line}");
+                        }
+                        _ => unreachable!(),
+                    }
+                }
+            }
+        }
+    }
 
     #[test]
     fn sample_lines() {
