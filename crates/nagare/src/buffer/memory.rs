@@ -917,6 +917,14 @@ mod tests {
     /// A file buffer in `dir` that keeps at most `memory_limit` bytes in
     /// memory, with chunks of 10 entries.
     fn paging_buffer(dir: &std::path::Path, memory_limit: u64) -> (Arc<Buffer>, Arc<Collect>) {
+        paging_buffer_with(dir, memory_limit, BufferConfig::default())
+    }
+
+    fn paging_buffer_with(
+        dir: &std::path::Path,
+        memory_limit: u64,
+        cfg: BufferConfig,
+    ) -> (Arc<Buffer>, Arc<Collect>) {
         let out = Arc::new(Collect::default());
         let store = FileStore::open(dir, "test", 16, usize::MAX).unwrap();
         assert!(store.1.is_empty());
@@ -924,7 +932,7 @@ mod tests {
             kind: crate::buffer::BufferType::File,
             chunk_limit_records: Some(10),
             memory_limit_size: Size(memory_limit),
-            ..Default::default()
+            ..cfg
         };
         let stats = Arc::new(PluginStats::default());
         let b = Buffer::new("test", cfg, stats, out.clone(), None, Some(store));
@@ -972,6 +980,50 @@ mod tests {
         assert_eq!(got, want, "every chunk read back whole and in order");
         assert_eq!(PluginStats::get(&b.stats.buffer_disk_only_bytes), 0);
         assert_eq!(b.held_bytes(), 0);
+    }
+
+    #[tokio::test]
+    async fn drop_oldest_chunk_drops_chunks_kept_on_disk_only_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = BufferConfig {
+            total_limit_size: Size(90),
+            overflow_action: OverflowAction::DropOldestChunk,
+            ..Default::default()
+        };
+        let (b, out) = paging_buffer_with(dir.path(), 30, cfg);
+        for c in 0..6u8 {
+            append_chunk(&b, c).await;
+        }
+        // Three 30-byte chunks fit; the oldest went for each of the next three.
+        assert_eq!(PluginStats::get(&b.stats.dropped), 30);
+        assert_eq!(b.held_bytes(), 90);
+        let on_disk: usize = {
+            let st = b.state.lock().unwrap();
+            st.queue
+                .iter()
+                .filter(|c| c.on_disk_only())
+                .map(|c| c.len)
+                .sum()
+        };
+        assert!(on_disk > 0);
+        assert_eq!(
+            PluginStats::get(&b.stats.buffer_disk_only_bytes),
+            on_disk as u64
+        );
+        drain(&b).await;
+        let firsts: Vec<u8> = out
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|c| c.contiguous()[1])
+            .collect();
+        assert_eq!(
+            firsts,
+            vec![30, 40, 50],
+            "the three newest chunks delivered"
+        );
+        assert_eq!(PluginStats::get(&b.stats.buffer_disk_only_bytes), 0);
     }
 
     #[tokio::test]
