@@ -29,9 +29,9 @@ run() { # run NAME SIZE ACKFLAG CONFIG
 for size in $SIZES; do
   for i in $(seq "$RUNS"); do
     echo "size $size run $i" >&2
-    run memory "$size" "" relay.toml
+    run memory "$size" "" relay-memory.toml
     run file "$size" "" relay-file.toml
-    run memory-ack "$size" "--ack" relay.toml
+    run memory-ack "$size" "--ack" relay-memory.toml
     run file-ack "$size" "--ack" relay-file.toml
   done
 done
