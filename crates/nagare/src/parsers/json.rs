@@ -7,12 +7,11 @@
 //! go through a `serde_json::Value` instead, so they get the same answer as
 //! before: an error, or the last value of a repeated key at its first place.
 
+use std::borrow::Cow;
 use std::fmt;
 
 use nagare_forward::msgpack::{write_array_len, write_bool, write_map_len, write_str};
 use nagare_forward::EventTime;
-use std::borrow::Cow;
-
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
