@@ -7,7 +7,6 @@
 //! go through a `serde_json::Value` instead, so they get the same answer as
 //! before: an error, or the last value of a repeated key at its first place.
 
-use std::borrow::Cow;
 use std::fmt;
 
 use nagare_forward::msgpack::{write_array_len, write_bool, write_map_len, write_str};
@@ -40,7 +39,7 @@ pub fn parse(
     };
     let mut de = serde_json::Deserializer::from_slice(line);
     match top.deserialize(&mut de).and_then(|()| de.end()) {
-        Ok(()) => Ok(time.transpose()?.flatten()),
+        Ok(()) => time.transpose(),
         Err(e) if e.to_string().starts_with(REPEATED_KEY) => {
             out.truncate(start);
             parse_tree(p, line, extra, out)
@@ -93,16 +92,17 @@ fn event_time(p: &Parser, tk: &str, t: &Value) -> Result<EventTime, String> {
 /// The error that sends a line with a repeated key to `parse_tree`.
 const REPEATED_KEY: &str = "nagare: repeated key";
 
-/// Writes msgpack for `n` items of a map or array whose items were written
-/// from `start` on: the header goes in front of them.
+/// Puts the msgpack header of a map or array of `n` items in front of the
+/// items, written from `start` on (their count is known only at the end).
 fn insert_header(out: &mut Vec<u8>, start: usize, n: usize, map: bool) {
-    let mut h = Vec::with_capacity(5);
+    let end = out.len();
     if map {
-        write_map_len(&mut h, n);
+        write_map_len(out, n);
     } else {
-        write_array_len(&mut h, n);
+        write_array_len(out, n);
     }
-    out.splice(start..start, h);
+    let header = out.len() - end;
+    out[start..].rotate_right(header);
 }
 
 /// The line's top-level object: time_key handled, extra fields appended.
@@ -110,8 +110,8 @@ struct TopObject<'a, 'p> {
     p: &'p Parser,
     extra: &'p [(&'p [u8], &'p [u8])],
     out: &'a mut Vec<u8>,
-    /// The event time: None without time_key, Some(Err) when it does not parse.
-    time: &'a mut Option<Result<Option<EventTime>, String>>,
+    /// The event time when the line has time_key: Err when it does not parse.
+    time: &'a mut Option<Result<EventTime, String>>,
 }
 
 impl<'de> DeserializeSeed<'de> for TopObject<'_, '_> {
@@ -126,70 +126,106 @@ impl<'de> Visitor<'de> for TopObject<'_, '_> {
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a JSON object")
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
         let start = self.out.len();
-        let mut keys = Keys::default();
-        let mut n = 0;
-        while let Some(key) = map.next_key_seed(Key)? {
-            keys.note::<A::Error>(key.clone())?;
-            if self.p.time_key.as_deref() == Some(&*key) {
-                let t: Value = map.next_value()?;
-                *self.time = Some(event_time(self.p, &key, &t).map(Some));
-                if !self.p.keep_time_key {
-                    continue;
-                }
-                write_str(self.out, key.as_bytes());
-                crate::formats::json::msgpack_from_json(&t, self.out);
-            } else {
-                write_str(self.out, key.as_bytes());
-                map.next_value_seed(Emit(&mut *self.out))?;
-            }
-            n += 1;
-        }
+        let n = write_pairs(self.out, map, Some((self.p, &mut *self.time)))?;
         super::write_extra(self.extra, self.out);
         insert_header(self.out, start, n + self.extra.len(), true);
         Ok(())
     }
 }
 
-/// A key, borrowed from the line unless it holds escapes.
-struct Key;
+/// Writes an object's pairs (without the map header); returns how many.
+/// With a parser (the top-level object), its time_key field's value becomes
+/// the event time, and stays in the record only with keep_time_key.
+fn write_pairs<'de, A: MapAccess<'de>>(
+    out: &mut Vec<u8>,
+    mut map: A,
+    mut time: Option<(&Parser, &mut Option<Result<EventTime, String>>)>,
+) -> Result<usize, A::Error> {
+    let mut keys = Keys::default();
+    let mut n = 0;
+    loop {
+        let pair_start = out.len();
+        let Some(key) = map.next_key_seed(KeyInto(&mut *out))? else {
+            return Ok(n);
+        };
+        let repeated = || serde::de::Error::custom(REPEATED_KEY);
+        let name = &out[key.0..key.1];
+        match &mut time {
+            Some((p, time)) if p.time_key.as_deref().map(str::as_bytes) == Some(name) => {
+                if time.is_some() {
+                    return Err(repeated());
+                }
+                let name = p.time_key.as_deref().unwrap_or_default();
+                let t: Value = map.next_value()?;
+                **time = Some(event_time(p, name, &t));
+                if !p.keep_time_key {
+                    // Not noted in `keys`: its bytes go, a repeat is caught above.
+                    out.truncate(pair_start);
+                    continue;
+                }
+                keys.note(out, key);
+                crate::formats::json::msgpack_from_json(&t, out);
+            }
+            _ => {
+                if !keys.note(out, key) {
+                    return Err(repeated());
+                }
+                map.next_value_seed(Emit(&mut *out))?
+            }
+        }
+        n += 1;
+    }
+}
 
-impl<'de> DeserializeSeed<'de> for Key {
-    type Value = Cow<'de, str>;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Cow<'de, str>, D::Error> {
+/// Writes a key as a msgpack string; its text is at `out[start..end]`.
+struct KeyInto<'a>(&'a mut Vec<u8>);
+
+impl<'de> DeserializeSeed<'de> for KeyInto<'_> {
+    type Value = (usize, usize);
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(usize, usize), D::Error> {
         d.deserialize_str(self)
     }
 }
 
-impl<'de> Visitor<'de> for Key {
-    type Value = Cow<'de, str>;
+impl<'de> Visitor<'de> for KeyInto<'_> {
+    type Value = (usize, usize);
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a key")
     }
-    fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Cow<'de, str>, E> {
-        Ok(Cow::Borrowed(v))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Cow<'de, str>, E> {
-        Ok(Cow::Owned(v.to_string()))
+    fn visit_str<E>(self, v: &str) -> Result<(usize, usize), E> {
+        write_str(self.0, v.as_bytes());
+        Ok((self.0.len() - v.len(), self.0.len()))
     }
 }
 
-/// Keys seen in one object, to find a repeated one.
+/// Where the keys of one object are in `out`, to find a repeated one; the
+/// first 16 without an allocation.
 #[derive(Default)]
-struct Keys<'de> {
-    seen: Vec<Cow<'de, str>>,
+struct Keys {
+    few: [(usize, usize); 16],
+    n: usize,
+    more: Vec<(usize, usize)>,
 }
 
-impl<'de> Keys<'de> {
-    /// Notes `key` (a clone of a borrowed key costs nothing); a key seen
-    /// before in this object is an error that sends the line to `parse_tree`.
-    fn note<E: serde::de::Error>(&mut self, key: Cow<'de, str>) -> Result<(), E> {
-        if self.seen.contains(&key) {
-            return Err(E::custom(REPEATED_KEY));
+impl Keys {
+    /// Notes the key at `out[key.0..key.1]`; false when the object had it
+    /// already. Keys of an object stay where they are while it is written:
+    /// only the items after a nested value's start move for its header.
+    fn note(&mut self, out: &[u8], key: (usize, usize)) -> bool {
+        let text = &out[key.0..key.1];
+        let seen = self.few[..self.n.min(16)].iter().chain(&self.more);
+        if seen.into_iter().any(|&(a, b)| &out[a..b] == text) {
+            return false;
         }
-        self.seen.push(key);
-        Ok(())
+        if self.n < 16 {
+            self.few[self.n] = key;
+        } else {
+            self.more.push(key);
+        }
+        self.n += 1;
+        true
     }
 }
 
@@ -241,16 +277,9 @@ impl<'de> Visitor<'de> for Emit<'_> {
         insert_header(self.0, start, n, false);
         Ok(())
     }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
         let start = self.0.len();
-        let mut keys = Keys::default();
-        let mut n = 0;
-        while let Some(key) = map.next_key_seed(Key)? {
-            keys.note::<A::Error>(key.clone())?;
-            write_str(self.0, key.as_bytes());
-            map.next_value_seed(Emit(&mut *self.0))?;
-            n += 1;
-        }
+        let n = write_pairs(self.0, map, None)?;
         insert_header(self.0, start, n, true);
         Ok(())
     }
@@ -269,6 +298,8 @@ mod tests {
                 .collect::<Vec<_>>()
                 .join(",")
         );
+        // A key repeated after the first 16 (the ones kept without allocating).
+        let big_obj_repeat = big_obj.replace("\"k39\"", "\"k3\"");
         let big_arr = format!(
             "{{\"a\":[{}]}}",
             (0..300)
@@ -298,6 +329,8 @@ mod tests {
             "",
             big_obj.as_str(),
             big_arr.as_str(),
+            big_obj_repeat.as_str(),
+            r#"{"ts":1795252531,"m":"x","ts":"2026-11-21T10:15:30Z"}"#,
         ];
         let extra: &[(&[u8], &[u8])] = &[(b"host", b"h1"), (b"path", b"/x")];
         for cfg in [
