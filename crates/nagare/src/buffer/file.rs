@@ -245,9 +245,9 @@ impl FileStore {
                 Ok(Some(mut r)) => match open_slot(&path) {
                     Ok(slot) => {
                         r.slot = Some(slot);
-                        in_memory += r.len;
-                        if in_memory > memory_limit {
-                            in_memory -= r.len;
+                        if in_memory + r.len <= memory_limit {
+                            in_memory += r.len;
+                        } else {
                             r.data = Bytes::new();
                         }
                         out.push(r)

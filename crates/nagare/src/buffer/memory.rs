@@ -948,6 +948,12 @@ mod tests {
         entries
     }
 
+    /// The first entry's number ([n, {}]) of every delivered chunk.
+    fn first_seqs(out: &Collect) -> Vec<u8> {
+        let chunks = out.0.lock().unwrap();
+        chunks.iter().map(|c| c.contiguous()[1]).collect()
+    }
+
     async fn drain(b: &Arc<Buffer>) {
         let tasks = b.start();
         b.close();
@@ -1011,13 +1017,7 @@ mod tests {
             on_disk as u64
         );
         drain(&b).await;
-        let firsts: Vec<u8> = out
-            .0
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|c| c.contiguous()[1])
-            .collect();
+        let firsts = first_seqs(&out);
         assert_eq!(
             firsts,
             vec![30, 40, 50],
@@ -1046,13 +1046,7 @@ mod tests {
             .write_all_at(b"JUNK", 0)
             .unwrap();
         drain(&b).await;
-        let firsts: Vec<u8> = out
-            .0
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|c| c.contiguous()[1])
-            .collect();
+        let firsts = first_seqs(&out);
         assert_eq!(firsts, vec![0, 20], "chunks 0 and 2 delivered");
         assert_eq!(PluginStats::get(&b.stats.lost), 10);
         assert!(dir
