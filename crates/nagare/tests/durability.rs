@@ -721,32 +721,10 @@ fn a_file_buffer_past_its_memory_limit_keeps_chunks_on_disk_and_delivers_them_al
     // disk, not the memory, also across a kill -9 and recovery.
     let dir = tempfile::tempdir().unwrap();
     let (port, sink_port, mon) = (free_port(), free_port(), free_port());
-    let cfg = format!(
-        r#"
-[monitor]
-bind = "127.0.0.1:{mon}"
-[[input]]
-type = "forward"
-bind = "127.0.0.1:{port}"
-[[output]]
-type = "forward"
-match = "**"
-heartbeat_type = "none"
-recover_wait = "200ms"
-[[output.server]]
-address = "127.0.0.1:{sink_port}"
-[output.buffer]
-type = "file"
-path = "{}"
-flush_interval = "100ms"
-chunk_limit_size = "256KiB"
-total_limit_size = "256MiB"
-memory_limit_size = "2MiB"
-retry_wait = "100ms"
-retry_max_interval = "300ms"
-"#,
-        dir.path().join("buf").display()
-    );
+    // relay_config's [output.buffer] is its last table: these keys join it.
+    let cfg = relay_config(port, sink_port, dir.path())
+        + "total_limit_size = \"256MiB\"\nmemory_limit_size = \"2MiB\"\n"
+        + &format!("\n[monitor]\nbind = \"127.0.0.1:{mon}\"\n");
     let mut relay = Daemon::start(dir.path(), "relay", &cfg, Some(mon));
     relay.wait_port(port);
     let pid = relay.child.id();
