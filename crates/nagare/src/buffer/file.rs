@@ -717,7 +717,17 @@ mod tests {
             .await
             .expect("every sync finishes");
         assert_eq!(*f.slot().synced.borrow(), 200);
-        assert_eq!(f.slot().inflight.load(Ordering::Acquire), 0);
+        // A dropped waiter's fsync may still be running on its blocking
+        // thread after every other waiter was answered (the timer can fire
+        // after its waiter started one); it must uncount itself when done.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while f.slot().inflight.load(Ordering::Acquire) != 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "an fsync stayed counted in flight"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        }
     }
 
     #[tokio::test]
