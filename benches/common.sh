@@ -21,3 +21,8 @@ results_dir() {
     mkdir -p "$OUT"
     echo "raw results in $OUT" >&2
 }
+# wait_port PORT: waits up to 10 s for 127.0.0.1:PORT to accept connections.
+wait_port() {
+    for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done
+    return 1
+}

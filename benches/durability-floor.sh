@@ -32,9 +32,7 @@ relay() { # relay NAME CONNS CONFIG
   bufdir=$(mktemp -d /tmp/nagare-bench-buf-XXXX)
   NAGARE_BUFFER_DIR=$bufdir "$FB" relay --sut-port "$PORT" --sink-port "$((PORT + 1))" \
     --duration "$DURATION" --warmup 2s --size "$SIZE" --batch "$BATCH" --conns "$2" --ack --quiet \
-    --sut-cmd "exec $NAGARE run -c $ROOT/benches/$3" 2>/dev/null | tail -n 1 |
-    python3 -c 'import json,sys; r=json.load(sys.stdin); print(json.dumps({"ev": r["send_events_per_s"], "lost": r["lost"]}))' \
-    >> "$OUT/$1-$2.jsonl"
+    --sut-cmd "exec $NAGARE run -c $ROOT/benches/$3" 2>/dev/null | tail -n 1 >> "$OUT/$1-$2.jsonl"
   rm -rf "$bufdir"
 }
 
@@ -43,11 +41,9 @@ floor() { # floor NAME CONNS sync|nosync
   dir=$(mktemp -d /tmp/nagare-bench-floor-XXXX)
   "$FLOOR" "127.0.0.1:$PORT" "$dir" "$3" 2>/dev/null &
   pid=$!
-  for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break; sleep 0.1; done
+  wait_port "$PORT" || { echo "ack_floor did not listen on $PORT" >&2; exit 1; }
   "$FB" send --addr "127.0.0.1:$PORT" --duration "$DURATION" --size "$SIZE" --batch "$BATCH" \
-    --conns "$2" --ack 2>/dev/null | tail -n 1 |
-    python3 -c 'import json,sys; r=json.load(sys.stdin); print(json.dumps({"ev": r["events_per_s"], "lost": r["events"] - r["acked"]}))' \
-    >> "$OUT/$1-$2.jsonl"
+    --conns "$2" --ack 2>/dev/null | tail -n 1 >> "$OUT/$1-$2.jsonl"
   kill "$pid"; wait "$pid" 2>/dev/null || true
   rm -rf "$dir"
 }
@@ -65,10 +61,13 @@ done
 python3 - "$OUT" $CONNS <<'PY'
 import json, statistics, sys
 out, conns = sys.argv[1], sys.argv[2:]
+# relay lines (memory-ack, file-ack) and send lines (floor) name their figures differently
+def events(r): return r["send_events_per_s"] if "send_events_per_s" in r else r["events_per_s"]
+def unacked(r): return r["lost"] if "lost" in r else r["events"] - r["acked"]
 def med(name, c):
     with open(f"{out}/{name}-{c}.jsonl") as f:
         rows = [json.loads(l) for l in f if l.strip()]
-    return statistics.median(r["ev"] for r in rows), sum(r["lost"] for r in rows)
+    return statistics.median(events(r) for r in rows), sum(unacked(r) for r in rows)
 print("| conns | memory+ack ev/s | file+ack ev/s | floor ev/s | floor, no fsync, ev/s | file+ack / memory+ack | floor / memory+ack | file+ack / floor | unacked |")
 print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for c in conns:

@@ -38,7 +38,7 @@ gen_run() { # gen_run TAG
   FLOWBENCH_SUT_PORT=$SUT FLOWBENCH_SINK_PORT=$SINK "$NAGARE" run -c benches/filter-parser.toml \
     > "$OUT/nagare-$tag.log" 2>&1 &
   local sut=$!
-  for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$SUT") 2>/dev/null && break; sleep 0.1; done
+  wait_port "$SUT" || true
   local c0; c0=$(cpu_ticks "$sut")
   "$NAGARE" gen -c "$cfg" --count "$EVENTS" 2>> "$OUT/gen-$tag.log"
   wait "$sink"
