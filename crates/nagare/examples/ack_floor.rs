@@ -1,6 +1,7 @@
 //! The floor under any file buffer's acked throughput on this machine: a
-//! forward server that does nothing but write each frame to a file, fsync
-//! it (group commit: one fdatasync at a time covers every frame written
+//! forward server that does nothing but check each frame (as nagare's
+//! forward input does: a server must find the chunk id), write it to a
+//! file, fsync it (group commit: one fdatasync at a time covers every frame written
 //! before it started, run by the connection thread that finds none running,
 //! so no thread hand-off) and answer the ack. It forwards nothing, routes
 //! nothing and keeps no buffer: a collector that makes an acked frame
