@@ -7,9 +7,10 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::config::Config;
+use crate::plugin::InputContext;
 use crate::router::Router;
 use crate::stats::Registry;
-use crate::{filters, inputs, monitor, outputs};
+use crate::{filters, monitor, outputs};
 
 pub fn worker_count(cfg: &Config) -> usize {
     if cfg.system.workers > 0 {
@@ -30,40 +31,53 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
     rt.block_on(run_async(cfg, workers))
 }
 
+/// Starts a built configuration: opens the outputs' buffers, makes the
+/// route table, serves the monitor and starts the inputs. `nagare check`
+/// stops after building; this is the part that does I/O.
 async fn run_async(cfg: Config, workers: usize) -> anyhow::Result<()> {
     let reg = Arc::new(Registry::default());
-    let (rules, buffers) = outputs::build(&cfg.outputs, &reg)?;
+    let Config {
+        system,
+        monitor,
+        inputs,
+        filters,
+        outputs,
+        warnings,
+    } = cfg;
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    let (rules, buffers) = outputs::open(outputs, &reg)?;
     let mut flushers = Vec::new();
     for b in &buffers {
         flushers.extend(b.start());
     }
-    let stages = filters::build(&cfg.filters, &reg)?;
+    let stages = filters::stages(filters, &reg);
     let router = Arc::new(Router::new(rules, stages));
     let (stop_tx, stop_rx) = watch::channel(false);
-    let monitor = match &cfg.monitor {
+    let monitor = match &monitor {
         Some(m) => Some(monitor::serve(&m.bind, reg.clone(), stop_rx.clone()).await?),
         None => None,
     };
     // Chunk ids stored in recovered file-buffer chunks: their senders' resends
     // must be recognised even though the ids never reached a dedup_path.
-    let stored_ids: Vec<bytes::Bytes> = buffers
-        .iter()
-        .flat_map(|b| b.take_recovered_ids())
-        .collect();
+    let stored_ids: Arc<Vec<bytes::Bytes>> = Arc::new(
+        buffers
+            .iter()
+            .flat_map(|b| b.take_recovered_ids())
+            .collect(),
+    );
     let mut input_tasks = Vec::new();
-    for i in &cfg.inputs {
-        input_tasks.extend(
-            inputs::start(
-                &i.name,
-                &i.spec,
-                router.clone(),
-                &reg,
-                workers,
-                &stored_ids,
-                stop_rx.clone(),
-            )
-            .await?,
-        );
+    for i in inputs {
+        let cx = InputContext {
+            stats: reg.register("input", &i.name, i.type_name),
+            name: i.name,
+            router: router.clone(),
+            workers,
+            stored_ids: stored_ids.clone(),
+            shutdown: stop_rx.clone(),
+        };
+        input_tasks.extend(i.input.start(cx).await?);
     }
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
@@ -74,8 +88,7 @@ async fn run_async(cfg: Config, workers: usize) -> anyhow::Result<()> {
     wait_for_stop_signal().await;
     tracing::info!("stopping: no new connections; draining inputs and buffers");
     let _ = stop_tx.send(true);
-    let timeout = cfg
-        .system
+    let timeout = system
         .shutdown_timeout
         .map_or(Duration::from_secs(60), |d| d.0);
     let deadline = tokio::time::Instant::now() + timeout;

@@ -11,6 +11,7 @@ mod inputs;
 mod monitor;
 mod outputs;
 mod parsers;
+mod plugin;
 mod router;
 mod stats;
 
@@ -35,6 +36,8 @@ enum Command {
     Run(cli::run::RunArgs),
     /// Check a configuration file and exit 0 (valid) or 2 (errors listed).
     Check(cli::check::CheckArgs),
+    /// List the input, filter and output types this binary has.
+    Plugins(cli::plugins::PluginsArgs),
     /// Send JSON objects read from stdin, one per line, as events (like fluent-cat).
     Cat(cli::cat::CatArgs),
     /// Send chunk files (a file buffer's dead letters) to a forward server, with acks.
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run(a) => cli::run::main(a),
         Command::Check(a) => cli::check::main(a),
+        Command::Plugins(a) => cli::plugins::main(a),
         Command::Cat(a) => cli::cat::main(a),
         Command::Replay(a) => cli::replay::main(a),
         Command::Gen(a) => cli::exit(nagare_bench::gen::run_gen(a)),

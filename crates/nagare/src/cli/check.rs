@@ -1,4 +1,5 @@
-//! `nagare check -c FILE`
+//! `nagare check -c FILE`: builds every plugin the way `nagare run` does,
+//! without opening sockets, mounts or files for writing.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -15,6 +16,9 @@ pub struct CheckArgs {
 pub fn main(a: CheckArgs) -> ExitCode {
     match config::load(&a.config) {
         Ok(c) => {
+            for w in &c.warnings {
+                eprintln!("warning: {w}");
+            }
             let filters = match c.filters.len() {
                 0 => String::new(),
                 n => format!("{n} filters, "),

@@ -2,6 +2,7 @@
 
 pub mod cat;
 pub mod check;
+pub mod plugins;
 pub mod replay;
 pub mod run;
 

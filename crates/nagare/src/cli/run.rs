@@ -33,8 +33,8 @@ pub fn main(a: RunArgs) -> ExitCode {
     match daemon::run(cfg) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
+            // The log goes to stderr already: one line, not two.
             tracing::error!("{e:#}");
-            eprintln!("error: {e:#}");
             ExitCode::from(super::EXIT_RUNTIME)
         }
     }

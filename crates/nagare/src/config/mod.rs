@@ -1,30 +1,42 @@
-//! The TOML configuration: parsing, validation and error messages that name
+//! The TOML configuration: reading it, building every plugin it names (the
+//! one build path of `nagare check` and `nagare run`), and errors that name
 //! the file, line and key.
 //!
-//! Plugin sections are read in two steps: first as plain tables (with their
-//! position in the file), then each one into its plugin's own options struct,
-//! which denies unknown keys. That keeps one serde struct per plugin, next to
-//! the plugin, and still lets every error point at a line.
+//! The file is read with the position of every key (config/source.rs);
+//! each `[[input]]`, `[[filter]]` and `[[output]]` section is handed to the
+//! registration of its `type` (plugin.rs), which reads the plugin's options
+//! struct and builds the plugin without I/O. Checks across plugins (two
+//! listeners on one address, directories that cannot be written) come last
+//! (config/checks.rs).
 
+mod checks;
+pub use checks::resolve;
+mod messages;
 #[cfg(test)]
 mod reference;
+mod source;
 pub mod units;
 
 use std::fmt;
+use std::ops::Range;
 use std::path::Path;
 
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
-use toml::{Spanned, Table, Value};
+use toml::de::{DeTable, DeValue};
+use toml::Spanned;
 
-use crate::buffer::BufferConfig;
-use crate::filters::{FilterSection, FilterSpec};
-use crate::inputs::InputSpec;
-use crate::outputs::OutputKind;
+use crate::buffer::{BufferConfig, BufferType};
+use crate::filters::Filter;
+use crate::outputs::OutputTarget;
+use crate::plugin::{self, BuildContext, Input, Listen, OptionError, Registration};
+use crate::router::Pattern;
+use source::{join, KeySpans, Lines};
 
 /// The embedded default configuration used by `nagare run` without `-c`.
 pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
 
+/// A problem in a config file: where (line 0 when it is about the file as a
+/// whole) and what.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigError {
     pub file: String,
@@ -35,19 +47,19 @@ pub struct ConfigError {
 
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.key.is_empty() {
-            write!(f, "{}:{}: {}", self.file, self.line, self.message)
-        } else {
-            write!(
+        match (self.line, self.key.is_empty()) {
+            (0, _) => write!(f, "{}: {}", self.file, self.message),
+            (line, true) => write!(f, "{}:{line}: {}", self.file, self.message),
+            (line, false) => write!(
                 f,
-                "{}:{}: key `{}`: {}",
-                self.file, self.line, self.key, self.message
-            )
+                "{}:{line}: key `{}`: {}",
+                self.file, self.key, self.message
+            ),
         }
     }
 }
 
-#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema, Default)]
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema, Default)]
 #[serde(deny_unknown_fields)]
 pub struct SystemConfig {
     /// Runtime worker threads; 0 or absent = one per core.
@@ -61,184 +73,164 @@ pub struct SystemConfig {
     pub shutdown_timeout: Option<units::Dur>,
 }
 
-#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MonitorConfig {
     /// Address of the HTTP monitor, e.g. "127.0.0.1:24220".
     pub bind: String,
 }
 
-#[derive(Debug, Clone)]
+/// A checked configuration with every plugin built and ready to start.
 pub struct Config {
     pub system: SystemConfig,
     pub monitor: Option<MonitorConfig>,
     pub inputs: Vec<InputSection>,
     /// `[[filter]]` sections in file order.
     pub filters: Vec<FilterSection>,
-    pub outputs: Vec<OutputSpec>,
+    pub outputs: Vec<OutputSection>,
+    /// Things that work but are probably not meant (`nagare check` and
+    /// `nagare run` print them).
+    pub warnings: Vec<ConfigError>,
 }
 
-#[derive(Debug, Clone)]
 pub struct InputSection {
     /// e.g. "forward#0": type and position among the inputs.
     pub name: String,
-    pub spec: InputSpec,
+    pub type_name: &'static str,
+    pub input: Box<dyn Input>,
 }
 
-#[derive(Debug, Clone)]
-pub struct OutputSpec {
-    /// e.g. "file#1": type and position among the outputs.
+pub struct FilterSection {
+    /// e.g. "parser#0": type and position among the filters.
     pub name: String,
-    /// The `match` patterns, separated by spaces.
-    pub patterns: String,
-    pub kind: OutputKind,
+    pub type_name: &'static str,
+    pub patterns: Vec<Pattern>,
+    pub filter: Box<dyn Filter>,
+}
+
+pub struct OutputSection {
+    /// e.g. "file#1", "copy#0.stdout#1", "file#1.secondary".
+    pub name: String,
+    pub type_name: &'static str,
+    pub patterns: Vec<Pattern>,
     pub buffer: BufferConfig,
-    pub secondary: Option<Box<OutputSpec>>,
+    pub target: OutputTarget,
+    pub secondary: Option<Box<OutputSection>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawConfig {
-    #[serde(default)]
-    system: Option<Spanned<Table>>,
-    #[serde(default)]
-    monitor: Option<Spanned<Table>>,
-    #[serde(default)]
-    input: Vec<Spanned<Table>>,
-    #[serde(default)]
-    filter: Vec<Spanned<Table>>,
-    #[serde(default)]
-    output: Vec<Spanned<Table>>,
+/// The options of one plugin section, with where they were written; a
+/// registration reads its options struct from it.
+pub struct Section<'a, 'l> {
+    value: Spanned<DeValue<'a>>,
+    /// The key path of this section inside its `[[input]]`/`[[output]]`
+    /// section ("" at the top, "store[0]" in a copy output).
+    prefix: String,
+    loader: &'l mut Loader<'a>,
 }
 
-/// Parsing context: the file's name and text, for locating errors.
-struct Ctx<'a> {
-    file: &'a str,
-    text: &'a str,
-    errors: Vec<ConfigError>,
+/// Why a section could not be built.
+#[derive(Debug)]
+pub enum SectionError {
+    /// serde could not read the options: at `key` (a path inside the
+    /// section), `span` when the TOML parser knew the place.
+    Invalid {
+        key: String,
+        span: Option<Range<usize>>,
+        message: String,
+    },
+    /// The plugin refused its options.
+    Option(OptionError),
+    /// Already reported (an error inside a nested section).
+    Reported,
 }
 
-impl Ctx<'_> {
-    fn line_of(&self, offset: usize) -> usize {
-        self.text[..offset.min(self.text.len())]
-            .bytes()
-            .filter(|&b| b == b'\n')
-            .count()
-            + 1
+impl From<OptionError> for SectionError {
+    fn from(e: OptionError) -> Self {
+        SectionError::Option(e)
+    }
+}
+
+impl<'a> Section<'a, '_> {
+    /// Reads the options struct `T`; errors keep the key path and place.
+    pub fn options<T: DeserializeOwned>(self) -> Result<T, SectionError> {
+        read(self.value)
     }
 
-    /// The line where `key` is set, searching from `from`; else the line of `from`.
-    fn key_line(&self, from: usize, key: &str) -> usize {
-        // A nested key ("parser.type"): find its table first, then the key in it.
-        if let Some((table, rest)) = key.split_once('.') {
-            let at = self.table_offset(from, table).unwrap_or(from);
-            return self.key_line(at, rest);
-        }
-        let mut offset = from.min(self.text.len());
-        for line in self.text[offset..].split_inclusive('\n') {
-            let t = line.trim_start().trim_start_matches('"');
-            if let Some(rest) = t.strip_prefix(key) {
-                let rest = rest.trim_start_matches('"').trim_start();
-                if rest.starts_with('=') {
-                    return self.line_of(offset);
-                }
-            }
-            if let Some(h) = t.strip_prefix('[') {
-                // a sub-table header such as [output.buffer]
-                if h.trim_start_matches('[').ends_with(&format!("{key}]\n"))
-                    || h.trim_end().trim_end_matches(']').ends_with(key)
-                {
-                    return self.line_of(offset);
-                }
-            }
-            offset += line.len();
-        }
-        self.line_of(from)
-    }
-
-    /// Where the sub-table `name` of the section at `from` starts: its header
-    /// (`[input.parser]`) or an inline `parser = {…}`.
-    fn table_offset(&self, from: usize, name: &str) -> Option<usize> {
-        let mut offset = from.min(self.text.len());
-        for line in self.text[offset..].split_inclusive('\n') {
-            let t = line.trim();
-            let header =
-                t.starts_with('[') && t.trim_end_matches(']').ends_with(&format!(".{name}"));
-            let inline = t
-                .strip_prefix(name)
-                .is_some_and(|r| r.trim_start().starts_with('='));
-            if header || inline {
-                return Some(offset);
-            }
-            offset += line.len();
-        }
-        None
-    }
-
-    fn error(&mut self, at: usize, key: &str, message: impl Into<String>) {
-        let line = if key.is_empty() {
-            self.line_of(at)
-        } else {
-            self.key_line(at, key)
+    /// Removes `key` (an array of tables, e.g. a copy output's `store`)
+    /// and builds each element as an output section without `match`.
+    pub fn take_outputs(
+        &mut self,
+        key: &str,
+        name: &str,
+    ) -> Result<Vec<OutputSection>, SectionError> {
+        let what = format!("one or more [[output.{key}]] tables");
+        let DeValue::Table(t) = self.value.get_mut() else {
+            return Err(OptionError::new("", "expected a table").into());
         };
-        self.errors.push(ConfigError {
-            file: self.file.to_string(),
-            line,
-            key: key.to_string(),
-            message: message.into(),
-        });
-    }
-
-    /// Deserializes a plain table into a plugin's options struct.
-    fn typed<T: DeserializeOwned>(&mut self, table: Table, at: usize, prefix: &str) -> Option<T> {
-        match Value::Table(table).try_into::<T>() {
-            Ok(v) => Some(v),
-            Err(e) => {
-                let (key, msg) = explain(&e.to_string());
-                let full = if prefix.is_empty() || key.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{prefix}.{key}")
-                };
-                let line = if key.is_empty() {
-                    self.line_of(at)
-                } else {
-                    self.key_line(at, &key)
-                };
-                self.errors.push(ConfigError {
-                    file: self.file.to_string(),
-                    line,
-                    key: full,
-                    message: msg,
-                });
-                None
+        let stores = match t.remove(key).map(Spanned::into_inner) {
+            Some(DeValue::Array(a)) if !a.is_empty() => a,
+            _ => return Err(OptionError::new(key, format!("expected {what}")).into()),
+        };
+        if let Some(other) = t.keys().next() {
+            let other = other.get_ref().to_string();
+            return Err(OptionError::new(
+                other.clone(),
+                format!("unknown key `{other}`; this output takes only `{key}`"),
+            )
+            .into());
+        }
+        let mut outs = Vec::new();
+        let mut failed = false;
+        for (j, s) in stores.into_iter().enumerate() {
+            let prefix = join(&self.prefix, &format!("{key}[{j}]"));
+            match self
+                .loader
+                .output(s, &prefix, &format!("{name}."), j, false)
+            {
+                Some(o) => outs.push(o),
+                None => failed = true,
             }
         }
+        if failed {
+            return Err(SectionError::Reported);
+        }
+        Ok(outs)
     }
 }
 
-/// Pulls the offending key out of a serde/toml message and tidies the text.
-fn explain(msg: &str) -> (String, String) {
-    let msg = msg.trim().replace('\n', " ");
-    let key = if let Some(i) = msg.find("unknown field `") {
-        let rest = &msg[i + 15..];
-        rest[..rest.find('`').unwrap_or(0)].to_string()
-    } else if let Some(i) = msg.find("missing field `") {
-        let rest = &msg[i + 15..];
-        rest[..rest.find('`').unwrap_or(0)].to_string()
-    } else if let Some(i) = msg.rfind(" in `") {
-        let rest = &msg[i + 5..];
-        rest[..rest.find('`').unwrap_or(0)].to_string()
-    } else if let Some(i) = msg.find("for key `") {
-        let rest = &msg[i + 9..];
-        rest[..rest.find('`').unwrap_or(0)].to_string()
-    } else {
-        String::new()
-    };
-    (key, msg)
+fn read<T: DeserializeOwned>(value: Spanned<DeValue<'_>>) -> Result<T, SectionError> {
+    let de = toml::de::ValueDeserializer::from(value);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let key = key_path(e.path());
+        let inner = e.into_inner();
+        SectionError::Invalid {
+            key,
+            span: inner.span(),
+            message: inner.message().to_string(),
+        }
+    })
 }
 
-/// Reads and checks a config file.
+/// serde_path_to_error's path as "a.b[0].c" ("" for the section itself).
+fn key_path(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut s = String::new();
+    for seg in path.iter() {
+        match seg {
+            Segment::Seq { index } => s.push_str(&format!("[{index}]")),
+            Segment::Map { key } => {
+                if !s.is_empty() {
+                    s.push('.');
+                }
+                s.push_str(key);
+            }
+            Segment::Enum { .. } | Segment::Unknown => {}
+        }
+    }
+    s
+}
+
+/// Reads and builds a config file.
 pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| {
@@ -252,426 +244,592 @@ pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
     parse(&text, &name)
 }
 
-/// Parses and checks config text; `file` names it in errors.
+/// Reads and builds config text; `file` names it in errors.
 pub fn parse(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
-    let mut ctx = Ctx {
+    let mut loader = Loader {
         file,
-        text,
+        lines: Lines::new(text),
         errors: Vec::new(),
+        warnings: Vec::new(),
+        keys: KeySpans::default(),
+        listens: Vec::new(),
+        writes: Vec::new(),
     };
-    let expanded = match expand_env(text) {
-        Ok(t) => t,
-        Err((at, name)) => {
-            ctx.error(at, "", format!("environment variable {name} is not set"));
-            return Err(ctx.errors);
+    let config = loader.load(text);
+    match config {
+        Some(c) if loader.errors.is_empty() => Ok(c),
+        _ => Err(loader.errors),
+    }
+}
+
+/// Where a listener or a written directory was configured.
+struct Place {
+    /// Byte offset of the key (for the line).
+    at: usize,
+    key: String,
+    plugin: String,
+}
+
+struct Loader<'a> {
+    file: &'a str,
+    lines: Lines,
+    errors: Vec<ConfigError>,
+    warnings: Vec<ConfigError>,
+    /// Key spans of the section being built.
+    keys: KeySpans,
+    listens: Vec<(Place, Listen)>,
+    writes: Vec<(Place, std::path::PathBuf)>,
+}
+
+const TOP_KEYS: [&str; 5] = ["system", "monitor", "input", "filter", "output"];
+
+impl<'a> Loader<'a> {
+    fn error_at(&mut self, at: usize, key: &str, message: impl Into<String>) {
+        self.errors.push(ConfigError {
+            file: self.file.to_string(),
+            line: self.lines.line(at),
+            key: key.to_string(),
+            message: message.into(),
+        });
+    }
+
+    /// Reports a section error; `at` is the section's start, `prefix` its
+    /// key path inside the top-level section.
+    fn section_error(&mut self, at: usize, prefix: &str, e: SectionError) {
+        match e {
+            SectionError::Invalid { key, span, message } => {
+                let key = join(prefix, &key);
+                // A missing key is reported at its table, named as it
+                // should have been written.
+                let missing = message
+                    .strip_prefix("missing field `")
+                    .and_then(|r| r.split('`').next());
+                let pos = match missing {
+                    Some(_) if key.is_empty() => at,
+                    Some(_) => self.keys.find(&key).map_or(at, |s| s.start),
+                    None => self
+                        .keys
+                        .find(&key)
+                        .map(|s| s.start)
+                        .or(span.map(|s| s.start))
+                        .unwrap_or(at),
+                };
+                let key = match missing {
+                    Some(m) => join(&key, m),
+                    None => key,
+                };
+                let key = if key == "." { String::new() } else { key };
+                self.error_at(pos, &key, messages::explain(&message));
+            }
+            SectionError::Option(OptionError { key, message }) => {
+                let key = join(prefix, &key);
+                let pos = self.keys.find(&key).map_or(at, |s| s.start);
+                self.error_at(pos, &key, message);
+            }
+            SectionError::Reported => {}
         }
-    };
-    let raw: RawConfig = match toml::from_str(&expanded) {
-        Ok(r) => r,
-        Err(e) => {
-            let at = e.span().map(|s| s.start).unwrap_or(0);
-            let (key, msg) = explain(e.message());
-            ctx.error(at, &key, msg);
-            return Err(ctx.errors);
-        }
-    };
-    let system = match raw.system {
-        Some(s) => {
-            let at = s.span().start;
-            ctx.typed(s.into_inner(), at, "system").unwrap_or_default()
-        }
-        None => SystemConfig::default(),
-    };
-    let monitor = raw.monitor.and_then(|s| {
-        let at = s.span().start;
-        ctx.typed::<MonitorConfig>(s.into_inner(), at, "monitor")
-    });
-    let mut inputs = Vec::new();
-    for (i, sec) in raw.input.into_iter().enumerate() {
-        let at = sec.span().start;
-        let mut table = sec.into_inner();
-        let Some(ty) = take_type(&mut ctx, &mut table, at, "input") else {
-            continue;
-        };
-        let spec = match ty.as_str() {
-            "forward" => ctx.typed(table, at, "").map(InputSpec::Forward),
-            "tail" => ctx
-                .typed::<crate::inputs::tail::TailConfig>(table, at, "")
-                .filter(|t| check_parser(&mut ctx, at, t.parser.as_deref()))
-                .map(InputSpec::Tail),
-            "directory" => ctx
-                .typed::<crate::inputs::directory::DirectoryConfig>(table, at, "")
-                .filter(|d| check_parser(&mut ctx, at, d.parser.as_deref()))
-                .map(InputSpec::Directory),
-            "fuse" => ctx
-                .typed::<crate::inputs::fuse::FuseConfig>(table, at, "")
-                .filter(|f| check_parser(&mut ctx, at, f.parser.as_deref()))
-                .filter(|f| check_fuse_parser(&mut ctx, at, f))
-                .map(InputSpec::Fuse),
-            other => {
-                ctx.error(
-                    at,
-                    "type",
-                    format!(
-                        "unknown input type {other:?}; expected one of: forward, tail, directory, fuse"
-                    ),
-                );
-                None
+    }
+
+    fn load(&mut self, text: &'a str) -> Option<Config> {
+        let root = match DeTable::parse(text) {
+            Ok(r) => r,
+            Err(e) => {
+                let at = e.span().map_or(0, |s| s.start);
+                self.error_at(at, "", format!("not valid TOML: {}", e.message().trim()));
+                return None;
             }
         };
-        if let Some(spec) = spec {
-            inputs.push(InputSection {
-                name: format!("{ty}#{i}"),
-                spec,
+        let mut root = Spanned::new(root.span(), DeValue::Table(root.into_inner()));
+        let mut unset = Vec::new();
+        source::expand_env(&mut root, &mut unset);
+        for u in unset {
+            self.error_at(
+                u.span.start,
+                "",
+                format!(
+                    "environment variable {} is not set (write ${{{}:-default}} to give a default)",
+                    u.name, u.name
+                ),
+            );
+        }
+        source::type_first(root.get_mut());
+        let DeValue::Table(mut root) = root.into_inner() else {
+            return None;
+        };
+        for key in root.keys() {
+            let k = key.get_ref();
+            if !TOP_KEYS.contains(&k.as_ref()) {
+                let hint = messages::did_you_mean(k, TOP_KEYS);
+                self.error_at(
+                    key.span().start,
+                    k,
+                    format!("unknown section `{k}`.{hint} Known: [system], [monitor], [[input]], [[filter]], [[output]]"),
+                );
+            }
+        }
+        let system = match root.remove("system") {
+            Some(v) => self.plain::<SystemConfig>(v, "system").unwrap_or_default(),
+            None => SystemConfig::default(),
+        };
+        let monitor = root
+            .remove("monitor")
+            .and_then(|v| self.plain::<MonitorConfig>(v, "monitor"));
+        if let (Some(m), Some(at)) = (&monitor, self.keys.find("bind")) {
+            self.listen_monitor(&m.bind, at.start);
+        }
+        let inputs = self.sections(&mut root, "input");
+        let inputs: Vec<InputSection> = inputs
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, v)| self.input(v, i))
+            .collect();
+        let filters = self.sections(&mut root, "filter");
+        let filters: Vec<FilterSection> = filters
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, v)| self.filter(v, i))
+            .collect();
+        let outputs = self.sections(&mut root, "output");
+        let outputs: Vec<OutputSection> = outputs
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, v)| self.output(v, "", "", i, true))
+            .collect();
+        if inputs.is_empty() && self.errors.is_empty() {
+            self.error_at(0, "", "no [[input]] section: nothing would be received");
+        }
+        if outputs.is_empty() && self.errors.is_empty() {
+            self.warnings.push(ConfigError {
+                file: self.file.to_string(),
+                line: 0,
+                key: String::new(),
+                message: "no [[output]] section: every event received is dropped".into(),
             });
         }
-    }
-    let mut filters = Vec::new();
-    for (i, sec) in raw.filter.into_iter().enumerate() {
-        let at = sec.span().start;
-        if let Some(f) = filter_section(&mut ctx, sec.into_inner(), at, i) {
-            filters.push(f);
-        }
-    }
-    let mut outputs = Vec::new();
-    for (i, sec) in raw.output.into_iter().enumerate() {
-        let at = sec.span().start;
-        if let Some(o) = output_spec(&mut ctx, sec.into_inner(), at, i, true) {
-            outputs.push(o);
-        }
-    }
-    if inputs.is_empty() && ctx.errors.is_empty() {
-        ctx.error(0, "", "no [[input]] section: nothing would be received");
-    }
-    if ctx.errors.is_empty() {
-        Ok(Config {
+        self.cross_checks();
+        Some(Config {
             system,
             monitor,
             inputs,
             filters,
             outputs,
+            warnings: std::mem::take(&mut self.warnings),
         })
-    } else {
-        Err(ctx.errors)
     }
-}
 
-/// Replaces `${NAME}` by the environment variable NAME, for names in upper
-/// case (`${tag}` and other lower-case placeholders belong to plugins).
-/// Returns the offset and name of the first unset variable as an error.
-fn expand_env(text: &str) -> Result<String, (usize, String)> {
-    let re = regex::Regex::new(r"\$\{([A-Z_][A-Z0-9_]*)\}").expect("static regex");
-    let mut out = String::with_capacity(text.len());
-    let mut last = 0;
-    for c in re.captures_iter(text) {
-        let m = c.get(0).expect("match");
-        let name = &c[1];
-        let val = std::env::var(name).map_err(|_| (m.start(), name.to_string()))?;
-        out.push_str(&text[last..m.start()]);
-        out.push_str(&val);
-        last = m.end();
-    }
-    out.push_str(&text[last..]);
-    Ok(out)
-}
-
-/// Builds an input's parser once, so `nagare check` reports bad regexes and
-/// missing keys, not only `nagare run`.
-fn check_parser(ctx: &mut Ctx, at: usize, parser: Option<&crate::parsers::ParserConfig>) -> bool {
-    match crate::parsers::Parser::new(&parser.cloned().unwrap_or_default()) {
-        Ok(_) => true,
-        Err(e) => {
-            ctx.error(at, "parser", format!("{e:#}"));
-            false
+    /// A plain table (`[system]`, `[monitor]`, `[output.buffer]`) read into `T`.
+    fn plain<T: DeserializeOwned>(&mut self, v: Spanned<DeValue<'a>>, what: &str) -> Option<T> {
+        let at = v.span().start;
+        let DeValue::Table(t) = v.get_ref() else {
+            self.error_at(at, what, format!("expected a table [{what}]"));
+            return None;
+        };
+        self.keys = KeySpans::of(t);
+        match read(v) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                let before = self.errors.len();
+                self.section_error(at, "", e);
+                for e in &mut self.errors[before..] {
+                    e.key = join(what, &e.key);
+                }
+                None
+            }
         }
     }
-}
 
-/// A `[[filter]]` section: `type`, `match` (default "**") and the type's options.
-fn filter_section(
-    ctx: &mut Ctx,
-    mut table: Table,
-    at: usize,
-    index: usize,
-) -> Option<FilterSection> {
-    let ty = take_type(ctx, &mut table, at, "filter")?;
-    let patterns = take_match(ctx, &mut table, at)?.unwrap_or_else(|| "**".to_string());
-    if let Err(e) = crate::router::Pattern::parse_list(&patterns) {
-        ctx.error(at, "match", e);
-        return None;
-    }
-    let spec = match ty.as_str() {
-        "parser" => {
-            let c: crate::filters::parser::ParserFilterConfig = ctx.typed(table, at, "")?;
-            if c.parser.kind == crate::parsers::ParserType::Multiline {
-                ctx.error(
+    /// The `[[input]]` (etc.) array of tables.
+    fn sections(&mut self, root: &mut DeTable<'a>, what: &str) -> Vec<Spanned<DeValue<'a>>> {
+        let Some(v) = root.remove(what) else {
+            return Vec::new();
+        };
+        let at = v.span().start;
+        match v.into_inner() {
+            DeValue::Array(a) if a.iter().all(|s| s.get_ref().is_table()) => {
+                a.into_iter().collect()
+            }
+            _ => {
+                self.error_at(
                     at,
-                    "parser.type",
-                    "a parser filter parses one field of one event; \"multiline\" joins lines and only works in a tail or directory input",
+                    what,
+                    format!("expected [[{what}]] sections (an array of tables, with two brackets)"),
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    /// Takes the section's `type` and finds its registration.
+    fn registration<'r, B>(
+        &mut self,
+        table: &mut DeTable<'a>,
+        at: usize,
+        prefix: &str,
+        what: &str,
+        registry: &'r [Registration<B>],
+    ) -> Option<&'r Registration<B>> {
+        let key = join(prefix, "type");
+        match table.remove("type") {
+            Some(v) => {
+                let pos = v.span().start;
+                match v.get_ref().as_str() {
+                    Some(ty) => {
+                        let found = plugin::find(registry, ty);
+                        if found.is_none() {
+                            let hint = messages::closest(ty, registry.iter().map(|r| r.type_name))
+                                .map_or_else(String::new, |k| format!(" Did you mean \"{k}\"?"));
+                            self.error_at(
+                                pos,
+                                &key,
+                                format!(
+                                    "unknown {what} type \"{ty}\".{hint} Known types: {}",
+                                    plugin::type_list(registry)
+                                ),
+                            );
+                        }
+                        found
+                    }
+                    None => {
+                        self.error_at(
+                            pos,
+                            &key,
+                            format!("expected a string such as \"{}\"", registry[0].type_name),
+                        );
+                        None
+                    }
+                }
+            }
+            None => {
+                self.error_at(
+                    at,
+                    prefix,
+                    format!(
+                        "[[{what}]] needs a `type`: one of {}",
+                        plugin::type_list(registry)
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    /// Takes `match` (tag patterns); None when absent, Err when reported.
+    fn patterns(
+        &mut self,
+        table: &mut DeTable<'a>,
+        prefix: &str,
+    ) -> Result<Option<Vec<Pattern>>, ()> {
+        let key = join(prefix, "match");
+        let Some(v) = table.remove("match") else {
+            return Ok(None);
+        };
+        let pos = v.span().start;
+        match v.get_ref().as_str().filter(|s| !s.trim().is_empty()) {
+            Some(s) => match Pattern::parse_list(s) {
+                Ok(p) => Ok(Some(p)),
+                Err(e) => {
+                    self.error_at(pos, &key, e);
+                    Err(())
+                }
+            },
+            None => {
+                self.error_at(
+                    pos,
+                    &key,
+                    "expected a string of tag patterns separated by spaces, e.g. \"app.** web.*\"",
+                );
+                Err(())
+            }
+        }
+    }
+
+    /// Records what building the plugin learned (listeners, written
+    /// directories, warnings) with where it was configured.
+    fn learned(&mut self, cx: BuildContext, at: usize, prefix: &str) {
+        let place = |l: &Self, key: &str| {
+            let key = join(prefix, key);
+            Place {
+                at: l.keys.find(&key).map_or(at, |s| s.start),
+                key,
+                plugin: cx.name.clone(),
+            }
+        };
+        for (key, what) in &cx.listens {
+            let p = place(self, key);
+            self.listens.push((p, what.clone()));
+        }
+        for (key, dir) in &cx.writes {
+            let p = place(self, key);
+            self.writes.push((p, dir.clone()));
+        }
+        for (key, message) in &cx.warnings {
+            let p = place(self, key);
+            self.warnings.push(ConfigError {
+                file: self.file.to_string(),
+                line: self.lines.line(p.at),
+                key: p.key,
+                message: message.clone(),
+            });
+        }
+    }
+
+    fn input(&mut self, v: Spanned<DeValue<'a>>, index: usize) -> Option<InputSection> {
+        let at = v.span().start;
+        let (mut table, span) = into_table(v);
+        self.keys = KeySpans::of(&table);
+        let reg = self.registration(&mut table, at, "", "input", crate::inputs::REGISTRY)?;
+        let name = format!("{}#{index}", reg.type_name);
+        let mut cx = BuildContext::new(&name);
+        let section = Section {
+            value: Spanned::new(span, DeValue::Table(table)),
+            prefix: String::new(),
+            loader: self,
+        };
+        match (reg.build)(section, &mut cx) {
+            Ok(input) => {
+                self.learned(cx, at, "");
+                Some(InputSection {
+                    name,
+                    type_name: reg.type_name,
+                    input,
+                })
+            }
+            Err(e) => {
+                self.section_error(at, "", e);
+                None
+            }
+        }
+    }
+
+    fn filter(&mut self, v: Spanned<DeValue<'a>>, index: usize) -> Option<FilterSection> {
+        let at = v.span().start;
+        let (mut table, span) = into_table(v);
+        self.keys = KeySpans::of(&table);
+        let reg = self.registration(&mut table, at, "", "filter", crate::filters::REGISTRY)?;
+        let patterns = self.patterns(&mut table, "").ok()?;
+        let patterns =
+            patterns.unwrap_or_else(|| Pattern::parse_list("**").expect("static pattern"));
+        let name = format!("{}#{index}", reg.type_name);
+        let mut cx = BuildContext::new(&name);
+        let section = Section {
+            value: Spanned::new(span, DeValue::Table(table)),
+            prefix: String::new(),
+            loader: self,
+        };
+        match (reg.build)(section, &mut cx) {
+            Ok(filter) => {
+                self.learned(cx, at, "");
+                Some(FilterSection {
+                    name,
+                    type_name: reg.type_name,
+                    patterns,
+                    filter,
+                })
+            }
+            Err(e) => {
+                self.section_error(at, "", e);
+                None
+            }
+        }
+    }
+
+    /// An `[[output]]`, an `[output.secondary]` or a copy's `[[output.store]]`:
+    /// `prefix` is its key path in the top-level section, `name_prefix` goes
+    /// before its name.
+    fn output(
+        &mut self,
+        v: Spanned<DeValue<'a>>,
+        prefix: &str,
+        name_prefix: &str,
+        index: usize,
+        top: bool,
+    ) -> Option<OutputSection> {
+        let at = v.span().start;
+        let (mut table, span) = into_table(v);
+        if top {
+            self.keys = KeySpans::of(&table);
+        }
+        let reg = self.registration(&mut table, at, prefix, "output", crate::outputs::REGISTRY)?;
+        let patterns = match self.patterns(&mut table, prefix).ok()? {
+            Some(p) if top => p,
+            None if top => {
+                self.error_at(
+                    at,
+                    prefix,
+                    format!(
+                        "[[output]] of type \"{}\" needs `match`, e.g. match = \"app.**\"",
+                        reg.type_name
+                    ),
                 );
                 return None;
             }
-            if c.key_name.is_empty() {
-                ctx.error(at, "key_name", "must name the field to parse");
+            Some(_) => {
+                let key = join(prefix, "match");
+                let pos = self.keys.find(&key).map_or(at, |s| s.start);
+                self.error_at(pos, &key, "only a top-level [[output]] takes `match`; this one receives what its parent gets");
                 return None;
             }
-            if !check_parser(ctx, at, Some(&c.parser)) {
-                return None;
-            }
-            FilterSpec::Parser(c)
-        }
-        other => {
-            ctx.error(
-                at,
-                "type",
-                format!("unknown filter type {other:?}; expected one of: parser"),
-            );
-            return None;
-        }
-    };
-    Some(FilterSection {
-        name: format!("{ty}#{index}"),
-        patterns,
-        spec,
-    })
-}
-
-/// The fuse input has no multi-line gathering (its lines come per writer).
-fn check_fuse_parser(ctx: &mut Ctx, at: usize, f: &crate::inputs::fuse::FuseConfig) -> bool {
-    let multiline = f
-        .parser
-        .as_deref()
-        .and_then(|p| crate::parsers::Parser::new(p).ok())
-        .is_some_and(|p| p.multiline().is_some());
-    if multiline {
-        ctx.error(
-            at,
-            "parser",
-            "type \"multiline\" is not supported by the fuse input; use a tail or directory input for multi-line events",
-        );
-    }
-    !multiline
-}
-
-fn take_type(ctx: &mut Ctx, table: &mut Table, at: usize, what: &str) -> Option<String> {
-    match table.remove("type") {
-        Some(Value::String(s)) => Some(s),
-        Some(_) => {
-            ctx.error(at, "type", "expected a string");
-            None
-        }
-        None => {
-            ctx.error(at, "", format!("[[{what}]] needs a `type`"));
-            None
-        }
-    }
-}
-
-/// The section's `match`: `Some(None)` when absent, `None` (reported) when
-/// not a non-empty string.
-fn take_match(ctx: &mut Ctx, table: &mut Table, at: usize) -> Option<Option<String>> {
-    match table.remove("match") {
-        Some(Value::String(s)) if !s.trim().is_empty() => Some(Some(s)),
-        Some(_) => {
-            ctx.error(
-                at,
-                "match",
-                "expected a string of tag patterns, e.g. \"app.** web.*\"",
-            );
-            None
-        }
-        None => Some(None),
-    }
-}
-
-fn output_spec(
-    ctx: &mut Ctx,
-    mut table: Table,
-    at: usize,
-    index: usize,
-    needs_match: bool,
-) -> Option<OutputSpec> {
-    let ty = take_type(ctx, &mut table, at, "output")?;
-    let patterns = match take_match(ctx, &mut table, at)? {
-        Some(s) => s,
-        None if needs_match => {
-            ctx.error(at, "", format!("[[output]] of type {ty:?} needs `match`"));
-            return None;
-        }
-        None => "**".to_string(),
-    };
-    if let Err(e) = crate::router::Pattern::parse_list(&patterns) {
-        ctx.error(at, "match", e);
-    }
-    let buffer = match table.remove("buffer") {
-        Some(Value::Table(t)) => ctx.typed(t, at, "buffer")?,
-        Some(_) => {
-            ctx.error(at, "buffer", "expected a table [output.buffer]");
-            return None;
-        }
-        None => BufferConfig::default(),
-    };
-    let secondary = match table.remove("secondary") {
-        Some(Value::Table(t)) => Some(Box::new(output_spec(ctx, t, at, index, false)?)),
-        Some(_) => {
-            ctx.error(at, "secondary", "expected a table [output.secondary]");
-            return None;
-        }
-        None => None,
-    };
-    let kind = match ty.as_str() {
-        "stdout" => OutputKind::Stdout(ctx.typed(table, at, "")?),
-        "null" => OutputKind::Null(ctx.typed(table, at, "")?),
-        "file" => OutputKind::File(ctx.typed(table, at, "")?),
-        "forward" => OutputKind::Forward(ctx.typed(table, at, "")?),
-        "copy" => {
-            let stores = match table.remove("store") {
-                Some(Value::Array(a)) if !a.is_empty() => a,
-                _ => {
-                    ctx.error(
-                        at,
-                        "store",
-                        "a copy output needs one or more [[output.store]] tables",
-                    );
-                    return None;
+            None => Vec::new(),
+        };
+        let name = format!("{name_prefix}{}#{index}", reg.type_name);
+        let buffer = match table.remove("buffer") {
+            Some(b) => {
+                let bprefix = join(prefix, "buffer");
+                match read::<BufferConfig>(b) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        self.section_error(at, &bprefix, e);
+                        return None;
+                    }
                 }
-            };
-            if let Some(k) = table.keys().next() {
-                ctx.error(at, k, "unknown key for a copy output; expected `store`");
+            }
+            None => BufferConfig::default(),
+        };
+        let mut ok = self.check_buffer(&buffer, at, prefix, &name);
+        let secondary = match table.remove("secondary") {
+            Some(s) => {
+                let sprefix = join(prefix, "secondary");
+                match self.output_secondary(s, &sprefix, &name) {
+                    Some(s) => Some(Box::new(s)),
+                    None => {
+                        ok = false;
+                        None
+                    }
+                }
+            }
+            None => None,
+        };
+        let mut cx = BuildContext::new(&name);
+        let section = Section {
+            value: Spanned::new(span, DeValue::Table(table)),
+            prefix: prefix.to_string(),
+            loader: self,
+        };
+        let target = match (reg.build)(section, &mut cx) {
+            Ok(t) => t,
+            Err(e) => {
+                self.section_error(at, prefix, e);
                 return None;
             }
-            let mut subs = Vec::new();
-            for (j, s) in stores.into_iter().enumerate() {
-                let Value::Table(t) = s else {
-                    ctx.error(at, "store", "expected tables [[output.store]]");
-                    return None;
-                };
-                let mut sub = output_spec(ctx, t, at, j, false)?;
-                sub.name = format!("copy#{index}.{}", sub.name);
-                subs.push(sub);
+        };
+        self.learned(cx, at, prefix);
+        ok.then(|| OutputSection {
+            name,
+            type_name: reg.type_name,
+            patterns,
+            buffer,
+            target,
+            secondary,
+        })
+    }
+
+    fn output_secondary(
+        &mut self,
+        v: Spanned<DeValue<'a>>,
+        prefix: &str,
+        parent: &str,
+    ) -> Option<OutputSection> {
+        let mut s = self.output(v, prefix, "", 0, false)?;
+        if matches!(s.target, OutputTarget::Copy(_)) {
+            let pos = self.keys.find(prefix).map_or(0, |s| s.start);
+            self.error_at(pos, prefix, "a secondary output cannot be a fan-out (copy)");
+            return None;
+        }
+        s.name = format!("{parent}.secondary");
+        Some(s)
+    }
+
+    fn check_buffer(&mut self, b: &BufferConfig, at: usize, prefix: &str, name: &str) -> bool {
+        let key = join(prefix, "buffer");
+        let pos = self.keys.find(&key).map_or(at, |s| s.start);
+        match (b.kind, &b.path) {
+            (BufferType::File, None) => {
+                self.error_at(
+                    pos,
+                    &join(&key, "path"),
+                    "a file buffer needs `path`, the directory of its chunk files, e.g. path = \"/var/lib/nagare/buffer/app\"",
+                );
+                return false;
             }
-            OutputKind::Copy(subs)
+            (BufferType::File, Some(p)) => {
+                let ppos = self.keys.find(&join(&key, "path")).map_or(pos, |s| s.start);
+                self.writes.push((
+                    Place {
+                        at: ppos,
+                        key: join(&key, "path"),
+                        plugin: name.to_string(),
+                    },
+                    p.into(),
+                ));
+            }
+            (BufferType::Memory, Some(_)) => {
+                self.warnings.push(ConfigError {
+                    file: self.file.to_string(),
+                    line: self.lines.line(pos),
+                    key: join(&key, "path"),
+                    message: "`path` is ignored by a memory buffer (set type = \"file\" to keep chunks on disk)".into(),
+                });
+            }
+            (BufferType::Memory, None) => {}
         }
-        other => {
-            ctx.error(
-                at,
-                "type",
-                format!(
-                    "unknown output type {other:?}; expected one of: stdout, null, file, forward, copy"
-                ),
+        let mut ok = true;
+        let mut bad = |l: &mut Self, k: &str, m: &str| {
+            let k = join(&key, k);
+            let p = l.keys.find(&k).map_or(pos, |s| s.start);
+            l.error_at(p, &k, m);
+            ok = false;
+        };
+        if b.chunk_limit_size.0 == 0 {
+            bad(
+                self,
+                "chunk_limit_size",
+                "must be more than 0, e.g. \"2MiB\"",
             );
-            return None;
         }
-    };
-    if let OutputKind::Forward(f) = &kind {
-        if f.server.is_empty() {
-            ctx.error(
-                at,
-                "server",
-                "a forward output needs at least one [[output.server]]",
+        if b.total_limit_size.0 < b.chunk_limit_size.0 {
+            bad(
+                self,
+                "total_limit_size",
+                "must be at least chunk_limit_size (one chunk must fit)",
             );
-            return None;
+        }
+        if b.flush_thread_count == 0 {
+            bad(self, "flush_thread_count", "must be at least 1");
+        }
+        ok
+    }
+
+    fn listen_monitor(&mut self, bind: &str, at: usize) {
+        match checks::resolve(bind) {
+            Ok(addr) => self.listens.push((
+                Place {
+                    at,
+                    key: "monitor.bind".into(),
+                    plugin: "monitor".into(),
+                },
+                Listen::Tcp(addr),
+            )),
+            Err(e) => self.error_at(at, "monitor.bind", e),
         }
     }
-    Some(OutputSpec {
-        name: format!("{ty}#{index}"),
-        patterns,
-        kind,
-        buffer,
-        secondary,
-    })
+
+    fn cross_checks(&mut self) {
+        let mut found = Vec::new();
+        checks::listeners(&self.listens, &mut found);
+        checks::writable(&self.writes, &mut found);
+        for (at, key, message) in found {
+            self.error_at(at, &key, message);
+        }
+    }
+}
+
+fn into_table(v: Spanned<DeValue<'_>>) -> (DeTable<'_>, Range<usize>) {
+    let span = v.span();
+    match v.into_inner() {
+        DeValue::Table(t) => (t, span),
+        _ => (DeTable::default(), span),
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn default_config_parses() {
-        let c = parse(DEFAULT_CONFIG, "default").unwrap();
-        assert_eq!(c.inputs.len(), 1);
-        assert_eq!(c.outputs.len(), 1);
-        assert_eq!(c.monitor.unwrap().bind, "127.0.0.1:24220");
-    }
-
-    #[test]
-    fn every_example_config_is_valid() {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
-        let mut n = 0;
-        for e in std::fs::read_dir(dir).expect("examples/") {
-            let p = e.expect("entry").path();
-            if p.extension().is_some_and(|x| x == "toml") {
-                load(&p).unwrap_or_else(|e| panic!("{}: {e:?}", p.display()));
-                n += 1;
-            }
-        }
-        assert!(n >= 4, "expected the example configs, found {n}");
-    }
-
-    #[test]
-    fn errors_name_file_line_and_key() {
-        let text = "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:1\"\nbnd = 3\n";
-        let e = parse(text, "x.toml").unwrap_err();
-        assert_eq!(e[0].file, "x.toml");
-        assert_eq!(e[0].line, 4);
-        assert_eq!(e[0].key, "bnd");
-
-        let text = "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:1\"\n\n[[output]]\ntype = \"stdout\"\nmatch = \"**\"\n[output.buffer]\nflush_interval = \"soon\"\n";
-        let e = parse(text, "y.toml").unwrap_err();
-        assert_eq!(e[0].line, 9, "{e:?}");
-        assert!(e[0].key.ends_with("flush_interval"), "{e:?}");
-        assert!(e[0].message.contains("duration"), "{e:?}");
-
-        let text = "[[input]]\ntype = \"forward\"\nbind = \"${NAGARE_TEST_UNSET_VAR}\"\n";
-        let e = parse(text, "v.toml").unwrap_err();
-        assert_eq!(e[0].line, 3, "{e:?}");
-        assert!(e[0].message.contains("NAGARE_TEST_UNSET_VAR"), "{e:?}");
-
-        let text = "[[input]]\ntype = \"tail\"\npath = \"/x\"\ntag = \"t\"\n[input.parser]\ntype = \"nope\"\n";
-        let e = parse(text, "p.toml").unwrap_err();
-        assert_eq!((e[0].line, e[0].key.as_str()), (6, "parser.type"), "{e:?}");
-
-        let text = "[[input]]\ntype = \"tail\"\npath = \"/x\"\ntag = \"t\"\n[input.parser]\ntype = \"regex\"\nexpression = \"(unclosed\"\n";
-        let e = parse(text, "r.toml").unwrap_err();
-        assert_eq!(e[0].line, 5, "{e:?}");
-
-        let text = "[[input]]\ntype = \"nope\"\n";
-        let e = parse(text, "z.toml").unwrap_err();
-        assert_eq!((e[0].line, e[0].key.as_str()), (2, "type"));
-    }
-
-    #[test]
-    fn filter_sections() {
-        let input = "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:1\"\n";
-        let ok = format!("{input}[[filter]]\ntype = \"parser\"\nkey_name = \"log\"\n[filter.parser]\ntype = \"json\"\n[[filter]]\ntype = \"parser\"\nmatch = \"a.* b\"\nkey_name = \"m\"\n[filter.parser]\ntype = \"apache2\"\n");
-        let c = parse(&ok, "f.toml").unwrap();
-        assert_eq!(c.filters.len(), 2);
-        assert_eq!(
-            (c.filters[0].name.as_str(), c.filters[0].patterns.as_str()),
-            ("parser#0", "**")
-        );
-        assert_eq!(
-            (c.filters[1].name.as_str(), c.filters[1].patterns.as_str()),
-            ("parser#1", "a.* b")
-        );
-        let cases = [
-            // (section after the input, line, key)
-            ("[[filter]]\ntype = \"nope\"\n", 5, "type"),
-            ("[[filter]]\ntype = \"parser\"\n[filter.parser]\ntype = \"json\"\n", 4, "key_name"),
-            ("[[filter]]\ntype = \"parser\"\nkey_name = \"m\"\nkey_nam = 1\n[filter.parser]\n", 7, "key_nam"),
-            ("[[filter]]\ntype = \"parser\"\nkey_name = \"m\"\n", 4, "parser"),
-            ("[[filter]]\ntype = \"parser\"\nmatch = \"a.{b\"\nkey_name = \"m\"\n[filter.parser]\n", 6, "match"),
-            ("[[filter]]\ntype = \"parser\"\nkey_name = \"m\"\n[filter.parser]\ntype = \"bogus\"\n", 8, "parser.type"),
-            ("[[filter]]\ntype = \"parser\"\nkey_name = \"m\"\n[filter.parser]\ntype = \"multiline\"\nformat_firstline = \"^x\"\n", 8, "parser.type"),
-            ("[[filter]]\ntype = \"parser\"\nkey_name = \"m\"\n[filter.parser]\ntype = \"regex\"\nexpression = \"(x\"\n", 7, "parser"),
-        ];
-        for (section, line, key) in cases {
-            let e = parse(&format!("{input}{section}"), "f.toml").unwrap_err();
-            assert_eq!(
-                (e[0].line, e[0].key.as_str()),
-                (line, key),
-                "{section}: {e:?}"
-            );
-        }
-    }
-}
+mod tests;

@@ -7,94 +7,154 @@ use serde_json::Value;
 
 use crate::buffer::BufferConfig;
 use crate::config::{MonitorConfig, SystemConfig};
-use crate::filters::parser::ParserFilterConfig;
-use crate::inputs::forward::{ForwardInputConfig, UserConfig};
-use crate::inputs::tail::TailConfig;
-use crate::outputs::file::FileConfig;
-use crate::outputs::forward::{ForwardOutputConfig, ServerConfig};
-use crate::outputs::null::NullConfig;
-use crate::outputs::stdout::StdoutConfig;
-use crate::parsers::ParserConfig;
+use crate::parsers::options as parser;
+use crate::plugin::{type_list, Registration};
+use crate::{filters, inputs, outputs};
 
 pub const BEGIN: &str =
     "<!-- BEGIN GENERATED: option tables (cargo test regenerates with NAGARE_UPDATE_DOCS=1) -->";
 pub const END: &str = "<!-- END GENERATED -->";
 
-/// (heading, intro, table)
-fn sections() -> Vec<(&'static str, &'static str, String)> {
-    vec![
-        ("`[system]`", "Process-wide settings.", table::<SystemConfig>(&[])),
-        ("`[monitor]`", "The HTTP monitor (off when the section is absent).", table::<MonitorConfig>(&[])),
-        (
-            "`[[input]]` `type = \"forward\"`",
-            "Receives Fluentd's forward protocol v1 over TCP (with UDP heartbeat answers) or a UNIX socket.",
-            table::<ForwardInputConfig>(&[]),
-        ),
-        ("`[[input.users]]`", "Users allowed by a forward input with `shared_key`.", table::<UserConfig>(&[])),
-        (
-            "`[[input]]` `type = \"tail\"`",
-            "Follows files and turns each line into an event: `{\"message\": \"<line>\"}` with the default parser `none`, or the record its `[input.parser]` makes; rotation (rename and copytruncate), truncation and deletion are detected; positions survive restarts. New files and lines are found at once through inotify (`watch`), the two intervals are the fallback (see [The tail and directory inputs](#the-tail-and-directory-inputs)).",
-            table::<TailConfig>(&["parser"]),
-        ),
-        (
-            "`[[input]]` `type = \"directory\"`",
-            "A drop box: every file created in the folder tree, or appended to, is shipped line by line from its start, tagged by its relative path; `remove_after` removes shipped files.",
-            table::<crate::inputs::directory::DirectoryConfig>(&["parser"]),
-        ),
-        (
-            "`[[input]]` `type = \"fuse\"`",
-            "Mounts a folder through FUSE: every line applications write into files there is an event (nothing is stored on disk), tagged by the file's path relative to the mountpoint; each writing process has its own partial line, so concurrent appenders never interleave inside a line.",
-            table::<crate::inputs::fuse::FuseConfig>(&["parser"]),
-        ),
-        ("`[input.parser]`", "The parser of a tail, directory or fuse input (and, as `[filter.parser]`, of a parser filter).", table::<ParserConfig>(&[])),
-        (
-            "`[[filter]]` (every type)",
-            "Keys every filter takes besides its own.",
-            common_filter_table(),
-        ),
-        (
-            "`[[filter]]` `type = \"parser\"`",
-            "Parses one string field of each record with a parser, like Fluentd's filter_parser; `[filter.parser]` takes the options of `[input.parser]` (any type but `multiline`). A record whose field is missing, not a string or does not parse is kept as it was with a `parse_error` field.",
-            table::<ParserFilterConfig>(&["parser"]),
-        ),
-        (
-            "`[[output]]` (every type)",
-            "Keys every output takes besides its own.",
-            common_output_table(),
-        ),
-        ("`[output.buffer]`", "The buffer in front of an output.", table::<BufferConfig>(&[])),
-        ("`[[output]]` `type = \"stdout\"`", "Prints events to standard output.", table::<StdoutConfig>(&[])),
-        ("`[[output]]` `type = \"null\"`", "Counts events and discards them.", table::<NullConfig>(&[])),
-        ("`[[output]]` `type = \"file\"`", "Writes events to files.", table::<FileConfig>(&[])),
-        (
-            "`[[output]]` `type = \"forward\"`",
-            "Sends events to forward servers (Fluentd, Fluent Bit, nagare).",
-            table::<ForwardOutputConfig>(&["server"]),
-        ),
-        ("`[[output.server]]`", "One server of a forward output.", table::<ServerConfig>(&[])),
-    ]
-}
+/// Keys every parser type takes; documented once.
+const PARSER_COMMON: [&str; 5] = [
+    "message_key",
+    "time_key",
+    "time_format",
+    "keep_time_key",
+    "types",
+];
 
-fn common_filter_table() -> String {
-    let rows = [
-        ("type", "string", "required", "The filter type: `parser`."),
-        ("match", "string", "`\"**\"`", "Tag patterns separated by spaces, as for outputs. Filters apply in file order, each to the events whose tag it matches."),
+/// (heading, intro, table), in the order of the reference.
+fn sections() -> Vec<(String, String, String)> {
+    let mut s: Vec<(String, String, String)> = vec![
+        (
+            "`[system]`".into(),
+            "Process-wide settings.".into(),
+            table::<SystemConfig>(&[]),
+        ),
+        (
+            "`[monitor]`".into(),
+            "The HTTP monitor (off when the section is absent).".into(),
+            table::<MonitorConfig>(&[]),
+        ),
     ];
-    let mut s = header();
-    for (k, t, d, doc) in rows {
-        s.push_str(&format!("| `{k}` | {t} | {d} | {doc} |\n"));
-    }
+    plugin_sections(&mut s, "input", inputs::REGISTRY);
+    s.extend(parser_sections());
+    s.push((
+        "`[[filter]]` (every type)".into(),
+        "Keys every filter takes besides its own.".into(),
+        rows(&[
+            ("type", "string", "required", &format!("The filter type: {}.", type_list(filters::REGISTRY))),
+            ("match", "string", "`\"**\"`", "Tag patterns separated by spaces, as for outputs. Filters apply in file order, each to the events whose tag it matches."),
+        ]),
+    ));
+    plugin_sections(&mut s, "filter", filters::REGISTRY);
+    s.push((
+        "`[[output]]` (every type)".into(),
+        "Keys every output takes besides its own.".into(),
+        rows(&[
+            ("type", "string", "required", &format!("The output type: {}.", type_list(outputs::REGISTRY))),
+            ("match", "string", "required", "Tag patterns separated by spaces: `*` one part, `**` any parts (also none), `{a,b}` either. The first output that matches an event's tag gets it."),
+            ("buffer", "table", "memory buffer", "`[output.buffer]`, see below."),
+            ("secondary", "table", "none", "`[output.secondary]`: an output (with `type` and its options, no `match`) that receives chunks whose retries ran out."),
+        ]),
+    ));
+    s.push((
+        "`[output.buffer]`".into(),
+        "The buffer in front of an output.".into(),
+        table::<BufferConfig>(&[]),
+    ));
+    plugin_sections(&mut s, "output", outputs::REGISTRY);
     s
 }
 
-fn common_output_table() -> String {
-    let rows = [
-        ("type", "string", "required", "The output type: `stdout`, `null`, `file`, `forward` or `copy`."),
-        ("match", "string", "required", "Tag patterns separated by spaces: `*` one part, `**` any parts (also none), `{a,b}` either. The first output that matches an event's tag gets it."),
-        ("buffer", "table", "memory buffer", "`[output.buffer]`, see below."),
-        ("secondary", "table", "none", "`[output.secondary]`: an output (with `type` and its options, no `match`) that receives chunks whose retries ran out."),
-        ("store", "array of tables", "—", "`copy` only: `[[output.store]]` outputs that each receive every event (each with its own buffer; no `match`)."),
-    ];
+/// One section per registered plugin, then one per table of options inside
+/// it (`[[input.users]]`, `[[output.server]]`); parser tables are documented
+/// once, under `[input.parser]`.
+fn plugin_sections<B>(
+    out: &mut Vec<(String, String, String)>,
+    kind: &str,
+    registry: &[Registration<B>],
+) {
+    for r in registry {
+        let schema = (r.schema)();
+        let root = schema.as_value();
+        out.push((
+            format!("`[[{kind}]]` `type = \"{}\"`", r.type_name),
+            r.doc.to_string(),
+            table_of(root, &["parser"]),
+        ));
+        let defs = root.get("$defs").cloned().unwrap_or(Value::Null);
+        for (name, p) in root
+            .get("properties")
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+        {
+            if name == "parser" {
+                continue;
+            }
+            let p = resolve(p, &defs);
+            let (item, brackets) = match p.get("items") {
+                Some(i) => (resolve(i, &defs), ("[[", "]]")),
+                None => (p.clone(), ("[", "]")),
+            };
+            if item.get("properties").is_none() {
+                continue;
+            }
+            let heading = format!("`{}{kind}.{name}{}`", brackets.0, brackets.1);
+            if out.iter().any(|(h, _, _)| *h == heading) {
+                continue;
+            }
+            let doc = item
+                .get("description")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .replace('\n', " ");
+            let mut sub = item.clone();
+            if let (Some(o), Value::Object(_)) = (sub.as_object_mut(), &defs) {
+                o.insert("$defs".into(), defs.clone());
+            }
+            out.push((heading, doc, table_of(&sub, &[])));
+        }
+    }
+}
+
+fn parser_sections() -> Vec<(String, String, String)> {
+    let t = |name: &str, doc: &str, table: String| {
+        (
+            format!("`[input.parser]` `type = \"{name}\"`"),
+            doc.to_string(),
+            table,
+        )
+    };
+    let skip = &PARSER_COMMON;
+    vec![
+        (
+            "`[input.parser]`".into(),
+            "The parser of a tail, directory or fuse input (and, as `[filter.parser]`, of a parser filter): `type` and the options of that type below, plus these, which every type takes.".into(),
+            {
+                let mut s = rows(&[("type", "string", "`\"none\"`", "The parser type: \"none\", \"json\", \"regex\", \"ltsv\", \"csv\", \"tsv\", \"apache2\", \"apache_error\", \"nginx\", \"syslog\" or \"multiline\".")]);
+                let common = table::<parser::NoneOptions>(&[]);
+                s.push_str(common.lines().skip(2).map(|l| format!("{l}\n")).collect::<String>().as_str());
+                s
+            },
+        ),
+        t("regex", "Named captures of `expression` become fields.", table::<parser::RegexOptions>(skip)),
+        t("ltsv", "Labeled tab-separated values (`label:value<TAB>label:value`).", table::<parser::LtsvOptions>(skip)),
+        t("csv", "Comma-separated values (with quoting) named by `keys`.", table::<parser::CsvOptions>(skip)),
+        t("tsv", "Tab-separated values named by `keys`.", table::<parser::TsvOptions>(skip)),
+        t("syslog", "Syslog lines, RFC 3164 or RFC 5424.", table::<parser::SyslogOptions>(skip)),
+        t("multiline", "Several lines make one event: a line matching `format_firstline` starts it, the lines up to the next such line continue it.", table::<parser::MultilineOptions>(skip)),
+        (
+            "`[input.parser]` `type = \"none\"`, `\"json\"`, `\"apache2\"`, `\"apache_error\"`, `\"nginx\"`".into(),
+            "\"none\": the whole line goes to `message_key`. \"json\": a JSON object per line; keys keep their order. \"apache2\", \"apache_error\", \"nginx\": the servers' standard log formats. These take only the options every type takes.".into(),
+            table::<parser::JsonOptions>(skip),
+        ),
+    ]
+}
+
+fn rows(rows: &[(&str, &str, &str, &str)]) -> String {
     let mut s = header();
     for (k, t, d, doc) in rows {
         s.push_str(&format!("| `{k}` | {t} | {d} | {doc} |\n"));
@@ -107,8 +167,10 @@ fn header() -> String {
 }
 
 fn table<T: JsonSchema>(skip: &[&str]) -> String {
-    let schema = schemars::schema_for!(T);
-    let root = schema.as_value();
+    table_of(schemars::schema_for!(T).as_value(), skip)
+}
+
+fn table_of(root: &Value, skip: &[&str]) -> String {
     let defs = root.get("$defs").cloned().unwrap_or(Value::Null);
     let required: Vec<&str> = root
         .get("required")
@@ -120,10 +182,12 @@ fn table<T: JsonSchema>(skip: &[&str]) -> String {
         s.push_str("| — | | | no options |\n");
         return s;
     };
+    let mut n = 0;
     for (name, p) in props {
         if skip.contains(&name.as_str()) {
             continue;
         }
+        n += 1;
         let p = resolve(p, &defs);
         let desc = p
             .get("description")
@@ -140,6 +204,9 @@ fn table<T: JsonSchema>(skip: &[&str]) -> String {
             "| `{name}` | {} | {default} | {desc} |\n",
             type_of(&p, &defs)
         ));
+    }
+    if n == 0 {
+        s.push_str("| — | | | only the options every type takes |\n");
     }
     s
 }
@@ -246,6 +313,11 @@ pub fn render() -> String {
     s.push_str(BEGIN);
     s.push('\n');
     for (h, intro, t) in sections() {
+        let intro = if intro.is_empty() {
+            "—".to_string()
+        } else {
+            intro
+        };
         s.push_str(&format!("\n### {h}\n\n{intro}\n\n{t}"));
     }
     s.push('\n');

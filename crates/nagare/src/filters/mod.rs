@@ -9,26 +9,18 @@
 //! The router (router/mod.rs) keeps, per tag, the filters whose `match`
 //! selects it: a tag without filters costs nothing extra.
 
-pub mod parser;
-
 use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::config::FilterSection;
+use crate::plugin::{filter, registry, FilterRegistration};
 use crate::router::Pattern;
 use crate::stats::{PluginStats, Registry};
 
-#[derive(Debug, Clone)]
-pub enum FilterSpec {
-    Parser(parser::ParserFilterConfig),
-}
-
-impl FilterSpec {
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            FilterSpec::Parser(_) => "parser",
-        }
-    }
+registry! {
+    FilterRegistration;
+    parser => filter::<parser::ParserFilterConfig>(),
 }
 
 /// What a filter made of a batch.
@@ -73,37 +65,20 @@ impl Stage {
     }
 }
 
-/// A `[[filter]]` section, checked by the config loader.
-#[derive(Debug, Clone)]
-pub struct FilterSection {
-    /// e.g. "parser#0": type and position among the filters.
-    pub name: String,
-    /// The `match` patterns, separated by spaces.
-    pub patterns: String,
-    pub spec: FilterSpec,
-}
-
-/// Builds every filter, in file order, with its counters ("filter" kind).
-pub fn build(sections: &[FilterSection], reg: &Registry) -> anyhow::Result<Vec<Arc<Stage>>> {
+/// Makes the router's stages of the built filters, in file order, with
+/// their counters ("filter" kind).
+pub fn stages(sections: Vec<FilterSection>, reg: &Registry) -> Vec<Arc<Stage>> {
     sections
-        .iter()
+        .into_iter()
         .enumerate()
         .map(|(index, s)| {
-            let patterns = Pattern::parse_list(&s.patterns)
-                .map_err(|e| anyhow::anyhow!("{}: match: {e}", s.name))?;
-            let filter: Box<dyn Filter> = match &s.spec {
-                FilterSpec::Parser(c) => Box::new(
-                    parser::ParserFilter::new(c)
-                        .map_err(|e| anyhow::anyhow!("{}: {e:#}", s.name))?,
-                ),
-            };
-            Ok(Arc::new(Stage {
+            Arc::new(Stage {
                 index,
-                name: s.name.clone(),
-                patterns,
-                filter,
-                stats: reg.register("filter", &s.name, s.spec.type_name()),
-            }))
+                stats: reg.register("filter", &s.name, s.type_name),
+                name: s.name,
+                patterns: s.patterns,
+                filter: s.filter,
+            })
         })
         .collect()
 }

@@ -17,6 +17,16 @@ use serde::Deserialize;
 
 use super::{Filter, Filtered};
 use crate::parsers::{Parser, ParserConfig};
+use crate::plugin::{BuildContext, FilterPlugin, OptionError};
+
+impl FilterPlugin for ParserFilterConfig {
+    const TYPE: &'static str = "parser";
+    const DOC: &'static str = "Parses one string field of each record with a parser, like Fluentd's filter_parser; `[filter.parser]` takes the options of `[input.parser]` (any type but `multiline`). A record whose field is missing, not a string or does not parse is kept as it was with a `parse_error` field.";
+
+    fn build(self, _cx: &mut BuildContext) -> Result<Box<dyn Filter>, OptionError> {
+        Ok(Box::new(ParserFilter::new(&self)?))
+    }
+}
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -56,14 +66,18 @@ pub struct ParserFilter {
 const PARSE_ERROR: &[u8] = b"parse_error";
 
 impl ParserFilter {
-    pub fn new(cfg: &ParserFilterConfig) -> anyhow::Result<ParserFilter> {
+    pub fn new(cfg: &ParserFilterConfig) -> Result<ParserFilter, OptionError> {
         if cfg.parser.kind == crate::parsers::ParserType::Multiline {
-            anyhow::bail!(
-                "[filter.parser]: type \"multiline\" only works in a tail or directory input"
-            );
+            return Err(OptionError::new(
+                "parser.type",
+                "a parser filter parses one field of one event; \"multiline\" joins lines and only works in a tail or directory input",
+            ));
         }
-        let parser =
-            Parser::new(&cfg.parser).map_err(|e| anyhow::anyhow!("[filter.parser]: {e:#}"))?;
+        if cfg.key_name.is_empty() {
+            return Err(OptionError::new("key_name", "must name the field to parse"));
+        }
+        crate::parsers::check_options("parser", &cfg.parser)?;
+        let parser = Parser::new(&cfg.parser).map_err(|e| OptionError::new("parser", format!("{e:#}")))?;
         Ok(ParserFilter {
             cfg: cfg.clone(),
             parser,
@@ -591,9 +605,16 @@ types = { code = "integer" }
         .unwrap();
         let e = ParserFilter::new(&cfg).err().unwrap().to_string();
         assert!(e.contains("multiline"), "{e}");
-        let cfg: ParserFilterConfig =
-            toml::from_str("key_name = \"m\"\n[parser]\ntype = \"regex\"\n").unwrap();
-        assert!(ParserFilter::new(&cfg).is_err());
+        assert!(toml::from_str::<ParserFilterConfig>(
+            "key_name = \"m\"\n[parser]\ntype = \"regex\"\n"
+        )
+        .is_err());
+        let cfg: ParserFilterConfig = toml::from_str(
+            "key_name = \"m\"\n[parser]\ntype = \"regex\"\nexpression = \"(x\"\n",
+        )
+        .unwrap();
+        let e = ParserFilter::new(&cfg).err().unwrap();
+        assert_eq!(e.key, "parser.expression");
         assert!(toml::from_str::<ParserFilterConfig>("[parser]\ntype = \"json\"\n").is_err());
         assert!(toml::from_str::<ParserFilterConfig>("key_name = \"m\"\n").is_err());
     }

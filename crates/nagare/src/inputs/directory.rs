@@ -18,6 +18,7 @@ use super::tail::{
 use crate::config::units::{Dur, Size};
 use crate::parsers::ParserConfig;
 use crate::router::Router;
+use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
 use crate::stats::PluginStats;
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -97,4 +98,26 @@ pub async fn start(
         remove_after: cfg.remove_after.map(|d| d.0),
     };
     tail::start_with(name, tail_cfg, Some(mode), router, stats, shutdown).await
+}
+
+impl InputPlugin for DirectoryConfig {
+    const TYPE: &'static str = "directory";
+    const DOC: &'static str = "A drop box: every file created in the folder tree, or appended to, is shipped line by line from its start, tagged by its relative path; `remove_after` removes shipped files.";
+
+    fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
+        tail::check_globs_and_parser("path", &[], &self.exclude, self.parser.as_deref())?;
+        // The folder is created at start; files are removed from it with remove_after.
+        cx.writes_in("path", &self.path);
+        if let Some(p) = &self.position_db {
+            cx.writes_file("position_db", p);
+        }
+        Ok(Box::new(self))
+    }
+}
+
+#[async_trait::async_trait]
+impl Input for DirectoryConfig {
+    async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
+        start(&cx.name, *self, cx.router, cx.stats, cx.shutdown).await
+    }
 }

@@ -25,8 +25,10 @@ use tokio::task::JoinHandle;
 use crate::config::units::{Dur, Size};
 use crate::dedup::RecentIds;
 use crate::router::{Route, Router};
+use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, Listen, OptionError};
 use crate::stats::PluginStats;
 
+/// Users allowed by a forward input with `shared_key`.
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UserConfig {
@@ -632,5 +634,64 @@ where
             "handshake failed: {reason} (client hostname {:?})",
             String::from_utf8_lossy(&ping.hostname)
         ))
+    }
+}
+
+impl InputPlugin for ForwardInputConfig {
+    const TYPE: &'static str = "forward";
+    const DOC: &'static str = "Receives Fluentd's forward protocol v1 over TCP (with UDP heartbeat answers) or a UNIX socket.";
+
+    fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
+        match (&self.bind, &self.path) {
+            (Some(bind), None) => {
+                let addr = crate::config::resolve(bind).map_err(|e| OptionError::new("bind", e))?;
+                cx.listen("bind", Listen::Tcp(addr));
+                if self.heartbeat {
+                    cx.listen("bind", Listen::Udp(addr));
+                }
+            }
+            (None, Some(path)) => {
+                cx.listen("path", Listen::Unix(path.into()));
+                cx.writes_file("path", path);
+            }
+            (Some(_), Some(_)) => {
+                return Err(OptionError::new(
+                    "path",
+                    "set either `bind` (TCP) or `path` (a UNIX socket), not both",
+                ))
+            }
+            (None, None) => {
+                return Err(OptionError::new(
+                    "",
+                    "a forward input needs `bind` (e.g. bind = \"0.0.0.0:24224\") or `path` (a UNIX socket)",
+                ))
+            }
+        }
+        if !self.users.is_empty() && self.shared_key.is_none() {
+            return Err(OptionError::new(
+                "users",
+                "users are checked in the shared-key handshake: set `shared_key` too",
+            ));
+        }
+        if let Some(p) = &self.dedup_path {
+            cx.writes_file("dedup_path", p);
+        }
+        Ok(Box::new(self))
+    }
+}
+
+#[async_trait::async_trait]
+impl Input for ForwardInputConfig {
+    async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
+        start(
+            &cx.name,
+            *self,
+            cx.router,
+            cx.stats,
+            cx.workers,
+            &cx.stored_ids,
+            cx.shutdown,
+        )
+        .await
     }
 }

@@ -16,6 +16,8 @@ use super::stdout::{default_message_key, render_entry};
 use super::{FlushError, Output};
 use crate::buffer::Chunk;
 use crate::formats::Format;
+use crate::plugin::{BuildContext, OptionError, OutputPlugin};
+use std::sync::Arc;
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
@@ -56,7 +58,7 @@ pub struct FileOutput {
 impl FileOutput {
     pub fn new(cfg: FileConfig, name: &str) -> anyhow::Result<Self> {
         if cfg.path.trim().is_empty() {
-            anyhow::bail!("{name}: `path` is empty");
+            anyhow::bail!("{name}: must not be empty");
         }
         // Reject a template chrono cannot render before any event arrives.
         let probe = chrono::DateTime::from_timestamp(0, 0).unwrap_or_default();
@@ -66,7 +68,12 @@ impl FileOutput {
             "{}",
             probe.format(&cfg.path.replace("${tag}", "tag"))
         )
-        .map_err(|_| anyhow::anyhow!("{name}: bad strftime field in path {:?}", cfg.path))?;
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "{name}: {:?} has a %-field strftime does not know (known: %Y %m %d %H %M %S …; write %% for a %)",
+                cfg.path
+            )
+        })?;
         Ok(FileOutput {
             has_time: cfg.path.contains('%'),
             cfg,
@@ -235,5 +242,28 @@ mod tests {
             f.render_path("web.access", 86400 * 365),
             PathBuf::from("/logs/web.access/1971-01-01.log")
         );
+    }
+}
+
+impl OutputPlugin for FileConfig {
+    const TYPE: &'static str = "file";
+    const DOC: &'static str = "Writes events to files.";
+
+    fn build(self, cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
+        // Files are created below the part of the path before its first
+        // placeholder: that folder must be writable.
+        let fixed = self.path.split(['%', '$']).next().unwrap_or("");
+        let dir = match fixed.rfind('/') {
+            Some(0) => "/",
+            Some(i) => &fixed[..i],
+            None => ".",
+        };
+        cx.writes_in("path", dir);
+        let out = FileOutput::new(self, &cx.name).map_err(|e| {
+            let m = format!("{e:#}");
+            let m = m.strip_prefix(&format!("{}: ", cx.name)).unwrap_or(&m).to_string();
+            OptionError::new("path", m)
+        })?;
+        Ok(Arc::new(out))
     }
 }

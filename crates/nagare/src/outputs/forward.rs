@@ -24,7 +24,9 @@ use tokio::net::TcpStream;
 use super::{FlushError, Output};
 use crate::buffer::Chunk;
 use crate::config::units::Dur;
+use crate::plugin::{BuildContext, OptionError, OutputPlugin};
 
+/// One server of a forward output.
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
@@ -211,7 +213,6 @@ impl ForwardOutput {
             hostname,
             cfg,
         };
-        out.start_heartbeat();
         Ok(out)
     }
 
@@ -548,6 +549,10 @@ async fn udp_heartbeat(address: &str, timeout: Duration) -> bool {
 
 #[async_trait]
 impl Output for ForwardOutput {
+    fn start(&self) {
+        self.start_heartbeat();
+    }
+
     async fn write(&self, chunk: &Chunk) -> Result<(), FlushError> {
         let (frame, ack_id) = self.frame(chunk)?;
         let mut errors = Vec::new();
@@ -576,5 +581,36 @@ impl Output for ForwardOutput {
             self.name,
             errors.join("; ")
         )))
+    }
+}
+
+impl OutputPlugin for ForwardOutputConfig {
+    const TYPE: &'static str = "forward";
+    const DOC: &'static str = "Sends events to forward servers (Fluentd, Fluent Bit, nagare).";
+
+    fn build(self, cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
+        if self.server.is_empty() {
+            return Err(OptionError::new(
+                "server",
+                "a forward output needs at least one [[output.server]] with an `address`",
+            ));
+        }
+        for (i, s) in self.server.iter().enumerate() {
+            let port_ok = s
+                .address
+                .rsplit_once(':')
+                .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+            if !port_ok {
+                return Err(OptionError::new(
+                    format!("server[{i}].address"),
+                    format!(
+                        "expected HOST:PORT such as \"aggregator.example:24224\", found {:?}",
+                        s.address
+                    ),
+                ));
+            }
+        }
+        let out = ForwardOutput::new(self, &cx.name).map_err(|e| OptionError::new("", format!("{e:#}")))?;
+        Ok(Arc::new(out))
     }
 }

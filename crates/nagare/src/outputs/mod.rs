@@ -1,19 +1,26 @@
 //! Outputs: each writes closed chunks to a destination. The buffer in front
 //! of each output (see `buffer`) owns batching, retries and backpressure.
-
-pub mod file;
-pub mod forward;
-pub mod null;
-pub mod stdout;
+//! Each output type lives in its own file and is registered below (see
+//! plugin.rs).
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
 use crate::buffer::{Buffer, BufferType, Chunk, FileStore};
-use crate::config::OutputSpec;
+use crate::config::OutputSection;
+use crate::plugin::{output, registry, OutputRegistration};
 use crate::router::{Outputs, Pattern};
 use crate::stats::Registry;
+
+registry! {
+    OutputRegistration;
+    stdout => output::<stdout::StdoutConfig>(),
+    null => output::<null::NullConfig>(),
+    file => output::<file::FileConfig>(),
+    forward => output::<forward::ForwardOutputConfig>(),
+    copy => copy::REGISTRATION,
+}
 
 /// A failed write: the buffer retries the chunk later (destination down,
 /// timeout, …) until its retry limits send it to the secondary output.
@@ -27,75 +34,61 @@ pub enum FlushError {
 pub trait Output: Send + Sync {
     /// Writes every event of the chunk, or none that matters for a retry.
     async fn write(&self, chunk: &Chunk) -> Result<(), FlushError>;
+
+    /// Starts background work (heartbeats, …) once the daemon runs; `nagare
+    /// check` builds outputs without calling it.
+    fn start(&self) {}
+}
+
+/// What an output section sends its events to: one output, or (a `copy`
+/// output) several output sections that each get every event.
+pub enum OutputTarget {
+    One(Arc<dyn Output>),
+    Copy(Vec<OutputSection>),
 }
 
 /// An output as the router sees it: the buffer in front of it.
 pub type OutputHandle = Arc<Buffer>;
 
-#[derive(Debug, Clone)]
-pub enum OutputKind {
-    Stdout(stdout::StdoutConfig),
-    Null(null::NullConfig),
-    File(file::FileConfig),
-    Forward(forward::ForwardOutputConfig),
-    Copy(Vec<OutputSpec>),
-}
-
-impl OutputKind {
-    pub fn type_name(&self) -> &'static str {
-        match self {
-            OutputKind::Stdout(_) => "stdout",
-            OutputKind::Null(_) => "null",
-            OutputKind::File(_) => "file",
-            OutputKind::Forward(_) => "forward",
-            OutputKind::Copy(_) => "copy",
-        }
-    }
-}
-
-fn make(kind: &OutputKind, name: &str) -> anyhow::Result<Arc<dyn Output>> {
-    Ok(match kind {
-        OutputKind::Stdout(c) => Arc::new(stdout::Stdout::new(c.clone())),
-        OutputKind::Null(_) => Arc::new(null::Null),
-        OutputKind::File(c) => Arc::new(file::FileOutput::new(c.clone(), name)?),
-        OutputKind::Forward(c) => Arc::new(forward::ForwardOutput::new(c.clone(), name)?),
-        OutputKind::Copy(_) => anyhow::bail!("{name}: copy cannot be nested"),
-    })
-}
-
-fn build_one(spec: &OutputSpec, reg: &Registry) -> anyhow::Result<Arc<Buffer>> {
-    let store = match (spec.buffer.kind, &spec.buffer.path) {
+/// Opens the buffer (and its file store) in front of one built output.
+fn open_buffer(
+    section: OutputSection,
+    output: Arc<dyn Output>,
+    reg: &Registry,
+) -> anyhow::Result<Arc<Buffer>> {
+    let b = &section.buffer;
+    let store = match (b.kind, &b.path) {
         (BufferType::File, Some(path)) => Some(
             FileStore::open(
                 std::path::Path::new(path),
-                &spec.name,
+                &section.name,
                 // About as many free chunk files as chunks fit the buffer.
-                (spec.buffer.total_limit_size.0 / spec.buffer.chunk_limit_size.0.max(1)) as usize,
-                spec.buffer.memory_limit_size.0 as usize,
+                (b.total_limit_size.0 / b.chunk_limit_size.0.max(1)) as usize,
+                b.memory_limit_size.0 as usize,
             )
             .map_err(anyhow::Error::msg)?,
         ),
-        (BufferType::File, None) => {
-            anyhow::bail!(
-                "{}: a file buffer needs `path` in [output.buffer]",
-                spec.name
-            )
-        }
-        (BufferType::Memory, _) => None,
+        // The config loader refuses a file buffer without a path.
+        _ => None,
     };
-    let stats = reg.register("output", &spec.name, spec.kind.type_name());
-    let output = make(&spec.kind, &spec.name)?;
-    let secondary = match &spec.secondary {
+    let stats = reg.register("output", &section.name, section.type_name);
+    output.start();
+    let secondary = match section.secondary {
         Some(s) => {
-            let name = format!("{}.secondary", spec.name);
-            let st = reg.register("output", &name, s.kind.type_name());
-            Some((make(&s.kind, &name)?, st))
+            let st = reg.register("output", &s.name, s.type_name);
+            match s.target {
+                OutputTarget::One(o) => {
+                    o.start();
+                    Some((o, st))
+                }
+                OutputTarget::Copy(_) => anyhow::bail!("{}: a secondary cannot be a copy", s.name),
+            }
         }
         None => None,
     };
     Ok(Buffer::new(
-        &spec.name,
-        spec.buffer.clone(),
+        &section.name,
+        section.buffer,
         stats,
         output,
         secondary,
@@ -106,20 +99,31 @@ fn build_one(spec: &OutputSpec, reg: &Registry) -> anyhow::Result<Arc<Buffer>> {
 /// Routing rules in config order: the patterns of an output and its route.
 pub type Rules = Vec<(Vec<Pattern>, Outputs)>;
 
-/// Builds every output with its buffer; returns the routing rules and the
+/// Opens every built output's buffer; returns the routing rules and the
 /// buffers (to start and to drain at shutdown).
-pub fn build(specs: &[OutputSpec], reg: &Registry) -> anyhow::Result<(Rules, Vec<Arc<Buffer>>)> {
+pub fn open(
+    sections: Vec<OutputSection>,
+    reg: &Registry,
+) -> anyhow::Result<(Rules, Vec<Arc<Buffer>>)> {
     let mut rules = Vec::new();
     let mut all = Vec::new();
-    for spec in specs {
-        let patterns = Pattern::parse_list(&spec.patterns).map_err(anyhow::Error::msg)?;
-        let targets: Vec<Arc<Buffer>> = match &spec.kind {
-            OutputKind::Copy(stores) => stores
-                .iter()
-                .map(|s| build_one(s, reg))
-                .collect::<anyhow::Result<_>>()?,
-            _ => vec![build_one(spec, reg)?],
-        };
+    for mut section in sections {
+        let patterns = std::mem::take(&mut section.patterns);
+        let targets: Vec<Arc<Buffer>> =
+            match std::mem::replace(&mut section.target, OutputTarget::Copy(Vec::new())) {
+                OutputTarget::Copy(stores) => stores
+                    .into_iter()
+                    .map(|mut s| {
+                        match std::mem::replace(&mut s.target, OutputTarget::Copy(Vec::new())) {
+                            OutputTarget::One(o) => open_buffer(s, o, reg),
+                            OutputTarget::Copy(_) => {
+                                anyhow::bail!("{}: copy cannot be nested", s.name)
+                            }
+                        }
+                    })
+                    .collect::<anyhow::Result<_>>()?,
+                OutputTarget::One(o) => vec![open_buffer(section, o, reg)?],
+            };
         all.extend(targets.iter().cloned());
         rules.push((patterns, Outputs::from(targets)));
     }

@@ -5,6 +5,8 @@ use serde::Deserialize;
 
 use super::{FlushError, Output};
 use crate::buffer::Chunk;
+use crate::plugin::{BuildContext, OptionError, OutputPlugin};
+use std::sync::Arc;
 
 /// `type = "null"` takes no options.
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema, Default)]
@@ -17,5 +19,14 @@ pub struct Null;
 impl Output for Null {
     async fn write(&self, _chunk: &Chunk) -> Result<(), FlushError> {
         Ok(())
+    }
+}
+
+impl OutputPlugin for NullConfig {
+    const TYPE: &'static str = "null";
+    const DOC: &'static str = "Counts events and discards them.";
+
+    fn build(self, _cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
+        Ok(Arc::new(Null))
     }
 }

@@ -7,6 +7,8 @@ use tokio::io::AsyncWriteExt;
 use super::{FlushError, Output};
 use crate::buffer::Chunk;
 use crate::formats::{self, Format};
+use crate::plugin::{BuildContext, OptionError, OutputPlugin};
+use std::sync::Arc;
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema, Default)]
 #[serde(deny_unknown_fields)]
@@ -74,5 +76,14 @@ impl Output for Stdout {
         so.flush()
             .await
             .map_err(|e| FlushError::Retry(format!("writing to stdout: {e}")))
+    }
+}
+
+impl OutputPlugin for StdoutConfig {
+    const TYPE: &'static str = "stdout";
+    const DOC: &'static str = "Prints events to standard output.";
+
+    fn build(self, _cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
+        Ok(Arc::new(Stdout::new(self)))
     }
 }

@@ -47,6 +47,7 @@ use super::tail::{default_max_line, LongLines};
 use crate::config::units::{Dur, Size};
 use crate::parsers::{Parser, ParserConfig};
 use crate::router::Router;
+use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
 use crate::stats::PluginStats;
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -200,4 +201,37 @@ pub async fn start(
         let _ = lines.await;
     });
     Ok(vec![unmount])
+}
+
+impl InputPlugin for FuseConfig {
+    const TYPE: &'static str = "fuse";
+    const DOC: &'static str = "Mounts a folder through FUSE: every line applications write into files there is an event (nothing is stored on disk), tagged by the file's path relative to the mountpoint; each writing process has its own partial line, so concurrent appenders never interleave inside a line.";
+
+    fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
+        super::tail::check_globs_and_parser("", &[], &[], self.parser.as_deref())?;
+        if self
+            .parser
+            .as_deref()
+            .is_some_and(|p| p.kind == crate::parsers::ParserType::Multiline)
+        {
+            return Err(OptionError::new(
+                "parser.type",
+                "type \"multiline\" is not supported by the fuse input; use a tail or directory input for multi-line events",
+            ));
+        }
+        // The mountpoint is created at start when missing.
+        if let Some(parent) = Path::new(&self.mountpoint).parent() {
+            if !Path::new(&self.mountpoint).exists() && !parent.as_os_str().is_empty() {
+                cx.writes_in("mountpoint", parent);
+            }
+        }
+        Ok(Box::new(self))
+    }
+}
+
+#[async_trait::async_trait]
+impl Input for FuseConfig {
+    async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
+        start(&cx.name, *self, cx.router, cx.stats, cx.shutdown).await
+    }
 }

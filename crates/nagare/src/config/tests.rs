@@ -1,0 +1,103 @@
+use super::*;
+
+/// The errors of a config that must not load.
+fn errors(text: &str, file: &str) -> Vec<ConfigError> {
+    match parse(text, file) {
+        Ok(_) => panic!("{file} loaded, but errors were expected:\n{text}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn default_config_parses() {
+    let c = parse(DEFAULT_CONFIG, "default").unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(c.inputs.len(), 1);
+    assert_eq!(c.outputs.len(), 1);
+    assert_eq!(c.monitor.unwrap().bind, "127.0.0.1:24220");
+}
+
+#[test]
+fn every_example_config_is_valid() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+    let mut n = 0;
+    for e in std::fs::read_dir(dir).expect("examples/") {
+        let p = e.expect("entry").path();
+        if p.extension().is_some_and(|x| x == "toml") {
+            load(&p).unwrap_or_else(|e| panic!("{}: {e:?}", p.display()));
+            n += 1;
+        }
+    }
+    assert!(n >= 4, "expected the example configs, found {n}");
+}
+
+#[test]
+fn errors_name_file_line_and_key() {
+    let text = "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:1\"\nbnd = 3\n";
+    let e = errors(text, "x.toml");
+    assert_eq!(e[0].file, "x.toml");
+    assert_eq!(e[0].line, 4);
+    assert_eq!(e[0].key, "bnd");
+
+    let text = "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:1\"\n\n[[output]]\ntype = \"stdout\"\nmatch = \"**\"\n[output.buffer]\nflush_interval = \"soon\"\n";
+    let e = errors(text, "y.toml");
+    assert_eq!(e[0].line, 9, "{e:?}");
+    assert!(e[0].key.ends_with("flush_interval"), "{e:?}");
+    assert!(e[0].message.contains("duration"), "{e:?}");
+
+    let text = "[[input]]\ntype = \"forward\"\nbind = \"${NAGARE_TEST_UNSET_VAR}\"\n";
+    let e = errors(text, "v.toml");
+    assert_eq!(e[0].line, 3, "{e:?}");
+    assert!(e[0].message.contains("NAGARE_TEST_UNSET_VAR"), "{e:?}");
+
+    let text =
+        "[[input]]\ntype = \"tail\"\npath = \"/x\"\ntag = \"t\"\n[input.parser]\ntype = \"nope\"\n";
+    let e = errors(text, "p.toml");
+    assert_eq!((e[0].line, e[0].key.as_str()), (6, "parser.type"), "{e:?}");
+
+    let text = "[[input]]\ntype = \"tail\"\npath = \"/x\"\ntag = \"t\"\n[input.parser]\ntype = \"regex\"\nexpression = \"(unclosed\"\n";
+    let e = errors(text, "r.toml");
+    assert_eq!(
+        (e[0].line, e[0].key.as_str()),
+        (7, "parser.expression"),
+        "{e:?}"
+    );
+
+    let text = "[[input]]\ntype = \"nope\"\n";
+    let e = errors(text, "z.toml");
+    assert_eq!((e[0].line, e[0].key.as_str()), (2, "type"));
+}
+
+#[test]
+fn filter_sections() {
+    let input = "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:1\"\n";
+    let ok = format!("{input}[[filter]]\ntype = \"parser\"\nkey_name = \"log\"\n[filter.parser]\ntype = \"json\"\n[[filter]]\ntype = \"parser\"\nmatch = \"a.* b\"\nkey_name = \"m\"\n[filter.parser]\ntype = \"apache2\"\n");
+    let c = parse(&ok, "f.toml").unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(c.filters.len(), 2);
+    assert_eq!(
+        (c.filters[0].name.as_str(), c.filters[0].patterns.len()),
+        ("parser#0", 1)
+    );
+    assert_eq!(
+        (c.filters[1].name.as_str(), c.filters[1].patterns.len()),
+        ("parser#1", 2)
+    );
+    let cases = [
+        // (section after the input, line, key)
+        ("[[filter]]\ntype = \"nope\"\n", 5, "type"),
+        ("[[filter]]\ntype = \"parser\"\n[filter.parser]\ntype = \"json\"\n", 4, "key_name"),
+        ("[[filter]]\ntype = \"parser\"\nkey_name = \"m\"\nkey_nam = 1\n[filter.parser]\n", 7, "key_nam"),
+        ("[[filter]]\ntype = \"parser\"\nkey_name = \"m\"\n", 4, "parser"),
+        ("[[filter]]\ntype = \"parser\"\nmatch = \"a.{b\"\nkey_name = \"m\"\n[filter.parser]\n", 6, "match"),
+        ("[[filter]]\ntype = \"parser\"\nkey_name = \"m\"\n[filter.parser]\ntype = \"bogus\"\n", 8, "parser.type"),
+        ("[[filter]]\ntype = \"parser\"\nkey_name = \"m\"\n[filter.parser]\ntype = \"multiline\"\nformat_firstline = \"^x\"\n", 8, "parser.type"),
+        ("[[filter]]\ntype = \"parser\"\nkey_name = \"m\"\n[filter.parser]\ntype = \"regex\"\nexpression = \"(x\"\n", 9, "parser.expression"),
+    ];
+    for (section, line, key) in cases {
+        let e = errors(&format!("{input}{section}"), "f.toml");
+        assert_eq!(
+            (e[0].line, e[0].key.as_str()),
+            (line, key),
+            "{section}: {e:?}"
+        );
+    }
+}
