@@ -223,6 +223,25 @@ pub const fn output<T: OutputPlugin>() -> OutputRegistration {
     }
 }
 
+/// The registries a config is loaded with.
+#[derive(Clone, Copy)]
+pub struct Registries {
+    pub inputs: &'static [InputRegistration],
+    pub filters: &'static [FilterRegistration],
+    pub outputs: &'static [OutputRegistration],
+}
+
+impl Registries {
+    /// The plugins built into this binary.
+    pub fn builtin() -> Registries {
+        Registries {
+            inputs: crate::inputs::REGISTRY,
+            filters: crate::filters::REGISTRY,
+            outputs: crate::outputs::REGISTRY,
+        }
+    }
+}
+
 /// Declares a folder's plugin modules and its registry, one line per plugin:
 /// `module => registration,` (the registration names the options struct).
 macro_rules! registry {

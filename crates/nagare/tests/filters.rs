@@ -396,11 +396,11 @@ fn check_names_file_line_and_key_of_bad_filters() {
         (
             "[[filter]]\ntype = \"parser\"\nkey_name = \"log\"\nreserve_dat = true\n[filter.parser]\ntype = \"json\"\n",
             ":8: key `reserve_dat`:",
-            "unknown field",
+            "unknown key `reserve_dat`. Did you mean `reserve_data`?",
         ),
         (
             "[[filter]]\ntype = \"parser\"\nkey_name = \"log\"\n[filter.parser]\ntype = \"regex\"\nexpression = \"(?<a>x\"\n",
-            ":8: key `parser`:",
+            ":10: key `parser.expression`:",
             "regex",
         ),
         (

@@ -493,7 +493,8 @@ fn check_refuses_a_multiline_parser_naming_the_line() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "stderr:\n{err}");
     assert!(
-        err.contains("ml.toml:4: key `parser`") && err.contains("not supported by the fuse input"),
+        err.contains("ml.toml:5: key `parser.type`")
+            && err.contains("not supported by the fuse input"),
         "stderr:\n{err}"
     );
 }

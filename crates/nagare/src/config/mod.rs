@@ -28,7 +28,7 @@ use toml::Spanned;
 use crate::buffer::{BufferConfig, BufferType};
 use crate::filters::Filter;
 use crate::outputs::OutputTarget;
-use crate::plugin::{self, BuildContext, Input, Listen, OptionError, Registration};
+use crate::plugin::{self, BuildContext, Input, Listen, OptionError, Registration, Registries};
 use crate::router::Pattern;
 use source::{join, KeySpans, Lines};
 
@@ -246,7 +246,17 @@ pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
 
 /// Reads and builds config text; `file` names it in errors.
 pub fn parse(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
+    parse_with(text, file, Registries::builtin())
+}
+
+/// `parse` with other plugins than the built-in ones (tests).
+pub fn parse_with(
+    text: &str,
+    file: &str,
+    registries: Registries,
+) -> Result<Config, Vec<ConfigError>> {
     let mut loader = Loader {
+        registries,
         file,
         lines: Lines::new(text),
         errors: Vec::new(),
@@ -271,6 +281,7 @@ struct Place {
 }
 
 struct Loader<'a> {
+    registries: Registries,
     file: &'a str,
     lines: Lines,
     errors: Vec<ConfigError>,
@@ -577,7 +588,7 @@ impl<'a> Loader<'a> {
         let at = v.span().start;
         let (mut table, span) = into_table(v);
         self.keys = KeySpans::of(&table);
-        let reg = self.registration(&mut table, at, "", "input", crate::inputs::REGISTRY)?;
+        let reg = self.registration(&mut table, at, "", "input", self.registries.inputs)?;
         let name = format!("{}#{index}", reg.type_name);
         let mut cx = BuildContext::new(&name);
         let section = Section {
@@ -605,7 +616,7 @@ impl<'a> Loader<'a> {
         let at = v.span().start;
         let (mut table, span) = into_table(v);
         self.keys = KeySpans::of(&table);
-        let reg = self.registration(&mut table, at, "", "filter", crate::filters::REGISTRY)?;
+        let reg = self.registration(&mut table, at, "", "filter", self.registries.filters)?;
         let patterns = self.patterns(&mut table, "").ok()?;
         let patterns =
             patterns.unwrap_or_else(|| Pattern::parse_list("**").expect("static pattern"));
@@ -649,7 +660,7 @@ impl<'a> Loader<'a> {
         if top {
             self.keys = KeySpans::of(&table);
         }
-        let reg = self.registration(&mut table, at, prefix, "output", crate::outputs::REGISTRY)?;
+        let reg = self.registration(&mut table, at, prefix, "output", self.registries.outputs)?;
         let patterns = match self.patterns(&mut table, prefix).ok()? {
             Some(p) if top => p,
             None if top => {

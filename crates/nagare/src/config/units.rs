@@ -12,10 +12,30 @@ pub struct Dur(pub Duration);
 
 impl<'de> Deserialize<'de> for Dur {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        parse_duration(&s)
-            .map(Dur)
-            .map_err(serde::de::Error::custom)
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Dur;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a duration such as \"500ms\", \"1s\" or \"5m\"")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Dur, E> {
+                parse_duration(s).map(Dur).map_err(E::custom)
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Dur, E> {
+                Err(E::custom(format!(
+                    "expected a duration such as \"{n}s\" or \"{n}ms\" (a number needs a unit, in quotes), found {n}"
+                )))
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Dur, E> {
+                self.visit_i64(n as i64)
+            }
+            fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<Dur, E> {
+                Err(E::custom(format!(
+                    "expected a duration such as \"{n}s\" (a number needs a unit, in quotes), found {n}"
+                )))
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 
@@ -55,16 +75,27 @@ pub struct Size(pub u64);
 
 impl<'de> Deserialize<'de> for Size {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            N(u64),
-            S(String),
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = Size;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a size such as \"8MiB\" or a number of bytes")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Size, E> {
+                parse_size(s).map(Size).map_err(E::custom)
+            }
+            fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<Size, E> {
+                Ok(Size(n))
+            }
+            fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<Size, E> {
+                u64::try_from(n).map(Size).map_err(|_| {
+                    E::custom(format!(
+                        "expected a size such as \"8MiB\" or a number of bytes, found {n}"
+                    ))
+                })
+            }
         }
-        match Raw::deserialize(d)? {
-            Raw::N(n) => Ok(Size(n)),
-            Raw::S(s) => parse_size(&s).map(Size).map_err(serde::de::Error::custom),
-        }
+        d.deserialize_any(V)
     }
 }
 

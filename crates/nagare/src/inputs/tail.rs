@@ -805,6 +805,47 @@ fn long_line(
     }
 }
 
+/// The checks `tail`, `directory` and `fuse` share: globs that compile and
+/// a parser that builds.
+pub(super) fn check_globs_and_parser(
+    key: &str,
+    globs: &[String],
+    exclude: &[String],
+    parser: Option<&ParserConfig>,
+) -> Result<(), OptionError> {
+    for (k, list) in [(key, globs), ("exclude", exclude)] {
+        for g in list {
+            glob::Pattern::new(g)
+                .map_err(|e| OptionError::new(k, format!("bad glob {g:?}: {e}")))?;
+        }
+    }
+    crate::parsers::check_options("parser", &parser.cloned().unwrap_or_default())
+}
+
+impl InputPlugin for TailConfig {
+    const TYPE: &'static str = "tail";
+    const DOC: &'static str = "Follows files and turns each line into an event: `{\"message\": \"<line>\"}` with the default parser `none`, or the record its `[input.parser]` makes; rotation (rename and copytruncate), truncation and deletion are detected; positions survive restarts. New files and lines are found at once through inotify (`watch`), the two intervals are the fallback (see [The tail and directory inputs](#the-tail-and-directory-inputs)).";
+
+    fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
+        check_globs_and_parser("path", &self.path.list(), &self.exclude, self.parser.as_deref())?;
+        match &self.position_db {
+            Some(p) => cx.writes_file("position_db", p),
+            None => cx.warn(
+                "position_db",
+                "no position_db: after a restart, files are read again from their end (lines written meanwhile are skipped); set one, e.g. position_db = \"/var/lib/nagare/tail.pos\"",
+            ),
+        }
+        Ok(Box::new(self))
+    }
+}
+
+#[async_trait::async_trait]
+impl Input for TailConfig {
+    async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
+        start(&cx.name, *self, cx.router, cx.stats, cx.shutdown).await
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -868,46 +909,5 @@ mod tests {
             assert!(steps < 10_000, "no end reached");
         }
         assert_eq!((events, next, consumed), (lines, lines, text.len() as u64));
-    }
-}
-
-/// The checks `tail`, `directory` and `fuse` share: globs that compile and
-/// a parser that builds.
-pub(super) fn check_globs_and_parser(
-    key: &str,
-    globs: &[String],
-    exclude: &[String],
-    parser: Option<&ParserConfig>,
-) -> Result<(), OptionError> {
-    for (k, list) in [(key, globs), ("exclude", exclude)] {
-        for g in list {
-            glob::Pattern::new(g)
-                .map_err(|e| OptionError::new(k, format!("bad glob {g:?}: {e}")))?;
-        }
-    }
-    crate::parsers::check_options("parser", &parser.cloned().unwrap_or_default())
-}
-
-impl InputPlugin for TailConfig {
-    const TYPE: &'static str = "tail";
-    const DOC: &'static str = "Follows files and turns each line into an event: `{\"message\": \"<line>\"}` with the default parser `none`, or the record its `[input.parser]` makes; rotation (rename and copytruncate), truncation and deletion are detected; positions survive restarts. New files and lines are found at once through inotify (`watch`), the two intervals are the fallback (see [The tail and directory inputs](#the-tail-and-directory-inputs)).";
-
-    fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
-        check_globs_and_parser("path", &self.path.list(), &self.exclude, self.parser.as_deref())?;
-        match &self.position_db {
-            Some(p) => cx.writes_file("position_db", p),
-            None => cx.warn(
-                "position_db",
-                "no position_db: after a restart, files are read again from their end (lines written meanwhile are skipped); set one, e.g. position_db = \"/var/lib/nagare/tail.pos\"",
-            ),
-        }
-        Ok(Box::new(self))
-    }
-}
-
-#[async_trait::async_trait]
-impl Input for TailConfig {
-    async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
-        start(&cx.name, *self, cx.router, cx.stats, cx.shutdown).await
     }
 }

@@ -62,11 +62,12 @@ impl FileOutput {
         }
         // Reject a template chrono cannot render before any event arrives.
         let probe = chrono::DateTime::from_timestamp(0, 0).unwrap_or_default();
+        // fmt::Write into a String returns the formatter's error;
+        // io::Write::write_fmt would panic on it.
         let mut s = String::new();
-        write!(
-            string_writer(&mut s),
-            "{}",
-            probe.format(&cfg.path.replace("${tag}", "tag"))
+        std::fmt::Write::write_fmt(
+            &mut s,
+            format_args!("{}", probe.format(&cfg.path.replace("${tag}", "tag"))),
         )
         .map_err(|_| {
             anyhow::anyhow!(
@@ -96,20 +97,6 @@ impl FileOutput {
     }
 }
 
-/// `write!` into a String through io::Write, so a bad format is an error, not a panic.
-fn string_writer(s: &mut String) -> impl Write + '_ {
-    struct W<'a>(&'a mut String);
-    impl Write for W<'_> {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.push_str(&String::from_utf8_lossy(b));
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    W(s)
-}
 
 /// A tag as a path part: no directory separators, no parent references, and
 /// `%` escaped when the template is also a strftime format.
@@ -203,6 +190,29 @@ impl Output for FileOutput {
     }
 }
 
+impl OutputPlugin for FileConfig {
+    const TYPE: &'static str = "file";
+    const DOC: &'static str = "Writes events to files.";
+
+    fn build(self, cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
+        // Files are created below the part of the path before its first
+        // placeholder: that folder must be writable.
+        let fixed = self.path.split(['%', '$']).next().unwrap_or("");
+        let dir = match fixed.rfind('/') {
+            Some(0) => "/",
+            Some(i) => &fixed[..i],
+            None => ".",
+        };
+        cx.writes_in("path", dir);
+        let out = FileOutput::new(self, &cx.name).map_err(|e| {
+            let m = format!("{e:#}");
+            let m = m.strip_prefix(&format!("{}: ", cx.name)).unwrap_or(&m).to_string();
+            OptionError::new("path", m)
+        })?;
+        Ok(Arc::new(out))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -242,28 +252,5 @@ mod tests {
             f.render_path("web.access", 86400 * 365),
             PathBuf::from("/logs/web.access/1971-01-01.log")
         );
-    }
-}
-
-impl OutputPlugin for FileConfig {
-    const TYPE: &'static str = "file";
-    const DOC: &'static str = "Writes events to files.";
-
-    fn build(self, cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
-        // Files are created below the part of the path before its first
-        // placeholder: that folder must be writable.
-        let fixed = self.path.split(['%', '$']).next().unwrap_or("");
-        let dir = match fixed.rfind('/') {
-            Some(0) => "/",
-            Some(i) => &fixed[..i],
-            None => ".",
-        };
-        cx.writes_in("path", dir);
-        let out = FileOutput::new(self, &cx.name).map_err(|e| {
-            let m = format!("{e:#}");
-            let m = m.strip_prefix(&format!("{}: ", cx.name)).unwrap_or(&m).to_string();
-            OptionError::new("path", m)
-        })?;
-        Ok(Arc::new(out))
     }
 }

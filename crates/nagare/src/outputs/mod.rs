@@ -129,3 +129,76 @@ pub fn open(
     }
     Ok((rules, all))
 }
+
+/// The example output of docs/contributing.md, built and run here so the
+/// walk-through stays true.
+#[cfg(test)]
+#[path = "../../../../docs/contributing/tally.rs"]
+mod tally;
+
+#[cfg(test)]
+mod contributing_example {
+    use super::*;
+    use crate::plugin::Registries;
+
+    #[tokio::test]
+    async fn the_example_output_loads_and_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("tally.txt");
+        let mut outputs: Vec<OutputRegistration> = Vec::new();
+        outputs.extend(REGISTRY.iter().map(|r| OutputRegistration { ..*r }));
+        outputs.push(output::<tally::TallyConfig>());
+        let registries = Registries {
+            outputs: Vec::leak(outputs),
+            ..Registries::builtin()
+        };
+        let text = format!(
+            "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:0\"\n[[output]]\ntype = \"tally\"\nmatch = \"**\"\npath = \"{}\"\n",
+            out.display()
+        );
+        let cfg = crate::config::parse_with(&text, "t.toml", registries)
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let OutputTarget::One(o) = &cfg.outputs[0].target else {
+            panic!("one output")
+        };
+        let mut entries = Vec::new();
+        for i in 0..3u32 {
+            nagare_forward::write_entry(
+                &mut entries,
+                nagare_forward::EventTime::new(i, 0),
+                &[0x80],
+            );
+        }
+        let chunk = Chunk {
+            id: [0; 16],
+            tag: "app.web".into(),
+            len: entries.len(),
+            segments: vec![bytes::Bytes::from(entries)],
+            count: 3,
+            file: None,
+        };
+        o.write(&chunk).await.unwrap();
+        o.write(&chunk).await.unwrap();
+        assert_eq!(
+            std::fs::read_to_string(&out).unwrap(),
+            "app.web 3\napp.web 3\n"
+        );
+        let bad = text.replace("path = ", "pth = ");
+        let e = crate::config::parse_with(&bad, "t.toml", registries)
+            .err()
+            .unwrap();
+        assert_eq!((e[0].line, e[0].key.as_str()), (7, "pth"), "{e:?}");
+    }
+
+    /// docs/contributing.md shows the example file as it is.
+    #[test]
+    fn the_walkthrough_shows_the_example() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/contributing");
+        let doc = std::fs::read_to_string(format!("{root}.md")).unwrap();
+        let file = std::fs::read_to_string(format!("{root}/tally.rs")).unwrap();
+        assert!(
+            doc.contains(&format!("```rust\n{file}```")),
+            "docs/contributing.md must show docs/contributing/tally.rs in a rust block, unchanged"
+        );
+    }
+}

@@ -537,11 +537,26 @@ pub fn parse_time(s: &str, fmt: &TimeFmt) -> Option<EventTime> {
     }
 }
 
+/// A regex error is several lines (the pattern, a caret, the reason): one
+/// line for a config error.
+fn one_line(message: &str) -> String {
+    let lines: Vec<&str> = message.lines().collect();
+    match lines.as_slice() {
+        [first, pattern, .., last] => format!(
+            "{}: {} in {:?}",
+            first.trim_end_matches(':'),
+            last.trim().trim_start_matches("error: "),
+            pattern.trim()
+        ),
+        _ => message.to_string(),
+    }
+}
+
 /// Builds the parser of an `[input.parser]` / `[filter.parser]` table
 /// (`key` names that table), as a check: the error names the option at fault.
 pub fn check_options(key: &str, cfg: &ParserConfig) -> Result<(), crate::plugin::OptionError> {
     Parser::new(cfg).map(|_| ()).map_err(|e| {
-        let message = format!("{e:#}");
+        let message = one_line(&format!("{e:#}"));
         let option = match cfg.kind {
             ParserType::Regex => "expression",
             ParserType::Multiline if message.contains("format_firstline") => "format_firstline",
