@@ -1,152 +1,141 @@
-//! Output buffers: chunks of batch bytes keyed by tag, with limits, overflow
-//! handling, flush workers and retries.
+//! Output buffers, both types: chunks of batch bytes keyed by tag, with
+//! limits, overflow handling, flush workers and retries. A file buffer adds
+//! chunk files on disk, paging past its memory limit, recovery at start and
+//! dead letters.
 //!
 //! Chunk life: staged (appending) → queued (closed by size, record count or
 //! `flush_interval`) → flushing → committed. The buffer, not the output,
 //! owns retries, backoff and the hand-over to the secondary output.
+//!
+//! Where things are:
+//! - `config`: the `[output.buffer]` options;
+//! - `chunk`: chunks in memory (staging, closed chunks, splitting big batches);
+//! - `append`: taking batches in, the limits and the overflow actions;
+//! - `flush`: the flush workers, retries with backoff, commit;
+//! - `dead_letters`: where a chunk goes when its output gave up on it;
+//! - `chunk_file`: a file buffer's chunk files (format, group-commit fsync, reuse);
+//! - `paging`: a file buffer's chunks kept on disk only past `memory_limit_size`;
+//! - `recovery`: reading chunk files back at start, quarantine of damaged ones.
 
-mod file;
-mod memory;
+mod append;
+mod chunk;
+mod chunk_file;
+mod config;
+mod dead_letters;
+mod flush;
+mod paging;
+mod recovery;
+#[cfg(test)]
+mod testing;
 
-use std::time::Duration;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 
-use serde::Deserialize;
+use bytes::Bytes;
+use tokio::sync::{oneshot, Notify};
 
-use crate::config::units::{Dur, Size};
+pub use chunk::Chunk;
+pub use chunk_file::FileStore;
+pub use config::{BufferConfig, BufferType, OverflowAction, SyncMode};
+pub use recovery::read_chunk_file;
 
-pub use file::{read_chunk_file, FileStore};
-pub use memory::{Buffer, Chunk};
+use crate::outputs::Output;
+use crate::stats::PluginStats;
+use chunk::Staging;
+use chunk_file::Slot;
+use recovery::Recovered;
 
-/// When a file buffer fsyncs its chunk files.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema, Default,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum SyncMode {
-    /// Before acknowledging a batch whose sender asked for an ack (default):
-    /// an acked event survives a power loss; others survive a crash of nagare.
-    #[default]
-    Ack,
-    /// After every batch.
-    Always,
-    /// Never; the operating system writes the pages back in its own time.
-    Never,
+#[derive(Default)]
+struct State {
+    staged: HashMap<Arc<str>, Staging>,
+    queue: VecDeque<Chunk>,
+    /// Bytes of staged, queued and in-flight chunks.
+    bytes: usize,
+    /// Of those, bytes of queued chunks kept on disk only (file buffer).
+    disk_only: usize,
+    closing: bool,
+    /// Inputs waiting for a chunk's delivery (`ack = "delivered"`), by chunk id.
+    waiters: HashMap<[u8; 16], Vec<oneshot::Sender<bool>>>,
 }
 
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema, Default,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum BufferType {
-    #[default]
-    Memory,
-    File,
+/// The buffer in front of one output (memory or file type).
+pub struct Buffer {
+    cfg: BufferConfig,
+    name: String,
+    state: Mutex<State>,
+    /// Wakes flush workers when a chunk is queued.
+    queued: Notify,
+    /// Wakes blocked writers when space is freed.
+    space: Notify,
+    stats: Arc<PluginStats>,
+    output: Arc<dyn Output>,
+    secondary: Option<(Arc<dyn Output>, Arc<PluginStats>)>,
+    next_id: AtomicU64,
+    id_seed: u64,
+    /// When the last disk error was logged (unix ms).
+    last_disk_log: AtomicU64,
+    /// Chunk files, for `type = "file"`.
+    store: Option<FileStore>,
+    /// Senders' chunk ids found in recovered chunks, for the inputs' dedup windows.
+    recovered_ids: Mutex<Vec<Bytes>>,
 }
 
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema, Default,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum OverflowAction {
-    /// Stop reading the inputs that feed this buffer until space frees up.
-    #[default]
-    Block,
-    /// Drop the oldest queued chunk (counted and logged) to make room.
-    DropOldestChunk,
-    /// Refuse the new events: the input closes the connection without an ack,
-    /// so the sender keeps them and retries.
-    Throw,
-}
+impl Buffer {
+    /// A buffer in front of `output`; with `store` (a file buffer) the
+    /// chunks recovered from it are queued first.
+    pub fn new(
+        name: &str,
+        cfg: BufferConfig,
+        stats: Arc<PluginStats>,
+        output: Arc<dyn Output>,
+        secondary: Option<(Arc<dyn Output>, Arc<PluginStats>)>,
+        store: Option<(FileStore, Vec<Recovered>)>,
+    ) -> Arc<Buffer> {
+        let mut state = State::default();
+        let mut recovered_ids = Vec::new();
+        let store = store.map(|(store, recovered)| {
+            recovered_ids = recovery::queue_recovered(&mut state, &stats, recovered);
+            store
+        });
+        Arc::new(Buffer {
+            cfg,
+            name: name.to_string(),
+            state: Mutex::new(state),
+            queued: Notify::new(),
+            space: Notify::new(),
+            stats,
+            output,
+            secondary,
+            next_id: AtomicU64::new(0),
+            id_seed: rand::random(),
+            last_disk_log: AtomicU64::new(0),
+            store,
+            recovered_ids: Mutex::new(recovered_ids),
+        })
+    }
 
-/// `[output.buffer]`
-#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields, default)]
-pub struct BufferConfig {
-    /// "memory" (default) or "file": chunks kept in files under `path`, recovered after a restart or crash.
-    #[serde(rename = "type")]
-    pub kind: BufferType,
-    /// Directory of a file buffer (one per output; a lock keeps a second process out).
-    pub path: Option<String>,
-    /// File buffer: when to fsync — "ack" (before acking a batch that asked for an ack), "always" or "never".
-    pub sync: SyncMode,
-    /// A chunk is closed and queued once it holds this many bytes (default "2MiB"); bigger batches are split.
-    pub chunk_limit_size: Size,
-    /// ... or this many events (default: no limit).
-    pub chunk_limit_records: Option<u32>,
-    /// A staged chunk is queued at the latest this long after its first event (default "1s").
-    pub flush_interval: Dur,
-    /// Chunks written to the destination in parallel (default 1; order is kept only with 1).
-    pub flush_thread_count: usize,
-    /// Bytes held by staged, queued and in-flight chunks together (default "64MiB"); then overflow_action applies.
-    pub total_limit_size: Size,
-    /// File buffer: chunks held in memory as well as on disk, in bytes (default "64MiB"); queued chunks beyond it are kept on disk only and read back when their turn comes, so total_limit_size may be far bigger than memory.
-    pub memory_limit_size: Size,
-    /// What to do when `total_limit_size` is reached: "block", "drop_oldest_chunk" or "throw".
-    pub overflow_action: OverflowAction,
-    /// First wait after a failed flush (default "1s"); doubles on each retry.
-    pub retry_wait: Dur,
-    /// Cap of the wait between retries (default "60s").
-    pub retry_max_interval: Dur,
-    /// Give up after this many retries (default: no count limit, see retry_timeout).
-    pub retry_max_times: Option<u32>,
-    /// Give up when a chunk has failed for this long (default "72h").
-    pub retry_timeout: Dur,
-    /// Spread each wait by ±12.5% so many outputs do not retry in lockstep (default true).
-    pub retry_randomize: bool,
-}
+    fn new_id(&self) -> [u8; 16] {
+        let mut id = [0u8; 16];
+        id[..8].copy_from_slice(&self.id_seed.to_be_bytes());
+        id[8..].copy_from_slice(&self.next_id.fetch_add(1, Relaxed).to_be_bytes());
+        id
+    }
 
-impl Default for BufferConfig {
-    fn default() -> Self {
-        BufferConfig {
-            kind: BufferType::Memory,
-            path: None,
-            sync: SyncMode::Ack,
-            chunk_limit_size: Size(2 << 20),
-            chunk_limit_records: None,
-            flush_interval: Dur(Duration::from_secs(1)),
-            flush_thread_count: 1,
-            total_limit_size: Size(64 << 20),
-            memory_limit_size: Size(64 << 20),
-            overflow_action: OverflowAction::Block,
-            retry_wait: Dur(Duration::from_secs(1)),
-            retry_max_interval: Dur(Duration::from_secs(60)),
-            retry_max_times: None,
-            retry_timeout: Dur(Duration::from_secs(72 * 3600)),
-            retry_randomize: true,
+    /// A delivered (or dropped) chunk's file is freed for reuse.
+    fn free_file(&self, slot: Option<Arc<Slot>>) {
+        if let (Some(store), Some(slot)) = (&self.store, slot) {
+            store.release(slot);
         }
     }
-}
 
-impl BufferConfig {
-    /// The wait before retry number `n` (0-based).
-    pub fn backoff(&self, n: u32) -> Duration {
-        let base = self.retry_wait.0.as_secs_f64() * 2f64.powi(n.min(40) as i32);
-        let capped = base.min(self.retry_max_interval.0.as_secs_f64());
-        let f = if self.retry_randomize {
-            rand::random::<f64>() * 0.25 + 0.875
-        } else {
-            1.0
-        };
-        Duration::from_secs_f64(capped * f)
+    /// The senders' chunk ids kept in the chunks recovered at start (once).
+    pub fn take_recovered_ids(&self) -> Vec<Bytes> {
+        std::mem::take(&mut *self.recovered_ids.lock().expect("recovered ids"))
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_doubles_and_caps() {
-        let c = BufferConfig {
-            retry_randomize: false,
-            retry_wait: Dur(Duration::from_millis(100)),
-            retry_max_interval: Dur(Duration::from_secs(1)),
-            ..Default::default()
-        };
-        assert_eq!(c.backoff(0), Duration::from_millis(100));
-        assert_eq!(c.backoff(1), Duration::from_millis(200));
-        assert_eq!(c.backoff(3), Duration::from_millis(800));
-        assert_eq!(c.backoff(4), Duration::from_secs(1));
-        assert_eq!(c.backoff(100), Duration::from_secs(1));
+    /// Events still held (staged, queued or in flight).
+    pub fn held_bytes(&self) -> usize {
+        self.state.lock().expect("buffer state").bytes
     }
 }

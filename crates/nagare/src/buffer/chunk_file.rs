@@ -1,5 +1,5 @@
 //! Chunk files of the file buffer: one file (a "slot") per live chunk,
-//! recovered at start, and reused once its chunk was delivered.
+//! fsync'd with group commit, and reused once its chunk was delivered.
 //!
 //! Layout of `<path>/slot-<hex>.chunk`:
 //!
@@ -25,24 +25,26 @@
 //! written before its header, so a write cut short (kill -9, full disk)
 //! never leaves a header over a half-written body.
 //!
-//! A record cut short by the end of the file (torn tail) is truncated away;
-//! a record whose checksum fails moves the whole file to `<path>/quarantine/`.
+//! Reading the files back at start (torn tails, quarantine) is in
+//! `recovery`; dead-letter files (same format) in `dead_letters`.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read};
+use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
-const MAGIC: &[u8; 7] = b"NAGAREB";
+use super::recovery::Recovered;
+
+pub(super) const MAGIC: &[u8; 7] = b"NAGAREB";
 /// Replaces MAGIC in a slot whose chunk was delivered.
-const FREE_MAGIC: &[u8; 7] = b"NAGAREF";
-const VERSION: u8 = 3;
-const ID_LEN: usize = 16;
-const RECORD_HEADER: usize = ID_LEN + 16;
+pub(super) const FREE_MAGIC: &[u8; 7] = b"NAGAREF";
+pub(super) const VERSION: u8 = 3;
+pub(super) const ID_LEN: usize = 16;
+pub(super) const RECORD_HEADER: usize = ID_LEN + 16;
 /// Free slots kept for reuse at most; more are deleted.
 const MAX_FREE_SLOTS: usize = 64;
 
@@ -54,21 +56,6 @@ pub struct FileStore {
     free: Mutex<Vec<Arc<Slot>>>,
     /// How many free slots to keep (about as many as chunks fit the buffer).
     keep_free: usize,
-}
-
-/// A chunk found on disk at start.
-pub struct Recovered {
-    pub id: [u8; 16],
-    pub tag: String,
-    /// The events; empty when the chunk was left on disk only (see `FileStore::open`).
-    pub data: Bytes,
-    /// Payload bytes of the chunk.
-    pub len: usize,
-    pub count: u32,
-    /// The chunk's file, opened for reuse (set by the buffer's recovery).
-    pub slot: Option<Arc<Slot>>,
-    /// The senders' chunk ids stored with the batches (for the dedup window).
-    pub ids: Vec<Bytes>,
 }
 
 /// fsyncs of one chunk file that may run at once. With one, an append that
@@ -84,7 +71,7 @@ const FSYNCS_IN_FLIGHT: u64 = 2;
 /// written starts its own at once (up to FSYNCS_IN_FLIGHT) rather than
 /// queueing behind them.
 pub struct Slot {
-    file: File,
+    pub(super) file: File,
     pub path: PathBuf,
     /// Records appended so far (over every chunk the slot held).
     written: AtomicU64,
@@ -103,7 +90,7 @@ impl std::fmt::Debug for Slot {
 }
 
 impl Slot {
-    fn new(file: File, path: PathBuf) -> Arc<Slot> {
+    pub(super) fn new(file: File, path: PathBuf) -> Arc<Slot> {
         Arc::new(Slot {
             file,
             path,
@@ -223,69 +210,6 @@ impl FileStore {
         Ok((store, recovered))
     }
 
-    fn recover(&self, output: &str, memory_limit: usize) -> Vec<Recovered> {
-        let mut found: Vec<(std::time::SystemTime, PathBuf)> = fs::read_dir(&self.dir)
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.extension().is_some_and(|x| x == "chunk"))
-            .map(|p| {
-                let t = fs::metadata(&p)
-                    .and_then(|m| m.modified())
-                    .unwrap_or(std::time::UNIX_EPOCH);
-                (t, p)
-            })
-            .collect();
-        found.sort();
-        let mut out = Vec::new();
-        let mut in_memory = 0;
-        for (_, path) in found {
-            match read_chunk(&path) {
-                Ok(Some(mut r)) => match open_slot(&path) {
-                    Ok(slot) => {
-                        r.slot = Some(slot);
-                        if in_memory + r.len <= memory_limit {
-                            in_memory += r.len;
-                        } else {
-                            r.data = Bytes::new();
-                        }
-                        out.push(r)
-                    }
-                    Err(e) => tracing::error!(output = %output, file = %path.display(), error = %e,
-                        "cannot open a recovered buffer chunk for writing; it is delivered but not reused"),
-                },
-                Ok(None) => match open_slot(&path) {
-                    Ok(slot) => self.release(slot),
-                    Err(_) => {
-                        let _ = fs::remove_file(&path);
-                    }
-                },
-                Err(why) => self.quarantine(&path, &why, output),
-            }
-        }
-        if !out.is_empty() {
-            let events: u64 = out.iter().map(|r| r.count as u64).sum();
-            tracing::info!(output = %output, chunks = out.len(), events, path = %self.dir.display(),
-                "recovered buffered chunks");
-        }
-        out
-    }
-
-    pub fn quarantine(&self, path: &Path, why: &str, output: &str) {
-        let qdir = self.dir.join("quarantine");
-        let dest = qdir.join(path.file_name().unwrap_or_default());
-        let moved = fs::create_dir_all(&qdir).and_then(|_| fs::rename(path, &dest));
-        match moved {
-            Ok(()) => {
-                tracing::error!(output = %output, file = %path.display(), moved_to = %dest.display(),
-                reason = %why, "corrupt buffer chunk quarantined")
-            }
-            Err(e) => tracing::error!(output = %output, file = %path.display(), reason = %why,
-                error = %e, "corrupt buffer chunk could not be moved to quarantine"),
-        }
-    }
-
     /// Starts the file of a new chunk: a free slot when there is one.
     pub fn create(&self, id: &[u8; 16], tag: &str) -> io::Result<ChunkFile> {
         let reused = self.free.lock().expect("free slots").pop();
@@ -325,46 +249,18 @@ impl FileStore {
         }
     }
 
-    /// Writes a chunk whose retries ran out to `<path>/dead-letters/`, in the
-    /// chunk file format (`nagare replay` sends such files); returns the file.
-    pub fn write_dead_letter(
-        &self,
-        id: &[u8; 16],
-        tag: &str,
-        segments: &[Bytes],
-        count: u32,
-    ) -> io::Result<PathBuf> {
-        let dir = self.dir.join("dead-letters");
-        fs::create_dir_all(&dir)?;
-        let path = dir.join(format!("{}.chunk", hex::encode(id)));
-        let file = OpenOptions::new()
-            .create_new(true)
-            .read(true)
-            .write(true)
-            .open(&path)?;
-        let slot = Slot::new(file, path.clone());
-        let written = start_chunk(slot.clone(), id, tag)
-            .and_then(|mut f| f.append(segments, count, &[]))
-            .and_then(|()| slot.file.sync_data());
-        if let Err(e) = written {
-            let _ = fs::remove_file(&path);
-            return Err(e);
-        }
-        Ok(path)
-    }
-
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 }
 
-fn open_slot(path: &Path) -> io::Result<Arc<Slot>> {
+pub(super) fn open_slot(path: &Path) -> io::Result<Arc<Slot>> {
     let file = OpenOptions::new().read(true).write(true).open(path)?;
     Ok(Slot::new(file, path.to_path_buf()))
 }
 
 /// Writes the header of chunk `id` at the start of `slot`.
-fn start_chunk(slot: Arc<Slot>, id: &[u8; 16], tag: &str) -> io::Result<ChunkFile> {
+pub(super) fn start_chunk(slot: Arc<Slot>, id: &[u8; 16], tag: &str) -> io::Result<ChunkFile> {
     let mut h = Vec::with_capacity(18 + ID_LEN + tag.len());
     h.extend_from_slice(MAGIC);
     h.push(VERSION);
@@ -428,11 +324,6 @@ fn write_all_vectored_at(f: &File, bufs: &[&[u8]], mut offset: u64) -> io::Resul
     Ok(())
 }
 
-/// Reads a chunk file (buffer chunk or dead letter) for `nagare replay`.
-pub fn read_chunk_file(path: &Path) -> Result<Option<Recovered>, String> {
-    read_chunk(path)
-}
-
 impl ChunkFile {
     /// Appends one batch as a record: the batch's parts go out in vectored
     /// writes, without first being copied together, and the record header
@@ -484,169 +375,11 @@ impl ChunkFile {
     }
 }
 
-/// Reads a chunk file: `Ok(None)` for a free slot or a chunk without events
-/// (nothing to deliver), `Err` for a corrupt one. A torn last record is cut
-/// off.
-fn read_chunk(path: &Path) -> Result<Option<Recovered>, String> {
-    let mut raw = Vec::new();
-    File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut raw))
-        .map_err(|e| format!("cannot read: {e}"))?;
-    if raw.len() >= 7 && &raw[..7] == FREE_MAGIC {
-        return Ok(None);
-    }
-    if raw.is_empty() {
-        return Ok(None); // created, then the disk filled up before the header
-    }
-    if raw.len() < 8 || &raw[..7] != MAGIC {
-        return Err("not a nagare chunk file (bad magic)".into());
-    }
-    if raw[7] != VERSION {
-        return Err(format!("unknown chunk format version {}", raw[7]));
-    }
-    const TAG_AT: usize = 16 + ID_LEN + 2;
-    if raw.len() < TAG_AT {
-        return Err("header cut short".into());
-    }
-    let id: [u8; 16] = raw[16..16 + ID_LEN].try_into().expect("16 bytes");
-    let tag_len = u16::from_be_bytes([raw[TAG_AT - 2], raw[TAG_AT - 1]]) as usize;
-    let mut pos = TAG_AT + tag_len;
-    if raw.len() < pos {
-        return Err("header cut short".into());
-    }
-    let tag = String::from_utf8(raw[TAG_AT..pos].to_vec()).map_err(|_| "tag is not UTF-8")?;
-    let mut data = BytesMut::with_capacity(raw.len() - pos);
-    let mut count = 0u32;
-    let mut ids = Vec::new();
-    let mut torn = false;
-    // Records of this chunk run until the end of the file, or until bytes
-    // that do not start with its id (left from the slot's previous chunk).
-    while raw.len() - pos >= ID_LEN && raw[pos..pos + ID_LEN] == id {
-        if raw.len() - pos < RECORD_HEADER {
-            torn = true;
-            break;
-        }
-        let be = |i: usize| u32::from_be_bytes([raw[i], raw[i + 1], raw[i + 2], raw[i + 3]]);
-        let h = pos + ID_LEN;
-        let (len, n, crc, ids_len) = (be(h) as usize, be(h + 4), be(h + 8), be(h + 12) as usize);
-        let id_start = pos + RECORD_HEADER;
-        let start = id_start.saturating_add(ids_len);
-        if raw.len() < start || raw.len() - start < len {
-            torn = true;
-            break;
-        }
-        let id_block = &raw[id_start..start];
-        let payload = &raw[start..start + len];
-        let mut h = crc32fast::Hasher::new();
-        h.update(id_block);
-        h.update(payload);
-        if h.finalize() != crc {
-            return Err(format!("checksum mismatch in the record at byte {pos}"));
-        }
-        let mut p = 0;
-        while p + 2 <= id_block.len() {
-            let n = u16::from_be_bytes([id_block[p], id_block[p + 1]]) as usize;
-            let end = (p + 2 + n).min(id_block.len());
-            ids.push(Bytes::copy_from_slice(&id_block[p + 2..end]));
-            p = end;
-        }
-        if nagare_forward::count_entries(payload).ok() != Some(n) {
-            return Err(format!(
-                "record at byte {pos} does not hold {n} whole entries"
-            ));
-        }
-        data.extend_from_slice(payload);
-        count += n;
-        pos = start + len;
-    }
-    if torn || (pos < raw.len() && raw.len() - pos < ID_LEN && raw[pos..] == id[..raw.len() - pos])
-    {
-        // Crash in the middle of an append: keep the whole records only.
-        let f = OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map_err(|e| format!("cannot truncate: {e}"))?;
-        f.set_len(pos as u64)
-            .map_err(|e| format!("cannot truncate: {e}"))?;
-        tracing::warn!(file = %path.display(), kept_bytes = pos, dropped_bytes = raw.len() - pos,
-            "buffer chunk had a torn tail (crash during a write); truncated to its last whole record");
-    }
-    if count == 0 {
-        return Ok(None);
-    }
-    Ok(Some(Recovered {
-        id,
-        ids,
-        tag,
-        len: data.len(),
-        data: data.freeze(),
-        count,
-        slot: None,
-    }))
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::recovery::read_chunk_file;
+    use super::super::testing::entry;
     use super::*;
-
-    fn entry(i: u8) -> Bytes {
-        // [i, {}]
-        Bytes::from(vec![0x92, i & 0x7f, 0x80])
-    }
-
-    #[test]
-    fn recovers_truncates_torn_tail_and_quarantines_corruption() {
-        let dir = tempfile::tempdir().unwrap();
-        let (store, rec) = FileStore::open(dir.path(), "t", 4, usize::MAX).unwrap();
-        assert!(rec.is_empty());
-        let mut a = store.create(&[1; 16], "app.a").unwrap();
-        a.append(&[entry(1), entry(2)], 2, &[Bytes::from_static(b"\xa2c1")])
-            .unwrap();
-        a.append(&[entry(3)], 1, &[]).unwrap();
-        a.append(&[entry(4), entry(5)], 2, &[]).unwrap();
-        let mut b = store.create(&[2; 16], "app.b").unwrap();
-        b.append(&[entry(4)], 1, &[]).unwrap();
-        // A torn tail on a: its last record cut in the middle.
-        let a_path = a.slot().path.clone();
-        let len = fs::metadata(&a_path).unwrap().len();
-        OpenOptions::new()
-            .write(true)
-            .open(&a_path)
-            .unwrap()
-            .set_len(len - 2)
-            .unwrap();
-        // Corruption in b: flip a payload byte.
-        let b_path = b.slot().path.clone();
-        let mut raw = fs::read(&b_path).unwrap();
-        let last = raw.len() - 1;
-        raw[last] ^= 0xff;
-        fs::write(&b_path, raw).unwrap();
-        assert!(
-            FileStore::open(dir.path(), "t", 4, usize::MAX).is_err(),
-            "a second open while the first holds the lock must fail"
-        );
-        drop(store);
-
-        let (store, rec) = FileStore::open(dir.path(), "t", 4, usize::MAX).unwrap();
-        assert_eq!(rec.len(), 1);
-        assert_eq!((rec[0].tag.as_str(), rec[0].count), ("app.a", 3));
-        assert_eq!(rec[0].id, [1; 16]);
-        assert_eq!(rec[0].ids, vec![Bytes::from_static(b"\xa2c1")]);
-        assert_eq!(
-            &rec[0].data[..],
-            &[0x92, 1, 0x80, 0x92, 2, 0x80, 0x92, 3, 0x80]
-        );
-        assert!(dir
-            .path()
-            .join("quarantine")
-            .join(b_path.file_name().unwrap())
-            .exists());
-        // The torn tail was cut off on disk too.
-        assert!(fs::metadata(&a_path).unwrap().len() < len - 2);
-        drop((store, rec));
-        let (_store, again) = FileStore::open(dir.path(), "t", 4, usize::MAX).unwrap();
-        assert_eq!(again[0].count, 3);
-    }
 
     #[test]
     fn a_delivered_chunks_file_is_reused_and_its_old_bytes_ignored() {
@@ -661,7 +394,7 @@ mod tests {
         let slot = a.slot().clone();
         store.release(slot.clone());
         // The free slot holds nothing to deliver.
-        assert!(read_chunk(&slot.path).unwrap().is_none());
+        assert!(read_chunk_file(&slot.path).unwrap().is_none());
         // The next chunk overwrites it; the first chunk's records after it are
         // not the new chunk's.
         let mut b = store.create(&[2; 16], "b").unwrap();
@@ -762,16 +495,5 @@ mod tests {
             })
         })
         .await
-    }
-
-    #[test]
-    fn dead_letters_are_chunk_files() {
-        let dir = tempfile::tempdir().unwrap();
-        let (store, _) = FileStore::open(dir.path(), "t", 4, usize::MAX).unwrap();
-        let path = store
-            .write_dead_letter(&[9; 16], "dl", &[entry(1), entry(2)], 2)
-            .unwrap();
-        let r = read_chunk_file(&path).unwrap().unwrap();
-        assert_eq!((r.id, r.tag.as_str(), r.count), ([9; 16], "dl", 2));
     }
 }

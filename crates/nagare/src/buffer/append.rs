@@ -1,0 +1,453 @@
+//! Taking batches in: staging them into chunks, the limits
+//! (`chunk_limit_*`, `total_limit_size`) and the overflow actions, and the
+//! fsync a file buffer owes an acked batch.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::oneshot;
+
+use super::chunk::{split_batch, Chunk, Staging};
+use super::chunk_file::{FileStore, SyncTicket};
+use super::paging::keep_on_disk_if_over;
+use super::{Buffer, OverflowAction, State, SyncMode};
+use crate::stats::PluginStats;
+
+/// Why an append was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum AppendError {
+    #[error("buffer of {0} is full (overflow_action = \"throw\")")]
+    Full(String),
+    #[error("buffer of {0} is shutting down")]
+    Closed(String),
+    #[error("buffer of {0} cannot write to disk: {1}")]
+    Disk(String, String),
+}
+
+/// Milliseconds since the Unix epoch (an atomic can hold it, unlike Instant).
+fn unix_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+impl Buffer {
+    /// Appends a batch: `parts` are PackedForward entries holding `count`
+    /// events in total. Waits while the buffer is full and the overflow
+    /// action is `block`.
+    ///
+    /// With a file buffer the batch is written to its chunk file first; when
+    /// `durable` (the sender waits for an ack) or `sync = "always"`, the file
+    /// is fsync'd before this returns.
+    ///
+    /// With `delivery`, the returned receivers (one per chunk the batch went
+    /// into) resolve once that chunk was delivered (true) or given up on (false).
+    pub async fn append(
+        &self,
+        tag: &str,
+        parts: &[Bytes],
+        count: u32,
+        durable: bool,
+        delivery: bool,
+        ids: &[Bytes],
+    ) -> Result<Vec<oneshot::Receiver<bool>>, AppendError> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let mut disk_wait = false;
+        loop {
+            let space = self.space.notified();
+            tokio::pin!(space);
+            // The lock must be gone before any await: decide inside, act after.
+            let staged = {
+                let mut st = self.state.lock().expect("buffer state");
+                if st.closing {
+                    return Err(AppendError::Closed(self.name.clone()));
+                }
+                // A batch larger than the whole limit is let in when the buffer is
+                // empty, or it could never be accepted.
+                let over = st.bytes > 0 && st.bytes + len > self.cfg.total_limit_size.0 as usize;
+                if !over {
+                    match self.append_pieces(&mut st, tag, parts, count, len, ids) {
+                        Ok((files, ids)) => {
+                            let rx = if delivery {
+                                ids.iter()
+                                    .map(|id| self.wait_delivery(&mut st, *id))
+                                    .collect()
+                            } else {
+                                Vec::new()
+                            };
+                            Some((files, rx))
+                        }
+                        // Disk full or unwritable: "block" waits for space (delivered
+                        // chunks free theirs), "throw" and "drop_oldest_chunk" refuse.
+                        Err(AppendError::Disk(..))
+                            if self.cfg.overflow_action == OverflowAction::Block =>
+                        {
+                            disk_wait = true;
+                            None
+                        }
+                        Err(e) => return Err(e),
+                    }
+                } else {
+                    match self.cfg.overflow_action {
+                        OverflowAction::Block => {
+                            space.as_mut().enable();
+                        }
+                        OverflowAction::Throw => {
+                            PluginStats::add(&self.stats.rejected, count as u64);
+                            return Err(AppendError::Full(self.name.clone()));
+                        }
+                        OverflowAction::DropOldestChunk => {
+                            if self.drop_oldest(&mut st) {
+                                continue;
+                            }
+                            // Nothing queued to drop (all in flight): wait instead.
+                            space.as_mut().enable();
+                        }
+                    }
+                    None
+                }
+            };
+            match staged {
+                Some((file, rx)) => return self.sync(file, durable).await.map(|()| rx),
+                None if disk_wait => {
+                    disk_wait = false;
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                None => space.await,
+            }
+        }
+    }
+
+    /// `overflow_action = "drop_oldest_chunk"`: drops the oldest queued
+    /// chunk; false when none is queued.
+    fn drop_oldest(&self, st: &mut State) -> bool {
+        let Some(old) = st.queue.pop_front() else {
+            return false;
+        };
+        st.bytes -= old.len;
+        if old.on_disk_only() {
+            st.disk_only -= old.len;
+            self.show_disk_only(st);
+        }
+        self.free_file(old.file.clone());
+        for w in st.waiters.remove(&old.id).unwrap_or_default() {
+            let _ = w.send(false);
+        }
+        PluginStats::add(&self.stats.dropped, old.count as u64);
+        self.stats.buffer_chunks.fetch_sub(1, Relaxed);
+        tracing::warn!(output = %self.name, events = old.count, tag = %old.tag,
+            "buffer full: dropped the oldest chunk (overflow_action = drop_oldest_chunk)");
+        true
+    }
+
+    /// Stages a batch; returns the chunk file's handle when it may need an
+    /// fsync, and the id of the chunk the batch went into.
+    fn append_locked(
+        &self,
+        st: &mut State,
+        tag: &str,
+        parts: &[Bytes],
+        count: u32,
+        len: usize,
+        ids: &[Bytes],
+    ) -> Result<(Option<SyncTicket>, [u8; 16]), AppendError> {
+        let limit = self.cfg.chunk_limit_size.0 as usize;
+        let rec_limit = self.cfg.chunk_limit_records.unwrap_or(u32::MAX);
+        let key: Arc<str> = match st.staged.get_key_value(tag) {
+            Some((k, s)) if s.count > 0 && (s.len + len > limit || s.count + count > rec_limit) => {
+                let k = k.clone();
+                self.close_staged(st, &k);
+                k
+            }
+            Some((k, _)) => k.clone(),
+            None => Arc::from(tag),
+        };
+        if !st.staged.contains_key(&key) {
+            let id = self.new_id();
+            let file = match &self.store {
+                Some(store) => Some(
+                    store
+                        .create(&id, &key)
+                        .map_err(|e| self.disk_error(store, e))?,
+                ),
+                None => None,
+            };
+            st.staged.insert(key.clone(), Staging::new(id, file));
+        }
+        let s = st.staged.get_mut(&key).expect("staged chunk");
+        let mut handle = None;
+        if let Some(f) = &mut s.file {
+            let store = self.store.as_ref().expect("file buffer");
+            f.append(parts, count, ids)
+                .map_err(|e| self.disk_error(store, e))?;
+            handle = Some(f.ticket());
+        }
+        for p in parts {
+            s.push(p);
+        }
+        s.count += count;
+        let full = s.len >= limit || s.count >= rec_limit;
+        st.bytes += len;
+        self.stats.buffer_bytes.store(st.bytes as u64, Relaxed);
+        PluginStats::add(&self.stats.events_in, count as u64);
+        PluginStats::add(&self.stats.bytes_in, len as u64);
+        let id = s.id;
+        if full {
+            self.close_staged(st, &key);
+        }
+        Ok((handle, id))
+    }
+
+    /// Appends a batch, split at entry boundaries when it is bigger than a
+    /// whole chunk may be; returns the last chunk file handle (for fsync) and
+    /// the ids of the chunks the batch went into.
+    fn append_pieces(
+        &self,
+        st: &mut State,
+        tag: &str,
+        parts: &[Bytes],
+        count: u32,
+        len: usize,
+        sender_ids: &[Bytes],
+    ) -> Result<(Vec<SyncTicket>, Vec<[u8; 16]>), AppendError> {
+        let max_len = self.cfg.chunk_limit_size.0 as usize;
+        let max_count = self.cfg.chunk_limit_records.unwrap_or(u32::MAX);
+        let mut chunk_ids = Vec::new();
+        // Every chunk file the pieces went into must be synced, not just the last.
+        let mut files: Vec<SyncTicket> = Vec::new();
+        if len <= max_len && count <= max_count {
+            let (f, id) = self.append_locked(st, tag, parts, count, len, sender_ids)?;
+            return Ok((f.into_iter().collect(), vec![id]));
+        }
+        for (piece, n) in split_batch(parts, max_count, max_len) {
+            let plen = piece.iter().map(|p| p.len()).sum();
+            let (f, id) = self.append_locked(st, tag, &piece, n, plen, sender_ids)?;
+            if let Some(t) = f {
+                match files.iter_mut().find(|x| Arc::ptr_eq(&x.slot, &t.slot)) {
+                    Some(x) => x.record = x.record.max(t.record),
+                    None => files.push(t),
+                }
+            }
+            if chunk_ids.last() != Some(&id) {
+                chunk_ids.push(id);
+            }
+        }
+        Ok((files, chunk_ids))
+    }
+
+    /// Closes a tag's staged chunk and queues it for the flush workers.
+    pub(super) fn close_staged(&self, st: &mut State, tag: &Arc<str>) {
+        if let Some(s) = st.staged.remove(tag) {
+            if s.count == 0 {
+                // Started, but its first write failed: nothing to keep.
+                if let Some(f) = s.file {
+                    self.free_file(Some(f.slot().clone()));
+                }
+            } else {
+                let (id, len, count) = (s.id, s.len, s.count);
+                let file = s.file.as_ref().map(|f| f.slot().clone());
+                let mut chunk = Chunk {
+                    id,
+                    tag: tag.clone(),
+                    segments: s.into_segments(),
+                    len,
+                    count,
+                    file,
+                };
+                if self.store.is_some() {
+                    keep_on_disk_if_over(st, &mut chunk, self.cfg.memory_limit_size.0 as usize);
+                    self.show_disk_only(st);
+                }
+                st.queue.push_back(chunk);
+                PluginStats::add(&self.stats.buffer_chunks, 1);
+                self.queued.notify_one();
+            }
+        }
+    }
+
+    /// Queues staged chunks older than `flush_interval` (all of them when `all`).
+    pub(super) fn enqueue_due(&self, all: bool) {
+        let mut st = self.state.lock().expect("buffer state");
+        let due: Vec<Arc<str>> = st
+            .staged
+            .iter()
+            .filter(|(_, s)| all || s.created.elapsed() >= self.cfg.flush_interval.0)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in due {
+            self.close_staged(&mut st, &k);
+        }
+    }
+
+    /// Registers a waiter for the delivery of chunk `id`.
+    fn wait_delivery(&self, st: &mut State, id: [u8; 16]) -> oneshot::Receiver<bool> {
+        let (tx, rx) = oneshot::channel();
+        st.waiters.entry(id).or_default().push(tx);
+        rx
+    }
+
+    fn disk_error(&self, store: &FileStore, e: std::io::Error) -> AppendError {
+        PluginStats::add(&self.stats.errors, 1);
+        // While the disk stays full, say so every 10 s, not on every retry.
+        let now = unix_millis();
+        let last = self.last_disk_log.load(Relaxed);
+        if now.saturating_sub(last) >= 10_000
+            && self
+                .last_disk_log
+                .compare_exchange(last, now, Relaxed, Relaxed)
+                .is_ok()
+        {
+            let what = if self.cfg.overflow_action == OverflowAction::Block {
+                "waiting for space (overflow_action = block); the inputs feeding it are paused"
+            } else {
+                "batch refused; the sender keeps it"
+            };
+            tracing::error!(output = %self.name, path = %store.dir().display(), error = %e,
+                "cannot write to the buffer directory: {what}");
+        }
+        AppendError::Disk(self.name.clone(), format!("{}: {e}", store.dir().display()))
+    }
+
+    /// Makes a chunk file's new record durable when the policy asks for it.
+    async fn sync(&self, files: Vec<SyncTicket>, durable: bool) -> Result<(), AppendError> {
+        let wanted = match self.cfg.sync {
+            SyncMode::Always => true,
+            SyncMode::Ack => durable,
+            SyncMode::Never => false,
+        };
+        if !wanted {
+            return Ok(());
+        }
+        for t in files {
+            t.slot
+                .sync_to(t.record)
+                .await
+                .map_err(|e| AppendError::Disk(self.name.clone(), format!("fsync: {e}")))?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::chunk::SHARE_THRESHOLD;
+    use super::super::testing::buffer;
+    use super::*;
+    use crate::buffer::BufferConfig;
+    use crate::config::units::Size;
+
+    #[tokio::test]
+    async fn big_batches_are_shared_small_ones_copied_together() {
+        let (b, out) = buffer(BufferConfig::default());
+        let big = Bytes::from(vec![0x90u8; SHARE_THRESHOLD]);
+        let small = Bytes::from_static(&[0x90, 0x90]);
+        b.append("t", &[small.clone(), small.clone()], 2, false, false, &[])
+            .await
+            .unwrap();
+        b.append("t", std::slice::from_ref(&big), 1, false, false, &[])
+            .await
+            .unwrap();
+        b.append("t", std::slice::from_ref(&small), 1, false, false, &[])
+            .await
+            .unwrap();
+        let tasks = b.start();
+        b.close();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let chunks = out.0.lock().unwrap();
+        assert_eq!(chunks.len(), 1);
+        let c = &chunks[0];
+        assert_eq!((c.count, c.len), (4, SHARE_THRESHOLD + 6));
+        assert_eq!(c.segments.len(), 3);
+        assert_eq!(c.segments[0].len(), 4);
+        assert_eq!(
+            c.segments[1].as_ptr(),
+            big.as_ptr(),
+            "the big batch is not copied"
+        );
+        assert_eq!(c.contiguous().len(), c.len);
+    }
+
+    #[tokio::test]
+    async fn a_batch_bigger_than_a_chunk_is_split() {
+        let (b, out) = buffer(BufferConfig {
+            chunk_limit_records: Some(100),
+            ..Default::default()
+        });
+        let entries: Vec<u8> = (0..250u32)
+            .flat_map(|i| [0x92, (i % 100) as u8, 0x80])
+            .collect();
+        b.append("t", &[Bytes::from(entries)], 250, false, false, &[])
+            .await
+            .unwrap();
+        let tasks = b.start();
+        b.close();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let counts: Vec<u32> = out.0.lock().unwrap().iter().map(|c| c.count).collect();
+        assert_eq!(counts, vec![100, 100, 50]);
+    }
+
+    #[tokio::test]
+    async fn chunks_close_at_the_size_limit_and_keep_order() {
+        let (b, out) = buffer(BufferConfig {
+            chunk_limit_size: Size(10),
+            ..Default::default()
+        });
+        let tasks = b.start();
+        for i in 0..10u8 {
+            b.append("t", &[Bytes::from(vec![i; 4])], 1, false, false, &[])
+                .await
+                .unwrap();
+        }
+        b.close();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let chunks = out.0.lock().unwrap();
+        let all: Vec<u8> = chunks
+            .iter()
+            .flat_map(|c| c.contiguous().to_vec())
+            .collect();
+        let want: Vec<u8> = (0..10u8).flat_map(|i| [i; 4]).collect();
+        assert_eq!(all, want);
+        assert!(chunks.iter().all(|c| c.len <= 12));
+        assert_eq!(b.held_bytes(), 0);
+    }
+
+    #[tokio::test]
+    async fn throw_refuses_when_full_and_drop_oldest_makes_room() {
+        let full = |action| BufferConfig {
+            total_limit_size: Size(8),
+            chunk_limit_size: Size(4),
+            overflow_action: action,
+            ..Default::default()
+        };
+        let (b, _) = buffer(full(OverflowAction::Throw));
+        b.append("t", &[Bytes::from(vec![1u8; 4])], 1, false, false, &[])
+            .await
+            .unwrap();
+        b.append("t", &[Bytes::from(vec![2u8; 4])], 1, false, false, &[])
+            .await
+            .unwrap();
+        assert!(matches!(
+            b.append("t", &[Bytes::from(vec![3u8; 4])], 1, false, false, &[])
+                .await,
+            Err(AppendError::Full(_))
+        ));
+        assert_eq!(PluginStats::get(&b.stats.rejected), 1);
+
+        let (b, _) = buffer(full(OverflowAction::DropOldestChunk));
+        for i in 0..3u8 {
+            b.append("t", &[Bytes::from(vec![i; 4])], 1, false, false, &[])
+                .await
+                .unwrap();
+        }
+        assert_eq!(PluginStats::get(&b.stats.dropped), 1);
+        assert_eq!(b.held_bytes(), 8);
+    }
+}

@@ -1,0 +1,102 @@
+//! Where a chunk goes when its output gave up on it: the secondary output,
+//! else (file buffer) a dead-letter file under `<path>/dead-letters/` that
+//! `nagare replay` can send, else it is counted as lost.
+
+use std::fs::{self, OpenOptions};
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::chunk_file::{start_chunk, FileStore, Slot};
+use super::{Buffer, Chunk};
+use crate::stats::PluginStats;
+
+impl Buffer {
+    /// Hands over a chunk whose output gave up on it.
+    pub(super) async fn to_secondary(&self, chunk: &Chunk) {
+        if let Some((out, stats)) = &self.secondary {
+            // The secondary gets a few quick tries of its own.
+            for attempt in 0..3u32 {
+                match out.write(chunk).await {
+                    Ok(()) => {
+                        PluginStats::add(&self.stats.to_secondary, chunk.count as u64);
+                        PluginStats::add(&stats.events_in, chunk.count as u64);
+                        PluginStats::add(&stats.events_out, chunk.count as u64);
+                        return;
+                    }
+                    Err(e) => {
+                        PluginStats::add(&stats.errors, 1);
+                        tracing::error!(output = %stats.name, chunk = %chunk.id_hex(), attempt, error = %e, "secondary output failed");
+                        tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                    }
+                }
+            }
+        }
+        // A file buffer's default secondary: a dead-letter file `nagare replay` can send.
+        if let Some(store) = &self.store {
+            match store.write_dead_letter(&chunk.id, &chunk.tag, &chunk.segments, chunk.count) {
+                Ok(path) => {
+                    PluginStats::add(&self.stats.to_secondary, chunk.count as u64);
+                    tracing::error!(output = %self.name, chunk = %chunk.id_hex(), events = chunk.count,
+                        file = %path.display(), "chunk written to the dead-letter file (send it again with `nagare replay`)");
+                    return;
+                }
+                Err(e) => tracing::error!(output = %self.name, chunk = %chunk.id_hex(),
+                    path = %store.dir().display(), error = %e, "cannot write the dead-letter file"),
+            }
+        }
+        PluginStats::add(&self.stats.lost, chunk.count as u64);
+        tracing::error!(output = %self.name, chunk = %chunk.id_hex(), events = chunk.count,
+            "chunk discarded: retries exhausted and no secondary output took it");
+    }
+}
+
+impl FileStore {
+    /// Writes a chunk whose retries ran out to `<path>/dead-letters/`, in the
+    /// chunk file format (`nagare replay` sends such files); returns the file.
+    pub fn write_dead_letter(
+        &self,
+        id: &[u8; 16],
+        tag: &str,
+        segments: &[Bytes],
+        count: u32,
+    ) -> io::Result<PathBuf> {
+        let dir = self.dir().join("dead-letters");
+        fs::create_dir_all(&dir)?;
+        let path = dir.join(format!("{}.chunk", hex::encode(id)));
+        let file = OpenOptions::new()
+            .create_new(true)
+            .read(true)
+            .write(true)
+            .open(&path)?;
+        let slot = Slot::new(file, path.clone());
+        let written = start_chunk(slot.clone(), id, tag)
+            .and_then(|mut f| f.append(segments, count, &[]))
+            .and_then(|()| slot.file.sync_data());
+        if let Err(e) = written {
+            let _ = fs::remove_file(&path);
+            return Err(e);
+        }
+        Ok(path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::recovery::read_chunk_file;
+    use super::super::testing::entry;
+    use super::*;
+
+    #[test]
+    fn dead_letters_are_chunk_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = FileStore::open(dir.path(), "t", 4, usize::MAX).unwrap();
+        let path = store
+            .write_dead_letter(&[9; 16], "dl", &[entry(1), entry(2)], 2)
+            .unwrap();
+        let r = read_chunk_file(&path).unwrap().unwrap();
+        assert_eq!((r.id, r.tag.as_str(), r.count), ([9; 16], "dl", 2));
+    }
+}
