@@ -1,18 +1,35 @@
 //! The forward protocol's authentication handshake (HELO → PING → PONG).
 //!
+//! Both sides live here as plain state without I/O, so every caller (the
+//! daemon's forward input and output, `nagare cat`, `nagare replay`, the SDK)
+//! runs the same protocol code and only moves bytes:
+//! - a server makes a [`ServerHandshake`] per connection from its
+//!   [`ServerAuth`], sends [`ServerHandshake::helo`] and answers the PING it
+//!   reads with [`ServerHandshake::answer`];
+//! - a client feeds the HELO it reads to [`ClientHandshake::ping`], sends the
+//!   PING it gets back, and checks the PONG with [`ClientHandshake::check_pong`].
+//!
 //! Digests follow the spec exactly:
 //! - shared key: `hex(sha512(shared_key_salt + hostname + nonce + shared_key))`,
 //!   the client using its own hostname in PING, the server its own in PONG;
 //! - password: `hex(sha512(auth_salt + username + password))`.
 //!
-//! Peers pack nonce and salts as str or bin and the nonce is random bytes even
-//! when packed as str, so every field is read as raw bytes. Salts and digests
-//! are always written as str: Fluent Bit refuses a salt packed as bin.
+//! Wire types. Peers pack nonce and salts as str or bin, and the nonce is
+//! random bytes even when packed as str, so every field is read as raw bytes:
+//! - Fluentd's in_forward sends nonce and auth salt as bin (16 random bytes);
+//!   Fluent Bit's sends both as str holding 16 random bytes, and no
+//!   `keepalive`. nagare sends the nonce as str holding ASCII hex (a client
+//!   that decodes str as UTF-8 text then hashes the bytes we sent), the auth
+//!   salt as bin as Fluentd does (Node's fluent-logger answers with user
+//!   credentials only to a bin salt), and `""` when there are no users, as
+//!   the spec says.
+//! - PING and PONG fields are str: Fluent Bit's server refuses a PING field
+//!   packed as bin.
 
 use rmpv::Value;
 use sha2::{Digest, Sha512};
 
-use crate::msgpack::{write_array_len, write_bool, write_map_len, write_str};
+use crate::msgpack::{write_array_len, write_bin_header, write_bool, write_map_len, write_str};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum HandshakeError {
@@ -20,6 +37,12 @@ pub enum HandshakeError {
     Msgpack,
     #[error("expected {0}")]
     Unexpected(&'static str),
+    /// The server answered PONG false; its reason.
+    #[error("the server refused the handshake: {0}")]
+    Refused(String),
+    /// The server accepted, but its digest shows it does not know our key.
+    #[error("the server's PONG digest does not match the shared key")]
+    ServerDigest,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,7 +92,14 @@ pub fn digest_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// 16 random bytes as 32 lowercase hex characters: nonces and salts.
+fn random_hex() -> Vec<u8> {
+    hex::encode(rand::random::<[u8; 16]>()).into_bytes()
+}
+
 impl Helo {
+    /// `["HELO", {"nonce": str, "auth": bin (or "" without users), "keepalive": bool}]`
+    /// (see the module comment for why these types).
     pub fn encode(&self, out: &mut Vec<u8>) {
         write_array_len(out, 2);
         write_str(out, b"HELO");
@@ -77,7 +107,12 @@ impl Helo {
         write_str(out, b"nonce");
         write_str(out, &self.nonce);
         write_str(out, b"auth");
-        write_str(out, &self.auth);
+        if self.auth.is_empty() {
+            write_str(out, b"");
+        } else {
+            write_bin_header(out, self.auth.len());
+            out.extend_from_slice(&self.auth);
+        }
         write_str(out, b"keepalive");
         write_bool(out, self.keepalive);
     }
@@ -156,16 +191,256 @@ impl Pong {
     }
 }
 
+/// A user a server accepts in the handshake's user authentication.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    pub username: Vec<u8>,
+    pub password: Vec<u8>,
+}
+
+/// A server's handshake settings, made once per listener.
+#[derive(Debug, Clone)]
+pub struct ServerAuth {
+    shared_key: Vec<u8>,
+    hostname: Vec<u8>,
+    users: Vec<User>,
+}
+
+impl ServerAuth {
+    /// `hostname` is the one the server names in PONG; with `users`, a client
+    /// must also give one of these usernames and its password.
+    pub fn new(shared_key: &[u8], hostname: &[u8], users: Vec<User>) -> Self {
+        ServerAuth {
+            shared_key: shared_key.to_vec(),
+            hostname: hostname.to_vec(),
+            users,
+        }
+    }
+
+    /// The handshake of one new connection, with a fresh nonce (and a fresh
+    /// auth salt when users are required).
+    pub fn start(&self) -> ServerHandshake<'_> {
+        ServerHandshake {
+            auth: self,
+            nonce: random_hex(),
+            auth_salt: if self.users.is_empty() {
+                Vec::new()
+            } else {
+                random_hex()
+            },
+        }
+    }
+}
+
+/// The server side of one connection's handshake.
+#[derive(Debug)]
+pub struct ServerHandshake<'a> {
+    auth: &'a ServerAuth,
+    nonce: Vec<u8>,
+    auth_salt: Vec<u8>,
+}
+
+/// How a server answers a client's PING.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PingAnswer {
+    /// The PONG to send, whether the client is accepted or not.
+    pub pong: Vec<u8>,
+    /// The hostname the client named in its PING (empty if it sent no PING).
+    pub client_hostname: Vec<u8>,
+    /// Why the client is refused (also the PONG's reason); `None` = accepted.
+    /// A refused connection is closed once the PONG is sent.
+    pub refused: Option<&'static str>,
+}
+
+impl ServerHandshake<'_> {
+    /// The HELO that opens the handshake.
+    pub fn helo(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        Helo {
+            nonce: self.nonce.clone(),
+            auth: self.auth_salt.clone(),
+            keepalive: true,
+        }
+        .encode(&mut out);
+        out
+    }
+
+    /// Checks the client's answer to the HELO (one whole msgpack message).
+    pub fn answer(&self, msg: &[u8]) -> PingAnswer {
+        let Ok(ping) = Ping::decode(msg) else {
+            // Fluentd answers anything else with a refusal too.
+            return self.refuse(Vec::new(), "invalid PING message");
+        };
+        let key = &self.auth.shared_key;
+        let want = shared_key_digest(&ping.shared_key_salt, &ping.hostname, &self.nonce, key);
+        if !digest_eq(want.as_bytes(), &ping.shared_key_digest) {
+            return self.refuse(ping.hostname, "shared key mismatch");
+        }
+        if !self.auth.users.is_empty() && !self.user_matches(&ping) {
+            return self.refuse(ping.hostname, "username/password mismatch");
+        }
+        let pong = Pong {
+            auth_ok: true,
+            reason: Vec::new(),
+            hostname: self.auth.hostname.clone(),
+            shared_key_digest: shared_key_digest(
+                &ping.shared_key_salt,
+                &self.auth.hostname,
+                &self.nonce,
+                key,
+            )
+            .into_bytes(),
+        };
+        PingAnswer {
+            pong: encoded(|out| pong.encode(out)),
+            client_hostname: ping.hostname,
+            refused: None,
+        }
+    }
+
+    fn user_matches(&self, ping: &Ping) -> bool {
+        self.auth.users.iter().any(|u| {
+            u.username == ping.username
+                && digest_eq(
+                    password_digest(&self.auth_salt, &u.username, &u.password).as_bytes(),
+                    &ping.password_digest,
+                )
+        })
+    }
+
+    /// A refused client learns nothing about the key: no hostname and no
+    /// digest, as Fluentd does.
+    fn refuse(&self, client_hostname: Vec<u8>, reason: &'static str) -> PingAnswer {
+        let pong = Pong {
+            auth_ok: false,
+            reason: reason.as_bytes().to_vec(),
+            hostname: Vec::new(),
+            shared_key_digest: Vec::new(),
+        };
+        PingAnswer {
+            pong: encoded(|out| pong.encode(out)),
+            client_hostname,
+            refused: Some(reason),
+        }
+    }
+}
+
+/// The client side of one connection's handshake.
+#[derive(Debug, Clone)]
+pub struct ClientHandshake {
+    shared_key: Vec<u8>,
+    hostname: Vec<u8>,
+    username: Vec<u8>,
+    password: Vec<u8>,
+    salt: Vec<u8>,
+    /// The server's nonce, once its HELO was read.
+    nonce: Vec<u8>,
+}
+
+impl ClientHandshake {
+    /// `hostname` is the one named in PING; `username` and `password` are sent
+    /// (as a digest) only when the server's HELO asks for user authentication.
+    pub fn new(shared_key: &[u8], hostname: &[u8], username: &[u8], password: &[u8]) -> Self {
+        ClientHandshake {
+            shared_key: shared_key.to_vec(),
+            hostname: hostname.to_vec(),
+            username: username.to_vec(),
+            password: password.to_vec(),
+            salt: random_hex(),
+            nonce: Vec::new(),
+        }
+    }
+
+    /// Uses this shared-key salt instead of a random one (test vectors).
+    pub fn with_salt(mut self, salt: &[u8]) -> Self {
+        self.salt = salt.to_vec();
+        self
+    }
+
+    /// Reads the server's HELO and returns the PING to send.
+    pub fn ping(&mut self, helo: &[u8]) -> Result<Vec<u8>, HandshakeError> {
+        let helo = Helo::decode(helo)?;
+        let ping = self.ping_for(&helo);
+        self.nonce = helo.nonce;
+        Ok(encoded(|out| ping.encode(out)))
+    }
+
+    /// The PING answering `helo`.
+    pub fn ping_for(&self, helo: &Helo) -> Ping {
+        let shared_key_digest =
+            shared_key_digest(&self.salt, &self.hostname, &helo.nonce, &self.shared_key);
+        let password_digest = if helo.auth.is_empty() {
+            Vec::new()
+        } else {
+            password_digest(&helo.auth, &self.username, &self.password).into_bytes()
+        };
+        Ping {
+            hostname: self.hostname.clone(),
+            shared_key_salt: self.salt.clone(),
+            shared_key_digest: shared_key_digest.into_bytes(),
+            username: self.username.clone(),
+            password_digest,
+        }
+    }
+
+    /// Checks the server's PONG: it accepted us, and its digest proves it
+    /// knows the shared key.
+    pub fn check_pong(&self, pong: &[u8]) -> Result<(), HandshakeError> {
+        let pong = Pong::decode(pong)?;
+        if !pong.auth_ok {
+            return Err(HandshakeError::Refused(
+                String::from_utf8_lossy(&pong.reason).into_owned(),
+            ));
+        }
+        let want = shared_key_digest(&self.salt, &pong.hostname, &self.nonce, &self.shared_key);
+        if !digest_eq(want.as_bytes(), &pong.shared_key_digest) {
+            return Err(HandshakeError::ServerDigest);
+        }
+        Ok(())
+    }
+}
+
 /// Reads the ack id from `{"ack": id}`, as raw bytes.
 pub fn decode_ack(buf: &[u8]) -> Result<Vec<u8>, HandshakeError> {
+    match decode_reply(buf)? {
+        Reply::Ack(id) => Ok(id),
+        _ => Err(HandshakeError::Unexpected("an ack map")),
+    }
+}
+
+/// A message a server sends a client outside its handshake.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reply {
+    /// `{"ack": id}`
+    Ack(Vec<u8>),
+    /// The server wants a handshake the client did not start.
+    Helo(Helo),
+    Pong(Pong),
+    /// Valid msgpack, but none of the above.
+    Other,
+}
+
+/// Tells what a server sent: an ack, a HELO, a PONG, or something else.
+pub fn decode_reply(buf: &[u8]) -> Result<Reply, HandshakeError> {
     let v = rmpv::decode::read_value(&mut &buf[..]).map_err(|_| HandshakeError::Msgpack)?;
-    v.as_map()
-        .and_then(|m| {
-            m.iter()
-                .find(|(k, _)| raw(k).as_deref() == Some(b"ack"))
-                .and_then(|(_, v)| raw(v))
-        })
-        .ok_or(HandshakeError::Unexpected("an ack map"))
+    if let Some(map) = v.as_map() {
+        let ack = map.iter().find(|(k, _)| raw(k).as_deref() == Some(b"ack"));
+        return Ok(ack
+            .and_then(|(_, id)| raw(id))
+            .map_or(Reply::Other, Reply::Ack));
+    }
+    let kind = v.as_array().and_then(|items| items.first()).and_then(raw);
+    Ok(match kind.as_deref() {
+        Some(b"HELO") => Helo::decode(buf).map_or(Reply::Other, Reply::Helo),
+        Some(b"PONG") => Pong::decode(buf).map_or(Reply::Other, Reply::Pong),
+        _ => Reply::Other,
+    })
+}
+
+fn encoded(write: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut out = Vec::new();
+    write(&mut out);
+    out
 }
 
 fn raw(v: &Value) -> Option<Vec<u8>> {
@@ -192,36 +467,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ping_round_trip_keeps_raw_nonce_bytes() {
-        let nonce = vec![0xff, 0x00, 0x80, b'a'];
-        let d = shared_key_digest(b"salt", b"client", &nonce, b"secret");
-        assert_eq!(d.len(), 128);
-        let p = Ping {
-            hostname: b"client".to_vec(),
-            shared_key_salt: b"salt".to_vec(),
-            shared_key_digest: d.into_bytes(),
-            username: Vec::new(),
-            password_digest: Vec::new(),
-        };
-        let mut out = Vec::new();
-        p.encode(&mut out);
-        assert_eq!(Ping::decode(&out).unwrap(), p);
-
-        let h = Helo {
-            nonce,
-            auth: vec![],
-            keepalive: true,
-        };
-        let mut out = Vec::new();
-        h.encode(&mut out);
-        assert_eq!(Helo::decode(&out).unwrap(), h);
-    }
-
-    #[test]
     fn known_digest() {
         // sha512("") is a fixed, well-known value.
         assert!(shared_key_digest(b"", b"", b"", b"").starts_with("cf83e1357eefb8bd"));
         assert!(digest_eq(b"abc", b"abc"));
         assert!(!digest_eq(b"abc", b"abd"));
+    }
+
+    #[test]
+    fn random_salts_are_ascii_hex_and_differ() {
+        let (a, b) = (random_hex(), random_hex());
+        assert_eq!(a.len(), 32);
+        assert!(a.iter().all(u8::is_ascii_hexdigit));
+        assert_ne!(a, b);
     }
 }

@@ -5,7 +5,10 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
-use nagare_forward::handshake::{digest_eq, password_digest, shared_key_digest, Helo, Ping, Pong};
+use nagare_forward::handshake::{
+    digest_eq, password_digest, shared_key_digest, ClientHandshake, HandshakeError, Helo, Ping,
+    Pong,
+};
 use nagare_forward::{
     encode_forward, encode_message, encode_packed_forward, scan_frame, Compression, EventTime,
     Limits, Mode,
@@ -365,6 +368,18 @@ fn handshake_vectors() {
         let pong = Pong::decode(&bad).unwrap();
         assert!(
             !digest_eq(&pong.shared_key_digest, expect.as_bytes()),
+            "vector {i}"
+        );
+
+        // The client state machine: the vector's HELO in, its PING out, its
+        // PONG accepted, the changed one refused.
+        let mut client = ClientHandshake::new(&key, &client, &user, &pass).with_salt(&salt);
+        let ping = client.ping(&hx(&h["helo_hex"])).unwrap();
+        assert_eq!(ping, hx(&h["ping_hex"]), "vector {i}");
+        assert_eq!(client.check_pong(&pong_hex), Ok(()), "vector {i}");
+        assert_eq!(
+            client.check_pong(&bad),
+            Err(HandshakeError::ServerDigest),
             "vector {i}"
         );
     }
