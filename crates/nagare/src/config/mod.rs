@@ -719,7 +719,7 @@ impl<'a> Loader<'a> {
         let target = match (reg.build)(section, &mut cx) {
             Ok(t) => t,
             Err(e) => {
-                self.section_error(at, prefix, e);
+                self.section_error(at, prefix, buffer_key_hint(e, prefix));
                 return None;
             }
         };
@@ -831,6 +831,41 @@ impl<'a> Loader<'a> {
         for (at, key, message) in found {
             self.error_at(at, &key, message);
         }
+    }
+}
+
+/// A buffer option written among an output's own options (Fluentd users
+/// write flush_interval there) is pointed to `[output.buffer]`.
+fn buffer_key_hint(e: SectionError, prefix: &str) -> SectionError {
+    let SectionError::Invalid { key, span, message } = e else {
+        return e;
+    };
+    let unknown = message
+        .strip_prefix("unknown field `")
+        .and_then(|r| r.split('`').next())
+        .map(str::to_string);
+    let schema = schemars::schema_for!(BufferConfig);
+    let is_buffer_key = unknown.as_deref().is_some_and(|k| {
+        schema
+            .as_value()
+            .get("properties")
+            .and_then(|p| p.get(k))
+            .is_some()
+    });
+    match unknown {
+        Some(k) if is_buffer_key => SectionError::Invalid {
+            key,
+            span,
+            message: format!(
+                "`{k}` is a buffer option: put it under [{}.buffer]",
+                if prefix.is_empty() {
+                    "output".to_string()
+                } else {
+                    format!("output.{prefix}")
+                }
+            ),
+        },
+        _ => SectionError::Invalid { key, span, message },
     }
 }
 

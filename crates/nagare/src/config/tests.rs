@@ -101,3 +101,40 @@ fn filter_sections() {
         );
     }
 }
+
+#[test]
+fn an_error_is_placed_in_its_own_section() {
+    // Both outputs have `path`; the error is the first one's, on its line.
+    let text = "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:0\"\n\n[[output]]\ntype = \"file\"\nmatch = \"a\"\npath = \"/tmp/%Q\"\n\n[[output]]\ntype = \"file\"\nmatch = \"**\"\npath = \"/tmp/ok.log\"\n";
+    let e = errors(text, "s.toml");
+    assert_eq!((e[0].line, e[0].key.as_str()), (8, "path"), "{e:?}");
+    // A key missing in the first section is reported there, not where a
+    // later section has it.
+    let text = "[[input]]\ntype = \"tail\"\ntag = \"t\"\n\n[[input]]\ntype = \"tail\"\npath = \"/x\"\ntag = \"t\"\n";
+    let e = errors(text, "m.toml");
+    assert_eq!((e[0].line, e[0].key.as_str()), (1, "path"), "{e:?}");
+}
+
+#[test]
+fn unknown_sections_and_types_suggest_the_closest() {
+    let e = errors("[[inputs]]\ntype = \"forward\"\n", "u.toml");
+    assert!(e[0].message.contains("Did you mean `input`?"), "{e:?}");
+    let e = errors("[[input]]\ntype = \"forwrd\"\n", "u.toml");
+    assert_eq!((e[0].line, e[0].key.as_str()), (2, "type"), "{e:?}");
+    assert!(e[0].message.contains("Did you mean \"forward\"?"), "{e:?}");
+}
+
+#[test]
+fn a_buffer_option_among_output_options_is_pointed_to_the_buffer() {
+    let text = "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:0\"\n[[output]]\ntype = \"stdout\"\nmatch = \"**\"\nflush_interval = \"1s\"\n";
+    let e = errors(text, "b.toml");
+    assert_eq!(
+        (e[0].line, e[0].key.as_str()),
+        (7, "flush_interval"),
+        "{e:?}"
+    );
+    assert!(
+        e[0].message.contains("put it under [output.buffer]"),
+        "{e:?}"
+    );
+}
