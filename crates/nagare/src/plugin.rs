@@ -178,49 +178,47 @@ fn schema<T: JsonSchema>() -> schemars::Schema {
     schemars::schema_for!(T)
 }
 
+const fn registration<T: JsonSchema, B>(
+    type_name: &'static str,
+    doc: &'static str,
+    build: fn(Section<'_, '_>, &mut BuildContext) -> Result<B, SectionError>,
+) -> Registration<B> {
+    Registration {
+        type_name,
+        doc,
+        schema: schema::<T>,
+        build,
+    }
+}
+
 pub const fn input<T: InputPlugin>() -> InputRegistration {
     fn build<T: InputPlugin>(
-        s: Section<'_, '_>,
+        s: Section,
         cx: &mut BuildContext,
     ) -> Result<Box<dyn Input>, SectionError> {
         Ok(s.options::<T>()?.build(cx)?)
     }
-    Registration {
-        type_name: T::TYPE,
-        doc: T::DOC,
-        schema: schema::<T>,
-        build: build::<T>,
-    }
+    registration::<T, _>(T::TYPE, T::DOC, build::<T>)
 }
 
 pub const fn filter<T: FilterPlugin>() -> FilterRegistration {
     fn build<T: FilterPlugin>(
-        s: Section<'_, '_>,
+        s: Section,
         cx: &mut BuildContext,
     ) -> Result<Box<dyn Filter>, SectionError> {
         Ok(s.options::<T>()?.build(cx)?)
     }
-    Registration {
-        type_name: T::TYPE,
-        doc: T::DOC,
-        schema: schema::<T>,
-        build: build::<T>,
-    }
+    registration::<T, _>(T::TYPE, T::DOC, build::<T>)
 }
 
 pub const fn output<T: OutputPlugin>() -> OutputRegistration {
     fn build<T: OutputPlugin>(
-        s: Section<'_, '_>,
+        s: Section,
         cx: &mut BuildContext,
     ) -> Result<OutputTarget, SectionError> {
         Ok(OutputTarget::One(s.options::<T>()?.build(cx)?))
     }
-    Registration {
-        type_name: T::TYPE,
-        doc: T::DOC,
-        schema: schema::<T>,
-        build: build::<T>,
-    }
+    registration::<T, _>(T::TYPE, T::DOC, build::<T>)
 }
 
 /// The registries a config is loaded with.

@@ -584,32 +584,48 @@ impl<'a> Loader<'a> {
         }
     }
 
+    /// Builds one plugin section through its registration; errors are
+    /// reported (after `hint` rewrote them), what it learned is recorded.
+    fn build<B>(
+        &mut self,
+        reg: &Registration<B>,
+        table: DeTable<'a>,
+        span: Range<usize>,
+        name: &str,
+        prefix: &str,
+        hint: fn(SectionError, &str) -> SectionError,
+    ) -> Option<B> {
+        let at = span.start;
+        let mut cx = BuildContext::new(name);
+        let section = Section {
+            value: Spanned::new(span, DeValue::Table(table)),
+            prefix: prefix.to_string(),
+            loader: self,
+        };
+        match (reg.build)(section, &mut cx) {
+            Ok(built) => {
+                self.learned(cx, at, prefix);
+                Some(built)
+            }
+            Err(e) => {
+                self.section_error(at, prefix, hint(e, prefix));
+                None
+            }
+        }
+    }
+
     fn input(&mut self, v: Spanned<DeValue<'a>>, index: usize) -> Option<InputSection> {
         let at = v.span().start;
         let (mut table, span) = into_table(v);
         self.keys = KeySpans::of(&table);
         let reg = self.registration(&mut table, at, "", "input", self.registries.inputs)?;
         let name = format!("{}#{index}", reg.type_name);
-        let mut cx = BuildContext::new(&name);
-        let section = Section {
-            value: Spanned::new(span, DeValue::Table(table)),
-            prefix: String::new(),
-            loader: self,
-        };
-        match (reg.build)(section, &mut cx) {
-            Ok(input) => {
-                self.learned(cx, at, "");
-                Some(InputSection {
-                    name,
-                    type_name: reg.type_name,
-                    input,
-                })
-            }
-            Err(e) => {
-                self.section_error(at, "", e);
-                None
-            }
-        }
+        let input = self.build(reg, table, span, &name, "", |e, _| e)?;
+        Some(InputSection {
+            name,
+            type_name: reg.type_name,
+            input,
+        })
     }
 
     fn filter(&mut self, v: Spanned<DeValue<'a>>, index: usize) -> Option<FilterSection> {
@@ -621,27 +637,13 @@ impl<'a> Loader<'a> {
         let patterns =
             patterns.unwrap_or_else(|| Pattern::parse_list("**").expect("static pattern"));
         let name = format!("{}#{index}", reg.type_name);
-        let mut cx = BuildContext::new(&name);
-        let section = Section {
-            value: Spanned::new(span, DeValue::Table(table)),
-            prefix: String::new(),
-            loader: self,
-        };
-        match (reg.build)(section, &mut cx) {
-            Ok(filter) => {
-                self.learned(cx, at, "");
-                Some(FilterSection {
-                    name,
-                    type_name: reg.type_name,
-                    patterns,
-                    filter,
-                })
-            }
-            Err(e) => {
-                self.section_error(at, "", e);
-                None
-            }
-        }
+        let filter = self.build(reg, table, span, &name, "", |e, _| e)?;
+        Some(FilterSection {
+            name,
+            type_name: reg.type_name,
+            patterns,
+            filter,
+        })
     }
 
     /// An `[[output]]`, an `[output.secondary]` or a copy's `[[output.store]]`:
@@ -710,20 +712,7 @@ impl<'a> Loader<'a> {
             }
             None => None,
         };
-        let mut cx = BuildContext::new(&name);
-        let section = Section {
-            value: Spanned::new(span, DeValue::Table(table)),
-            prefix: prefix.to_string(),
-            loader: self,
-        };
-        let target = match (reg.build)(section, &mut cx) {
-            Ok(t) => t,
-            Err(e) => {
-                self.section_error(at, prefix, buffer_key_hint(e, prefix));
-                return None;
-            }
-        };
-        self.learned(cx, at, prefix);
+        let target = self.build(reg, table, span, &name, prefix, buffer_key_hint)?;
         ok.then(|| OutputSection {
             name,
             type_name: reg.type_name,
