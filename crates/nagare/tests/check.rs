@@ -137,6 +137,13 @@ fn cases(dir: &std::path::Path) -> Vec<Case> {
             says: "is a file",
         },
         Case {
+            what: "a fuse mountpoint that cannot be created",
+            config: format!("[[input]]\ntype = \"fuse\"\nmountpoint = \"{blocked}/mnt\"\n{}", stdout_output()),
+            line: 3,
+            key: "mountpoint",
+            says: "is a file",
+        },
+        Case {
             what: "a regex parser whose expression does not compile",
             config: format!("[[input]]\ntype = \"tail\"\npath = \"{d}/*.log\"\ntag = \"t\"\nposition_db = \"{d}/pos\"\n[input.parser]\ntype = \"regex\"\nexpression = \"(unclosed\"\n{}", stdout_output(), d = dir.display()),
             line: 8,
