@@ -7,6 +7,7 @@ mod daemon;
 mod dedup;
 mod filters;
 mod formats;
+mod forward_io;
 mod inputs;
 mod monitor;
 mod outputs;

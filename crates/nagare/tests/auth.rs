@@ -1,5 +1,7 @@
 //! The shared-key handshake (HELO/PING/PONG): good and bad keys, users and
-//! passwords, and the forward output completing it against a nagare input.
+//! passwords, the forward output completing it against a nagare input, and
+//! `nagare cat` / `nagare replay` failing with the reason when the server did
+//! not take their events (handshake missing or refused, no ack).
 
 mod common;
 
@@ -158,10 +160,30 @@ fn users_and_passwords() {
     });
     let o = c.wait_with_output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // A wrong password fails with the server's reason.
+    let addr = format!("127.0.0.1:{port}");
+    let o = nagare_cat(
+        &[
+            "--address",
+            &addr,
+            "--shared-key",
+            "s3cr3t key",
+            "--user",
+            "bob:wonderland",
+            "users.bad",
+        ],
+        &json_input(1000..1010),
+    );
+    cat_failed(
+        &o,
+        "error: the server refused the handshake: username/password mismatch",
+    );
 
     let got = json_lines_seqs(&wait_file_lines(&out, 200));
     assert_exact_seqs(&seqs(&got), 200);
     assert!(d.terminate().success());
+    let got = json_lines_seqs(&read_file(&out));
+    assert!(got.iter().all(|(t, _)| t != "users.bad"), "{got:?}");
 }
 
 #[test]
@@ -203,4 +225,210 @@ flush_interval = "50ms"
     assert_eq!(b.metric("bad_input_total", "forward#0"), bad_before);
     assert!(a.terminate().success());
     assert!(b.terminate().success());
+}
+
+/// Asserts that `nagare cat` or `nagare replay` exited 1 with `message`
+/// and claimed no success.
+fn cat_failed(o: &std::process::Output, message: &str) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(message), "want {message:?} in {err}");
+    assert!(!err.contains(": sent "), "a success line in {err}");
+}
+
+const NO_KEY: &str = "the server requires a shared-key handshake; pass --shared-key";
+
+#[test]
+fn cat_fails_when_the_server_requires_a_handshake_or_refuses_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, mon) = (free_port(), free_port());
+    let out = dir.path().join("out.log");
+    let mut d = Daemon::start(dir.path(), "key", &secured(port, mon, &out, ""), Some(mon));
+    d.wait_port(port);
+    let addr = format!("127.0.0.1:{port}");
+
+    // Without --shared-key: the server's HELO is noticed with acks or without,
+    // after one frame or while many are still being sent.
+    let o = nagare_cat(&["--address", &addr, "no.key"], &json_input(0..3));
+    cat_failed(&o, NO_KEY);
+    let o = nagare_cat(&["--address", &addr, "--ack", "no.key"], &json_input(0..3));
+    cat_failed(&o, NO_KEY);
+    let o = nagare_cat(
+        &["--address", &addr, "--batch", "10", "no.key"],
+        &json_input(0..20_000),
+    );
+    cat_failed(&o, NO_KEY);
+
+    // A wrong key: the server's reason.
+    let o = nagare_cat(
+        &["--address", &addr, "--shared-key", "wrong", "bad.key"],
+        &json_input(0..3),
+    );
+    cat_failed(
+        &o,
+        "error: the server refused the handshake: shared key mismatch",
+    );
+
+    // The right key: exactly these events arrive, none of the refused ones.
+    let o = nagare_cat(
+        &["--address", &addr, "--shared-key", "s3cr3t key", "good"],
+        &json_input(0..100),
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("sent 100 events"));
+    wait_file_lines(&out, 100);
+    assert!(d.terminate().success());
+    let got = json_lines_seqs(&read_file(&out));
+    assert!(got.iter().all(|(t, _)| t == "good"), "{got:?}");
+    assert_exact_seqs(&seqs(&got), 100);
+}
+
+/// A server that reads one whole frame, then closes without an ack.
+fn closes_without_ack() -> (u16, std::thread::JoinHandle<()>) {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    let t = std::thread::spawn(move || {
+        let (mut c, _) = l.accept().unwrap();
+        let mut buf = Vec::new();
+        let mut b = [0u8; 4096];
+        while nagare_forward::scan_frame(&buf, &Default::default())
+            .unwrap()
+            .is_none()
+        {
+            let n = std::io::Read::read(&mut c, &mut b).unwrap();
+            assert!(n > 0, "the client closed before a whole frame");
+            buf.extend_from_slice(&b[..n]);
+        }
+    });
+    (port, t)
+}
+
+#[test]
+fn cat_fails_when_no_ack_or_no_helo_comes() {
+    // The server reads the frame and answers nothing.
+    let silent = Sink::start(SinkOpts {
+        no_ack: true,
+        ..Default::default()
+    });
+    let addr = format!("127.0.0.1:{}", silent.port);
+    let o = nagare_cat(
+        &["--address", &addr, "--ack", "--ack-timeout", "1s", "t"],
+        &json_input(0..3),
+    );
+    cat_failed(&o, "error: no ack for chunk cat-");
+    cat_failed(&o, " within 1s");
+    assert_exact_seqs(&silent.seqs(), 3);
+
+    // --shared-key, but the server wants no handshake.
+    let o = nagare_cat(
+        &[
+            "--address",
+            &addr,
+            "--shared-key",
+            "k",
+            "--ack-timeout",
+            "1s",
+            "t",
+        ],
+        &json_input(0..3),
+    );
+    cat_failed(
+        &o,
+        "error: the server sent no HELO within 1s: it may not require a shared key",
+    );
+
+    // The server closes the connection instead of acking.
+    let (port, server) = closes_without_ack();
+    let o = nagare_cat(
+        &["--address", &format!("127.0.0.1:{port}"), "--ack", "t"],
+        &json_input(0..3),
+    );
+    server.join().unwrap();
+    cat_failed(
+        &o,
+        "error: the server closed the connection without acknowledging chunk cat-",
+    );
+}
+
+#[test]
+fn replay_fails_when_the_server_did_not_take_a_chunk() {
+    let dir = tempfile::tempdir().unwrap();
+    // Dead letters: a relay whose only downstream never listens.
+    let (p_relay, dead_port, mon) = (free_port(), free_port(), free_port());
+    let relay_cfg = format!(
+        r#"
+[monitor]
+bind = "127.0.0.1:{mon}"
+[[input]]
+type = "forward"
+bind = "127.0.0.1:{p_relay}"
+[[output]]
+type = "forward"
+match = "**"
+heartbeat_type = "none"
+connect_timeout = "500ms"
+[[output.server]]
+address = "127.0.0.1:{dead_port}"
+[output.buffer]
+type = "file"
+path = "{}"
+flush_interval = "50ms"
+retry_wait = "50ms"
+retry_max_interval = "100ms"
+retry_max_times = 1
+"#,
+        dir.path().join("buf").display()
+    );
+    let mut relay = Daemon::start(dir.path(), "relay", &relay_cfg, Some(mon));
+    relay.wait_port(p_relay);
+    let mut tx = Sender::tcp(p_relay);
+    tx.send_acked("replayed", 0..50, 10, "r");
+    tx.finish();
+    relay.wait_metric("secondary_events_total", "forward#0", 50);
+    assert!(relay.terminate().success());
+    let dead = dir.path().join("buf/dead-letters");
+    let files = || std::fs::read_dir(&dead).unwrap().count();
+    let n_files = files();
+    assert!(n_files > 0);
+
+    let (port, mon_b) = (free_port(), free_port());
+    let out = dir.path().join("out.log");
+    let mut d = Daemon::start(
+        dir.path(),
+        "key",
+        &secured(port, mon_b, &out, ""),
+        Some(mon_b),
+    );
+    d.wait_port(port);
+    let replay = |to: u16, args: &[&str]| {
+        std::process::Command::new(BIN)
+            .args(["replay", dead.to_str().unwrap(), "--to"])
+            .arg(format!("127.0.0.1:{to}"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+
+    cat_failed(&replay(port, &[]), NO_KEY);
+    cat_failed(
+        &replay(port, &["--shared-key", "wrong"]),
+        "error: the server refused the handshake: shared key mismatch",
+    );
+    let silent = Sink::start(SinkOpts {
+        no_ack: true,
+        ..Default::default()
+    });
+    let o = replay(silent.port, &["--ack-timeout", "1s"]);
+    cat_failed(&o, "no ack for chunk ");
+    cat_failed(&o, "0 chunk files were sent and acknowledged before");
+    assert_eq!(files(), n_files, "nothing acked, nothing removed");
+
+    let o = replay(port, &["--shared-key", "s3cr3t key"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("sent 50 events"));
+    assert_eq!(files(), 0);
+    wait_file_lines(&out, 50);
+    assert!(d.terminate().success());
+    let got = json_lines_seqs(&read_file(&out));
+    assert_exact_seqs(&seqs(&got), 50);
 }

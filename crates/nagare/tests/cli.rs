@@ -199,43 +199,6 @@ fn version_and_usage_errors() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-fn cat(args: &[&str], input: &str) -> std::process::Output {
-    let mut c = Command::new(BIN)
-        .arg("cat")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = c.stdin.take().unwrap();
-    let input = input.to_string();
-    let w = std::thread::spawn(move || {
-        // nagare cat may exit before reading everything (connection refused).
-        let _ = stdin.write_all(input.as_bytes());
-    });
-    // bounded: poll for exit
-    let start = std::time::Instant::now();
-    loop {
-        if c.try_wait().unwrap().is_some() {
-            break;
-        }
-        if start.elapsed() > WAIT {
-            let _ = c.kill();
-            panic!("nagare cat did not finish");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    w.join().unwrap();
-    c.wait_with_output().unwrap()
-}
-
-fn json_input(range: std::ops::Range<u64>) -> String {
-    range
-        .map(|s| format!("{{\"seq\":{s},\"message\":\"{}\"}}\n", message_for(s)))
-        .collect()
-}
-
 #[test]
 fn cat_sends_stdin_lines_as_events() {
     let dir = tempfile::tempdir().unwrap();
@@ -265,15 +228,15 @@ flush_interval = "50ms"
     wait_until(WAIT, "the UNIX socket", || sock.exists());
 
     let addr = format!("127.0.0.1:{port}");
-    let o = cat(&["--address", &addr, "cat.plain"], &json_input(0..300));
+    let o = nagare_cat(&["--address", &addr, "cat.plain"], &json_input(0..300));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(String::from_utf8_lossy(&o.stderr).contains("sent 300 events"));
-    let o = cat(
+    let o = nagare_cat(
         &["--address", &addr, "--ack", "cat.ack"],
         &json_input(300..600),
     );
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let o = cat(
+    let o = nagare_cat(
         &["--unix", sock.to_str().unwrap(), "--ack", "cat.unix"],
         &json_input(600..900),
     );
@@ -298,7 +261,7 @@ flush_interval = "50ms"
     }
     // A connection refused is exit 1 with a message.
     let dead = format!("127.0.0.1:{}", free_port());
-    let o = cat(&["--address", &dead, "x"], "{\"a\":1}\n");
+    let o = nagare_cat(&["--address", &dead, "x"], "{\"a\":1}\n");
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("cannot connect"));
     assert!(d.terminate().success());

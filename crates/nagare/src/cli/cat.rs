@@ -1,14 +1,25 @@
 //! `nagare cat [--address HOST:PORT | --unix PATH] [--ack] TAG`: reads JSON
 //! objects, one per line, from stdin and sends them as events, as fluent-cat does.
+//!
+//! It exits non-zero whenever the server did not take the events, saying why:
+//! a handshake refused, or required and not started (the server's HELO is
+//! noticed even without `--ack`), an ack missing.
 
 use std::io::BufRead;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use bytes::BytesMut;
+use nagare_forward::handshake::ClientHandshake;
 use nagare_forward::{encode_packed_forward, write_entry, Compression, EventTime};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use crate::outputs::forward::{client_handshake, read_message};
+use crate::forward_io::{self, ClientError};
+
+/// Without acks, how long cat waits at the end for the server to close the
+/// connection (it has read everything then; a server that wanted a
+/// handshake has sent its HELO).
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(clap::Args)]
 pub struct CatArgs {
@@ -32,7 +43,8 @@ pub struct CatArgs {
     /// Events per frame at most (frames also go out whenever stdin pauses).
     #[arg(long, default_value_t = 1000)]
     pub batch: usize,
-    /// How long to wait for each ack.
+    /// How long to wait for each answer from the server: an ack, or the
+    /// handshake's HELO and PONG.
     #[arg(long, default_value = "30s", value_parser = crate::config::units::parse_duration)]
     pub ack_timeout: Duration,
 }
@@ -47,7 +59,12 @@ pub fn main(a: CatArgs) -> ExitCode {
     })
 }
 
-async fn connect(a: &CatArgs) -> Result<Box<dyn Stream>, String> {
+/// A server's answer in the user's terms.
+fn said(e: ClientError) -> String {
+    e.explain("--shared-key")
+}
+
+async fn connect(a: &CatArgs, buf: &mut BytesMut) -> Result<Box<dyn Stream>, String> {
     let mut s: Box<dyn Stream> = match &a.unix {
         Some(p) => Box::new(
             tokio::net::UnixStream::connect(p)
@@ -67,13 +84,22 @@ async fn connect(a: &CatArgs) -> Result<Box<dyn Stream>, String> {
             .and_then(|u| u.split_once(':'))
             .unwrap_or(("", ""));
         let host = gethostname::gethostname().to_string_lossy().into_owned();
-        client_handshake(&mut s, key, &host, user, pass).await?;
+        let hs = ClientHandshake::new(
+            key.as_bytes(),
+            host.as_bytes(),
+            user.as_bytes(),
+            pass.as_bytes(),
+        );
+        forward_io::client_handshake(&mut s, buf, hs, a.ack_timeout)
+            .await
+            .map_err(said)?;
     }
     Ok(s)
 }
 
 async fn run(a: &CatArgs) -> Result<u64, String> {
-    let mut conn = connect(a).await?;
+    let mut replies = BytesMut::new();
+    let mut conn = connect(a, &mut replies).await?;
     let mut input = std::io::BufReader::with_capacity(1 << 16, std::io::stdin().lock());
     let mut entries = Vec::new();
     let mut count = 0u32;
@@ -120,20 +146,15 @@ async fn run(a: &CatArgs) -> Result<u64, String> {
                 Compression::None,
             )
             .map_err(|e| e.to_string())?;
-            conn.write_all(&frame)
-                .await
-                .map_err(|e| format!("sending: {e}"))?;
+            if let Err(e) = conn.write_all(&frame).await {
+                return Err(said(
+                    forward_io::send_failed(&mut conn, &mut replies, e).await,
+                ));
+            }
             if let Some(id) = id {
-                let mut buf = Vec::new();
-                let msg = tokio::time::timeout(a.ack_timeout, read_message(&mut conn, &mut buf))
+                forward_io::wait_ack(&mut conn, &mut replies, id.as_bytes(), a.ack_timeout)
                     .await
-                    .map_err(|_| {
-                        format!("no ack within {:?} for {count} events", a.ack_timeout)
-                    })??;
-                let got = nagare_forward::handshake::decode_ack(&msg).map_err(|e| e.to_string())?;
-                if got != id.as_bytes() {
-                    return Err("the server acked a different chunk".into());
-                }
+                    .map_err(said)?;
             }
             sent += count as u64;
             entries.clear();
@@ -143,7 +164,13 @@ async fn run(a: &CatArgs) -> Result<u64, String> {
             break;
         }
     }
-    conn.flush().await.map_err(|e| format!("sending: {e}"))?;
-    let _ = conn.shutdown().await;
+    if a.ack {
+        let _ = conn.shutdown().await;
+    } else {
+        // Nothing confirmed the events: at least hear out the server.
+        forward_io::finish(&mut conn, &mut replies, CLOSE_WAIT)
+            .await
+            .map_err(said)?;
+    }
     Ok(sent)
 }

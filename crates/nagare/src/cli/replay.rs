@@ -6,11 +6,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
+use bytes::BytesMut;
+use nagare_forward::handshake::ClientHandshake;
 use nagare_forward::{encode_packed_forward, Compression};
 use tokio::io::AsyncWriteExt;
 
 use crate::buffer::read_chunk_file;
-use crate::outputs::forward::{client_handshake, read_message};
+use crate::forward_io::{self, ClientError};
 
 #[derive(clap::Args)]
 pub struct ReplayArgs {
@@ -25,7 +27,8 @@ pub struct ReplayArgs {
     /// Keep the files after they were acked (default: remove them).
     #[arg(long)]
     pub keep: bool,
-    /// How long to wait for each ack.
+    /// How long to wait for each answer from the server: an ack, or the
+    /// handshake's HELO and PONG.
     #[arg(long, default_value = "30s", value_parser = crate::config::units::parse_duration)]
     pub ack_timeout: Duration,
 }
@@ -63,17 +66,25 @@ fn chunk_files(path: &Path) -> Result<Vec<PathBuf>, String> {
     Ok(v.into_iter().map(|(_, p)| p).collect())
 }
 
+/// A server's answer in the user's terms.
+fn said(e: ClientError) -> String {
+    e.explain("--shared-key")
+}
+
 async fn run(a: &ReplayArgs) -> Result<(usize, u64), String> {
     let files = chunk_files(&a.path)?;
     let mut conn = tokio::net::TcpStream::connect(&a.to)
         .await
         .map_err(|e| format!("cannot connect to {}: {e}", a.to))?;
+    let mut replies = BytesMut::new();
     if let Some(key) = &a.shared_key {
         let host = gethostname::gethostname().to_string_lossy().into_owned();
-        client_handshake(&mut conn, key, &host, "", "").await?;
+        let hs = ClientHandshake::new(key.as_bytes(), host.as_bytes(), b"", b"");
+        forward_io::client_handshake(&mut conn, &mut replies, hs, a.ack_timeout)
+            .await
+            .map_err(said)?;
     }
     let (mut sent_files, mut events) = (0, 0u64);
-    let mut buf = Vec::new();
     for path in files {
         let Some(chunk) = read_chunk_file(&path).map_err(|e| format!("{}: {e}", path.display()))?
         else {
@@ -91,19 +102,21 @@ async fn run(a: &ReplayArgs) -> Result<(usize, u64), String> {
             Compression::None,
         )
         .map_err(|e| e.to_string())?;
-        conn.write_all(&frame)
-            .await
-            .map_err(|e| format!("sending {}: {e}", path.display()))?;
-        let msg = tokio::time::timeout(a.ack_timeout, read_message(&mut conn, &mut buf))
-            .await
-            .map_err(|_| format!("no ack for {} within {:?}", path.display(), a.ack_timeout))??;
-        let got = nagare_forward::handshake::decode_ack(&msg).map_err(|e| e.to_string())?;
-        if got != id.as_bytes() {
-            return Err(format!(
-                "{}: the server acked another chunk",
-                path.display()
+        let not_taken = |e: ClientError| {
+            format!(
+                "{}: {}; {sent_files} chunk files were sent and acknowledged before",
+                path.display(),
+                said(e)
+            )
+        };
+        if let Err(e) = conn.write_all(&frame).await {
+            return Err(not_taken(
+                forward_io::send_failed(&mut conn, &mut replies, e).await,
             ));
         }
+        forward_io::wait_ack(&mut conn, &mut replies, id.as_bytes(), a.ack_timeout)
+            .await
+            .map_err(not_taken)?;
         if !a.keep {
             std::fs::remove_file(&path)
                 .map_err(|e| format!("sent, but cannot remove {}: {e}", path.display()))?;

@@ -13,9 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
-use nagare_forward::handshake::{self, Ping, Pong};
-use nagare_forward::msgpack::skip_value;
-use nagare_forward::{encode_ack, scan_frame, EventFrame, EventTime, Limits, ScanError};
+use nagare_forward::handshake::{ServerAuth, User};
+use nagare_forward::{encode_ack, scan_frame, EventFrame, EventTime, Limits};
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket, UnixListener};
@@ -24,6 +23,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::units::{Dur, Size};
 use crate::dedup::RecentIds;
+use crate::forward_io;
 use crate::router::{Route, Router};
 use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, Listen, OptionError};
 use crate::stats::PluginStats;
@@ -115,7 +115,8 @@ struct Ctx {
     router: Arc<Router>,
     stats: Arc<PluginStats>,
     limits: Limits,
-    hostname: String,
+    /// The handshake's settings, when a shared key is required.
+    auth: Option<ServerAuth>,
     /// Clones live as long as connections; the count tells when all are done.
     live: Arc<()>,
     recent: RecentIds,
@@ -144,6 +145,17 @@ pub async fn start(
     )
     .map_err(|e| anyhow::anyhow!("{name}: dedup_path: {e}"))?;
     recent.insert_all(stored_ids);
+    let auth = cfg.shared_key.as_ref().map(|key| {
+        let users = cfg
+            .users
+            .iter()
+            .map(|u| User {
+                username: u.username.clone().into_bytes(),
+                password: u.password.clone().into_bytes(),
+            })
+            .collect();
+        ServerAuth::new(key.as_bytes(), hostname.as_bytes(), users)
+    });
     let ctx = Arc::new(Ctx {
         recent,
         cfg: cfg.clone(),
@@ -151,7 +163,7 @@ pub async fn start(
         router,
         stats,
         limits,
-        hostname,
+        auth,
         live: Arc::new(()),
     });
     let mut tasks = Vec::new();
@@ -306,8 +318,9 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let mut buf = BytesMut::with_capacity(256 * 1024);
-    if let Some(key) = &ctx.cfg.shared_key {
-        handshake_server(&mut s, &mut buf, ctx, key).await?;
+    if let Some(auth) = &ctx.auth {
+        let wait = ctx.cfg.idle_timeout.0.min(Duration::from_secs(30));
+        forward_io::serve_handshake(&mut s, &mut buf, &auth.start(), wait).await?;
     }
     let mut cached: Option<(String, Route)> = None;
     let mut acks_out = Vec::new();
@@ -501,142 +514,6 @@ where
     }
     Ok(())
 }
-
-async fn read_value<S: AsyncRead + Unpin>(
-    s: &mut S,
-    buf: &mut BytesMut,
-    limit: usize,
-) -> Result<Bytes, String> {
-    loop {
-        match skip_value(buf, 0) {
-            Ok(end) => return Ok(buf.split_to(end).freeze()),
-            Err(ScanError::Invalid(m)) => return Err(format!("bad handshake message: {m}")),
-            Err(ScanError::Incomplete(_)) => {}
-        }
-        if buf.len() > limit {
-            return Err("handshake message too large".into());
-        }
-        match s.read_buf(buf).await {
-            Ok(0) => return Err("peer closed during the handshake".into()),
-            Ok(_) => {}
-            Err(e) => return Err(format!("read error during the handshake: {e}")),
-        }
-    }
-}
-
-async fn handshake_server<S>(
-    s: &mut S,
-    buf: &mut BytesMut,
-    ctx: &Ctx,
-    key: &str,
-) -> Result<(), String>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    // Nonce and salt are ASCII (hex of random bytes) so clients that decode
-    // msgpack str as UTF-8 (Node's and Python's msgpack) hash the same bytes
-    // we do.
-    let nonce = hex::encode(rand::random::<[u8; 16]>()).into_bytes();
-    let auth: Vec<u8> = if ctx.cfg.users.is_empty() {
-        Vec::new()
-    } else {
-        hex::encode(rand::random::<[u8; 16]>()).into_bytes()
-    };
-    let mut out = Vec::new();
-    handshake::Helo {
-        nonce: nonce.clone(),
-        auth: auth.clone(),
-        keepalive: true,
-    }
-    .encode(&mut out);
-    if !auth.is_empty() {
-        // Send the auth salt as bin, as Fluentd does: Node's fluent-logger
-        // only answers with a username and password digest when the salt is
-        // a bin (a Buffer). The nonce stays str.
-        out.clear();
-        use nagare_forward::msgpack::{
-            write_array_len, write_bin_header, write_bool, write_map_len, write_str,
-        };
-        write_array_len(&mut out, 2);
-        write_str(&mut out, b"HELO");
-        write_map_len(&mut out, 3);
-        write_str(&mut out, b"nonce");
-        write_str(&mut out, &nonce);
-        write_str(&mut out, b"auth");
-        write_bin_header(&mut out, auth.len());
-        out.extend_from_slice(&auth);
-        write_str(&mut out, b"keepalive");
-        write_bool(&mut out, true);
-    }
-    s.write_all(&out)
-        .await
-        .map_err(|e| format!("writing HELO: {e}"))?;
-    let msg = tokio::time::timeout(
-        ctx.cfg.idle_timeout.0.min(Duration::from_secs(30)),
-        read_value(s, buf, 64 * 1024),
-    )
-    .await
-    .map_err(|_| "no PING after HELO".to_string())??;
-    let ping = Ping::decode(&msg).map_err(|e| format!("handshake: {e}"))?;
-    let want = handshake::shared_key_digest(
-        &ping.shared_key_salt,
-        &ping.hostname,
-        &nonce,
-        key.as_bytes(),
-    );
-    let mut reason = String::new();
-    if !handshake::digest_eq(want.as_bytes(), &ping.shared_key_digest) {
-        reason = "shared key mismatch".into();
-    } else if !auth.is_empty() {
-        let ok = ctx.cfg.users.iter().any(|u| {
-            u.username.as_bytes() == ping.username.as_slice()
-                && handshake::digest_eq(
-                    handshake::password_digest(&auth, u.username.as_bytes(), u.password.as_bytes())
-                        .as_bytes(),
-                    &ping.password_digest,
-                )
-        });
-        if !ok {
-            reason = "username/password mismatch".into();
-        }
-    }
-    let ok = reason.is_empty();
-    // A refused client learns nothing about the key: no digest, as Fluentd does.
-    let pong = Pong {
-        auth_ok: ok,
-        reason: reason.clone().into_bytes(),
-        hostname: if ok {
-            ctx.hostname.clone().into_bytes()
-        } else {
-            Vec::new()
-        },
-        shared_key_digest: if ok {
-            handshake::shared_key_digest(
-                &ping.shared_key_salt,
-                ctx.hostname.as_bytes(),
-                &nonce,
-                key.as_bytes(),
-            )
-            .into_bytes()
-        } else {
-            Vec::new()
-        },
-    };
-    out.clear();
-    pong.encode(&mut out);
-    s.write_all(&out)
-        .await
-        .map_err(|e| format!("writing PONG: {e}"))?;
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "handshake failed: {reason} (client hostname {:?})",
-            String::from_utf8_lossy(&ping.hostname)
-        ))
-    }
-}
-
 impl InputPlugin for ForwardInputConfig {
     const TYPE: &'static str = "forward";
     const DOC: &'static str = "Receives Fluentd's forward protocol v1 over TCP (with UDP heartbeat answers) or a UNIX socket.";

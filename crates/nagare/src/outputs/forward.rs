@@ -12,18 +12,20 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use nagare_forward::handshake::{self, Helo, Ping, Pong};
+use bytes::BytesMut;
+use nagare_forward::handshake::{decode_reply, ClientHandshake, Reply};
 use nagare_forward::msgpack::{
-    skip_value, write_array_len, write_bin_header, write_map_len, write_str, write_uint,
+    write_array_len, write_bin_header, write_map_len, write_str, write_uint,
 };
-use nagare_forward::{Compression, ScanError};
+use nagare_forward::Compression;
 use serde::Deserialize;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::{FlushError, Output};
 use crate::buffer::Chunk;
 use crate::config::units::Dur;
+use crate::forward_io;
 use crate::plugin::{BuildContext, OptionError, OutputPlugin};
 
 /// One server of a forward output.
@@ -318,12 +320,16 @@ impl ForwardOutput {
         if let Some(key) = key {
             let user = s.cfg.username.as_deref().unwrap_or_default();
             let pass = s.cfg.password.as_deref().unwrap_or_default();
-            tokio::time::timeout(
-                self.cfg.connect_timeout.0,
-                client_handshake(&mut stream, key, &self.hostname, user, pass),
-            )
-            .await
-            .map_err(|_| "handshake timed out".to_string())??;
+            let hs = ClientHandshake::new(
+                key.as_bytes(),
+                self.hostname.as_bytes(),
+                user.as_bytes(),
+                pass.as_bytes(),
+            );
+            let mut buf = BytesMut::new();
+            forward_io::client_handshake(&mut stream, &mut buf, hs, self.cfg.connect_timeout.0)
+                .await
+                .map_err(|e| e.explain("shared_key"))?;
         }
         Ok(stream)
     }
@@ -333,15 +339,28 @@ impl ForwardOutput {
         loop {
             let c = s.idle.lock().expect("server").pop();
             let Some(c) = c else { break };
-            let mut probe = [0u8; 1];
+            let mut probe = [0u8; 512];
             match c.try_read(&mut probe) {
                 // The peer closed it (FIN) or sent something unexpected: drop it.
-                Ok(_) => continue,
+                Ok(n) => {
+                    self.warn_if_helo(s, &probe[..n]);
+                    continue;
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(c),
                 Err(_) => continue,
             }
         }
         self.connect(s).await
+    }
+
+    /// An idle connection that received a HELO went to a server that wants
+    /// a handshake we did not start: it dropped what we sent without acks.
+    fn warn_if_helo(&self, s: &Server, bytes: &[u8]) {
+        if let Ok(Reply::Helo(_)) = decode_reply(bytes) {
+            tracing::error!(output = %self.name, server = %s.cfg.address,
+                "the server requires a shared-key handshake (set shared_key): \
+                 chunks sent on this connection without require_ack_response were dropped by the server");
+        }
     }
 
     fn frame(&self, chunk: &Chunk) -> Result<(Frame, Option<String>), FlushError> {
@@ -401,30 +420,24 @@ impl ForwardOutput {
             }
             c.flush().await
         };
-        tokio::time::timeout(self.cfg.send_timeout.0, send)
-            .await
-            .map_err(|_| "send timed out".to_string())?
-            .map_err(|e| format!("send: {e}"))?;
+        match tokio::time::timeout(self.cfg.send_timeout.0, send).await {
+            Err(_) => return Err("send timed out".to_string()),
+            Ok(Err(e)) => {
+                let why = forward_io::send_failed(&mut c, &mut BytesMut::new(), e).await;
+                return Err(why.explain("shared_key"));
+            }
+            Ok(Ok(())) => {}
+        }
         if let Some(id) = ack_id {
-            let mut buf = Vec::new();
-            let msg = tokio::time::timeout(
+            let mut buf = BytesMut::new();
+            forward_io::wait_ack(
+                &mut c,
+                &mut buf,
+                id.as_bytes(),
                 self.cfg.ack_response_timeout.0,
-                read_message(&mut c, &mut buf),
             )
             .await
-            .map_err(|_| {
-                format!(
-                    "no ack for chunk {id} within {}",
-                    self.cfg.ack_response_timeout
-                )
-            })??;
-            let got = handshake::decode_ack(&msg).map_err(|e| format!("bad ack: {e}"))?;
-            if got != id.as_bytes() {
-                return Err(format!(
-                    "ack for {} instead of {id}",
-                    String::from_utf8_lossy(&got)
-                ));
-            }
+            .map_err(|e| e.explain("shared_key"))?;
         }
         if self.cfg.keepalive {
             s.idle.lock().expect("server").push(c);
@@ -446,85 +459,6 @@ fn gcd(a: u64, b: u64) -> u64 {
 enum Frame {
     Raw { head: Vec<u8>, tail: Vec<u8> },
     Whole(Vec<u8>),
-}
-
-/// The client side of the handshake: read HELO, send PING, check PONG.
-pub async fn client_handshake<S>(
-    stream: &mut S,
-    key: &str,
-    hostname: &str,
-    user: &str,
-    pass: &str,
-) -> Result<(), String>
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    let mut buf = Vec::new();
-    let helo_bytes = read_message(stream, &mut buf).await?;
-    let helo = Helo::decode(&helo_bytes).map_err(|e| format!("handshake: {e}"))?;
-    let salt = hex::encode(rand::random::<[u8; 16]>()).into_bytes();
-    let host = hostname.as_bytes();
-    let ping = Ping {
-        hostname: host.to_vec(),
-        shared_key_salt: salt.clone(),
-        shared_key_digest: handshake::shared_key_digest(&salt, host, &helo.nonce, key.as_bytes())
-            .into_bytes(),
-        username: user.as_bytes().to_vec(),
-        password_digest: if helo.auth.is_empty() {
-            Vec::new()
-        } else {
-            handshake::password_digest(&helo.auth, user.as_bytes(), pass.as_bytes()).into_bytes()
-        },
-    };
-    let mut out = Vec::new();
-    ping.encode(&mut out);
-    stream
-        .write_all(&out)
-        .await
-        .map_err(|e| format!("handshake: {e}"))?;
-    let pong_bytes = read_message(stream, &mut buf).await?;
-    let pong = Pong::decode(&pong_bytes).map_err(|e| format!("handshake: {e}"))?;
-    if !pong.auth_ok {
-        return Err(format!(
-            "server refused the handshake: {}",
-            String::from_utf8_lossy(&pong.reason)
-        ));
-    }
-    let want = handshake::shared_key_digest(&salt, &pong.hostname, &helo.nonce, key.as_bytes());
-    if !handshake::digest_eq(want.as_bytes(), &pong.shared_key_digest) {
-        return Err("server's PONG digest does not match the shared key".into());
-    }
-    Ok(())
-}
-
-/// Reads one complete msgpack value from the stream (handshake, acks).
-pub async fn read_message<S: AsyncRead + Unpin>(
-    stream: &mut S,
-    buf: &mut Vec<u8>,
-) -> Result<Vec<u8>, String> {
-    loop {
-        match skip_value(buf, 0) {
-            Ok(end) => {
-                let msg = buf[..end].to_vec();
-                buf.drain(..end);
-                return Ok(msg);
-            }
-            Err(ScanError::Invalid(m)) => return Err(format!("bad message from server: {m}")),
-            Err(ScanError::Incomplete(_)) => {}
-        }
-        if buf.len() > 1 << 20 {
-            return Err("message from server too large".into());
-        }
-        let mut tmp = [0u8; 4096];
-        let n = stream
-            .read(&mut tmp)
-            .await
-            .map_err(|e| format!("read: {e}"))?;
-        if n == 0 {
-            return Err("server closed the connection".into());
-        }
-        buf.extend_from_slice(&tmp[..n]);
-    }
 }
 
 async fn udp_heartbeat(address: &str, timeout: Duration) -> bool {

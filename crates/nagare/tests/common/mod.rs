@@ -1065,3 +1065,44 @@ pub fn bad_peer_lines(stderr: &str, peer: &str) -> Vec<String> {
         .map(String::from)
         .collect()
 }
+
+// ---------------------------------------------------------------- nagare cat
+
+/// Runs `nagare cat ARGS` with `input` on stdin; waits (bounded) for it to exit.
+pub fn nagare_cat(args: &[&str], input: &str) -> std::process::Output {
+    let mut c = Command::new(BIN)
+        .arg("cat")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = c.stdin.take().unwrap();
+    let input = input.to_string();
+    let w = std::thread::spawn(move || {
+        // nagare cat may exit before reading everything (connection refused).
+        let _ = stdin.write_all(input.as_bytes());
+    });
+    // bounded: poll for exit
+    let start = std::time::Instant::now();
+    loop {
+        if c.try_wait().unwrap().is_some() {
+            break;
+        }
+        if start.elapsed() > WAIT {
+            let _ = c.kill();
+            panic!("nagare cat did not finish");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    w.join().unwrap();
+    c.wait_with_output().unwrap()
+}
+
+/// JSON lines `{"seq":N,"message":…}` for `nagare cat`.
+pub fn json_input(range: std::ops::Range<u64>) -> String {
+    range
+        .map(|s| format!("{{\"seq\":{s},\"message\":\"{}\"}}\n", message_for(s)))
+        .collect()
+}
