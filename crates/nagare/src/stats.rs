@@ -15,13 +15,17 @@ pub struct PluginStats {
     pub bytes_out: AtomicU64,
     pub errors: AtomicU64,
     pub retries: AtomicU64,
+    /// Outputs: failed flushes that a retry cannot fix (`FlushError::Permanent`).
+    pub permanent_errors: AtomicU64,
     /// Events dropped by overflow_action = "drop_oldest_chunk".
     pub dropped: AtomicU64,
     /// Events refused by overflow_action = "throw".
     pub rejected: AtomicU64,
-    /// Events handed to the secondary output after their retries ran out.
+    /// Events handed to the secondary output: their retries ran out, or their
+    /// flush failed with an error that a retry cannot fix.
     pub to_secondary: AtomicU64,
-    /// Events lost: no secondary took them, or their chunk could not be read back from disk.
+    /// Events lost: their output gave up on them and no secondary took them, or
+    /// their chunk could not be read back from disk.
     pub lost: AtomicU64,
     pub buffer_bytes: AtomicU64,
     pub buffer_chunks: AtomicU64,

@@ -308,3 +308,79 @@ fn exhausted_retries_go_to_the_secondary() {
     assert!(chunks >= 1);
     assert_eq!(retries, chunks * 2);
 }
+
+#[test]
+fn a_permanent_error_sends_the_chunk_to_the_secondary_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // Paths a retry cannot fix: one runs through a regular file (ENOTDIR),
+    // the other names a directory (EISDIR). Root can write anywhere, so a
+    // permission error cannot be staged here.
+    let blocker = dir.path().join("a-file");
+    std::fs::write(&blocker, "").unwrap();
+    let a_dir = dir.path().join("a-dir");
+    std::fs::create_dir(&a_dir).unwrap();
+    let (port, mon) = (free_port(), free_port());
+    let (dl_notdir, dl_isdir) = (
+        dir.path().join("dl-notdir.log"),
+        dir.path().join("dl-isdir.log"),
+    );
+    // A retry would come after an hour: only the permanent path is fast.
+    let buffer = "[output.buffer]\nflush_interval = \"20ms\"\nretry_wait = \"1h\"\nretry_max_interval = \"1h\"";
+    let cfg = format!(
+        r#"[monitor]
+bind = "127.0.0.1:{mon}"
+[[input]]
+type = "forward"
+bind = "127.0.0.1:{port}"
+[[output]]
+type = "file"
+match = "perm.notdir"
+path = "{}/sub/events.log"
+{buffer}
+[output.secondary]
+type = "file"
+path = "{}"
+[[output]]
+type = "file"
+match = "perm.isdir"
+path = "{}"
+{buffer}
+[output.secondary]
+type = "file"
+path = "{}"
+"#,
+        blocker.display(),
+        dl_notdir.display(),
+        a_dir.display(),
+        dl_isdir.display(),
+    );
+    let mut d = Daemon::start(dir.path(), "permanent", &cfg, Some(mon));
+    d.wait_port(port);
+    let mut tx = Sender::tcp(port);
+    tx.send_seqs("perm.notdir", 500, 100);
+    tx.send_seqs("perm.isdir", 500, 100);
+    tx.finish();
+    for (dl, tag, plugin) in [
+        (&dl_notdir, "perm.notdir", "file#0"),
+        (&dl_isdir, "perm.isdir", "file#1"),
+    ] {
+        let got = json_lines_seqs(&wait_file_lines(dl, 500));
+        assert!(got.iter().all(|(t, _)| t == tag));
+        assert_exact_seqs(&seqs(&got), 500);
+        d.wait_metric("secondary_events_total", plugin, 500);
+        assert!(d.metric("permanent_errors_total", plugin) >= 1);
+        assert_eq!(
+            d.metric("permanent_errors_total", plugin),
+            d.metric("errors_total", plugin),
+            "every failed flush was a permanent error"
+        );
+        assert_eq!(d.metric("retries_total", plugin), 0);
+        assert_eq!(d.metric("lost_events_total", plugin), 0);
+        assert_eq!(d.metric("events_out_total", plugin), 0);
+    }
+    assert!(d.terminate().success());
+    let log = d.stderr();
+    assert!(log.contains("a retry cannot fix this error"), "{log}");
+    assert!(log.contains("Not a directory"), "{log}");
+    assert!(log.contains("Is a directory"), "{log}");
+}

@@ -348,27 +348,33 @@ impl Drop for Mount {
     }
 }
 
+/// Mounts a tmpfs of `size` at `at`; `None` (after a loud line) where this
+/// machine cannot mount one (not root, no tmpfs).
+fn mount_tmpfs(at: &std::path::Path, size: &str, test: &str) -> Option<Mount> {
+    std::fs::create_dir_all(at).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(at)
+        .output();
+    match mounted {
+        Ok(o) if o.status.success() => Some(Mount(at.to_path_buf())),
+        other => {
+            eprintln!(
+                "SKIPPED LOUDLY: {test}: cannot mount a {size} tmpfs here ({other:?}); \
+                 run the tests as root to cover the full-disk path"
+            );
+            None
+        }
+    }
+}
+
 #[test]
 fn a_full_disk_blocks_the_sender_and_recovers_when_space_returns() {
     let dir = tempfile::tempdir().unwrap();
     let buf = dir.path().join("buf");
-    std::fs::create_dir_all(&buf).unwrap();
-    let mounted = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
-        .arg(&buf)
-        .output();
-    match mounted {
-        Ok(o) if o.status.success() => {}
-        other => {
-            // Only a machine that cannot mount (not root, no tmpfs) gets here.
-            eprintln!(
-                "SKIPPED LOUDLY: a_full_disk_blocks_the_sender: cannot mount a 256 KiB tmpfs here ({other:?}); \
-                 run the tests as root to cover the full-disk path"
-            );
-            return;
-        }
-    }
-    let _mount = Mount(buf.clone());
+    let Some(_mount) = mount_tmpfs(&buf, "256k", "a_full_disk_blocks_the_sender") else {
+        return;
+    };
     let (port, sink_port) = (free_port(), free_port());
     let cfg = format!(
         r#"
@@ -416,6 +422,91 @@ retry_max_interval = "300ms"
     std::thread::sleep(Duration::from_millis(300));
     assert_exact_seqs(&sink.seqs(), n);
     relay.terminate();
+}
+
+/// PackedForward entries of events `seqs`, all at second `secs`, with
+/// messages of `pad` bytes.
+fn entries_at(secs: u32, seqs: std::ops::Range<u64>, pad: usize) -> Vec<u8> {
+    let pad = "x".repeat(pad);
+    let mut e = Vec::new();
+    for s in seqs {
+        nagare_forward::write_entry(
+            &mut e,
+            nagare_forward::EventTime { secs, nanos: 0 },
+            &record(s, &pad),
+        );
+    }
+    e
+}
+
+#[test]
+fn a_file_output_retrying_a_chunk_after_a_half_written_append_writes_each_event_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let Some(_mount) = mount_tmpfs(&out, "256k", "a_file_output_retrying_a_chunk") else {
+        return;
+    };
+    // Leave 48 KiB free: the chunk's first file (5 KB) fits, its second
+    // (about 130 KB) fills the disk half-way through its append.
+    let filler = out.join("filler");
+    std::fs::write(&filler, vec![0u8; 208 << 10]).unwrap();
+    let (port, mon) = (free_port(), free_port());
+    let cfg = format!(
+        r#"[monitor]
+bind = "127.0.0.1:{mon}"
+[[input]]
+type = "forward"
+bind = "127.0.0.1:{port}"
+[[output]]
+type = "file"
+match = "**"
+path = "{}/events-%s.log"
+[output.buffer]
+flush_interval = "20ms"
+retry_wait = "100ms"
+retry_max_interval = "200ms"
+"#,
+        out.display()
+    );
+    let mut d = Daemon::start(dir.path(), "idempotent", &cfg, Some(mon));
+    d.wait_port(port);
+    // One frame, so one chunk: events 0..50 at second 1000 (first file),
+    // 50..550 at second 1001 (second file).
+    let mut e = entries_at(1000, 0..50, 20);
+    e.extend(entries_at(1001, 50..550, 200));
+    let mut frame = Vec::new();
+    nagare_forward::encode_packed_forward(
+        &mut frame,
+        "idem",
+        &e,
+        550,
+        None,
+        nagare_forward::Compression::None,
+    )
+    .unwrap();
+    let mut tx = Sender::tcp(port);
+    tx.raw(&frame);
+    tx.finish();
+    wait_until(WAIT, "a retry after the disk filled up", || {
+        d.metric("retries_total", "file#0") >= 2
+    });
+    assert!(
+        d.stderr().contains("No space left on device"),
+        "{}",
+        d.stderr()
+    );
+    std::fs::remove_file(&filler).unwrap();
+    d.wait_metric("events_out_total", "file#0", 550);
+    let first = json_lines_seqs(&read_file(&out.join("events-1000.log")));
+    let second = json_lines_seqs(&read_file(&out.join("events-1001.log")));
+    assert_exact_seqs(&seqs(&first), 50);
+    assert_eq!(
+        seqs(&second),
+        (50..550).collect::<Vec<u64>>(),
+        "each event of the half-written file once, in order"
+    );
+    assert_eq!(d.metric("permanent_errors_total", "file#0"), 0);
+    assert!(d.terminate().success());
 }
 
 fn hop_config(port: u16, next: u16, dir: &std::path::Path, name: &str) -> String {

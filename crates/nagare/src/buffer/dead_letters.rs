@@ -11,10 +11,12 @@ use bytes::Bytes;
 
 use super::chunk_file::{start_chunk, FileStore, Slot};
 use super::{Buffer, Chunk};
+use crate::outputs::FlushError;
 use crate::stats::PluginStats;
 
 impl Buffer {
-    /// Hands over a chunk whose output gave up on it.
+    /// Hands over a chunk whose output gave up on it (retries exhausted, or
+    /// an error that a retry cannot fix).
     pub(super) async fn to_secondary(&self, chunk: &Chunk) {
         if let Some((out, stats)) = &self.secondary {
             // The secondary gets a few quick tries of its own.
@@ -29,6 +31,10 @@ impl Buffer {
                     Err(e) => {
                         PluginStats::add(&stats.errors, 1);
                         tracing::error!(output = %stats.name, chunk = %chunk.id_hex(), attempt, error = %e, "secondary output failed");
+                        if let FlushError::Permanent(_) = e {
+                            PluginStats::add(&stats.permanent_errors, 1);
+                            break;
+                        }
                         tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
                     }
                 }
@@ -49,12 +55,12 @@ impl Buffer {
         }
         PluginStats::add(&self.stats.lost, chunk.count as u64);
         tracing::error!(output = %self.name, chunk = %chunk.id_hex(), events = chunk.count,
-            "chunk discarded: retries exhausted and no secondary output took it");
+            "chunk discarded: its output gave up on it and no secondary output took it");
     }
 }
 
 impl FileStore {
-    /// Writes a chunk whose retries ran out to `<path>/dead-letters/`, in the
+    /// Writes a chunk its output gave up on to `<path>/dead-letters/`, in the
     /// chunk file format (`nagare replay` sends such files); returns the file.
     pub fn write_dead_letter(
         &self,

@@ -93,8 +93,9 @@ impl Buffer {
         self.space.notify_waiters();
     }
 
-    /// Writes one chunk, retrying with backoff; after the retry limit the
-    /// chunk goes to the secondary output.
+    /// Writes one chunk, retrying with backoff; after the retry limit, or at
+    /// once on an error that a retry cannot fix, the chunk goes to the
+    /// secondary output.
     /// Returns whether the output itself took the chunk.
     async fn deliver(&self, chunk: &Chunk) -> bool {
         let started = Instant::now();
@@ -109,7 +110,17 @@ impl Buffer {
                 Err(e) => e,
             };
             PluginStats::add(&self.stats.errors, 1);
-            let FlushError::Retry(msg) = &err;
+            let msg = match &err {
+                FlushError::Retry(msg) => msg,
+                FlushError::Permanent(msg) => {
+                    PluginStats::add(&self.stats.permanent_errors, 1);
+                    tracing::error!(output = %self.name, chunk = %chunk.id_hex(), tag = %chunk.tag,
+                        events = chunk.count, error = %msg,
+                        "giving up on chunk: a retry cannot fix this error");
+                    self.to_secondary(chunk).await;
+                    return false;
+                }
+            };
             let exhausted = self.cfg.retry_max_times.is_some_and(|m| attempt >= m)
                 || started.elapsed() >= self.cfg.retry_timeout.0;
             if exhausted {

@@ -496,7 +496,7 @@ where
     for rx in deliveries {
         if rx.await != Ok(true) {
             return Err(format!(
-                "{} events were not delivered downstream (retries ran out); not acknowledged",
+                "{} events were not delivered downstream (the output gave up on them); not acknowledged",
                 p.count
             ));
         }

@@ -39,6 +39,11 @@ const COUNTERS: &[(&str, &str, Counter)] = &[
         PluginStats::get(&s.retries)
     }),
     (
+        "permanent_errors_total",
+        "Failed flushes that a retry cannot fix; the chunk went to the secondary output at once",
+        |s| PluginStats::get(&s.permanent_errors),
+    ),
+    (
         "dropped_events_total",
         "Events dropped by overflow_action drop_oldest_chunk",
         |s| PluginStats::get(&s.dropped),
@@ -50,12 +55,12 @@ const COUNTERS: &[(&str, &str, Counter)] = &[
     ),
     (
         "secondary_events_total",
-        "Events handed to the secondary output after retries ran out",
+        "Events handed to the secondary output: retries ran out, or a permanent error",
         |s| PluginStats::get(&s.to_secondary),
     ),
     (
         "lost_events_total",
-        "Events discarded: retries ran out with no secondary, or a chunk kept on disk only could not be read back",
+        "Events discarded: the output gave up on them (retries ran out or a permanent error) with no secondary, or a chunk kept on disk only could not be read back",
         |s| PluginStats::get(&s.lost),
     ),
     ("connections_total", "Connections accepted", |s| {

@@ -5,9 +5,16 @@
 //! default) every chunk is appended to the file its events name, which is how
 //! a receiver unifies many senders into one file; with `append = false` each
 //! chunk gets its own file with the chunk id before the extension.
+//!
+//! A retried chunk is written once: an append that fails half-way is cut
+//! back off its file, and the groups (one per file) that an earlier attempt
+//! wrote whole are not written again (see `Appends`).
 
+use std::collections::VecDeque;
+use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -17,7 +24,6 @@ use super::{FlushError, Output};
 use crate::buffer::Chunk;
 use crate::formats::Format;
 use crate::plugin::{BuildContext, OptionError, OutputPlugin};
-use std::sync::Arc;
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
@@ -53,6 +59,73 @@ fn yes() -> bool {
 pub struct FileOutput {
     cfg: FileConfig,
     has_time: bool,
+    appends: Arc<Appends>,
+}
+
+/// Files that take turns: a failed append is cut back to where it started,
+/// which would also cut another worker's append made in the meantime.
+const FILE_TURNS: usize = 64;
+/// Chunks whose partial progress is remembered. Only chunks being retried
+/// need it (at most `flush_thread_count` at a time); the others were given
+/// up on, and their entries are dropped oldest first.
+const REMEMBERED_CHUNKS: usize = 256;
+
+/// What makes a retried chunk idempotent with `append = true`.
+struct Appends {
+    /// Per file (striped by path hash): appends to one file never overlap.
+    turns: [Mutex<()>; FILE_TURNS],
+    /// Groups of a chunk (by chunk id) that an earlier attempt wrote whole.
+    done: Mutex<VecDeque<([u8; 16], usize)>>,
+}
+
+impl Appends {
+    fn new() -> Appends {
+        Appends {
+            turns: std::array::from_fn(|_| Mutex::new(())),
+            done: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    /// Groups of chunk `id` written whole by earlier attempts.
+    fn written(&self, id: &[u8; 16]) -> usize {
+        let done = self.done.lock().expect("file output progress");
+        done.iter().find(|(c, _)| c == id).map_or(0, |(_, n)| *n)
+    }
+
+    /// Remembers (`Some`) or forgets (`None`) how many groups of chunk `id` are written.
+    fn set_written(&self, id: &[u8; 16], groups: Option<usize>) {
+        let mut done = self.done.lock().expect("file output progress");
+        done.retain(|(c, _)| c != id);
+        if let Some(n) = groups.filter(|n| *n > 0) {
+            if done.len() >= REMEMBERED_CHUNKS {
+                done.pop_front();
+            }
+            done.push_back((*id, n));
+        }
+    }
+
+    /// Appends `data` to `path` whole or not at all: a write that fails
+    /// half-way (disk full) is cut back off, so a retry does not leave the
+    /// first half of the group in the file twice.
+    fn append(&self, path: &Path, data: &[u8]) -> std::io::Result<()> {
+        create_parent(path)?;
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        path.hash(&mut h);
+        let _turn = self.turns[h.finish() as usize % FILE_TURNS]
+            .lock()
+            .expect("file turn");
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        let before = f.metadata()?.len();
+        f.write_all(data).inspect_err(|_| {
+            if let Err(e) = f.set_len(before) {
+                tracing::error!(file = %path.display(), error = %e,
+                    "cannot remove a partly written group of events; a retry will write them again after it");
+            }
+        })
+    }
 }
 
 impl FileOutput {
@@ -78,22 +151,28 @@ impl FileOutput {
         Ok(FileOutput {
             has_time: cfg.path.contains('%'),
             cfg,
+            appends: Arc::new(Appends::new()),
         })
     }
 
-    fn render_path(&self, tag: &str, secs: u32) -> PathBuf {
+    fn render_path(&self, tag: &str, secs: u32) -> Result<PathBuf, FlushError> {
         let mut p = self
             .cfg
             .path
             .replace("${tag}", &safe_tag(tag, self.has_time));
         if self.has_time {
             let dt = chrono::DateTime::from_timestamp(secs as i64, 0).unwrap_or_default();
-            p = dt.format(&p).to_string();
+            let mut timed = String::new();
+            // fmt::Write returns a bad field's error; io::Write would panic.
+            std::fmt::Write::write_fmt(&mut timed, format_args!("{}", dt.format(&p))).map_err(|_| {
+                FlushError::Permanent(format!("bad strftime field in path {:?}", self.cfg.path))
+            })?;
+            p = timed;
         }
         if self.cfg.compress.is_some() && !p.ends_with(".gz") {
             p.push_str(".gz");
         }
-        PathBuf::from(p)
+        Ok(PathBuf::from(p))
     }
 }
 
@@ -123,24 +202,38 @@ fn with_chunk_id(path: &Path, id: &str) -> PathBuf {
     path.with_file_name(new)
 }
 
-fn write_file(path: &Path, data: &[u8], gzip: bool, append: bool) -> std::io::Result<()> {
-    if let Some(dir) = path.parent() {
-        if !dir.as_os_str().is_empty() {
-            std::fs::create_dir_all(dir)?;
-        }
+fn create_parent(path: &Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => std::fs::create_dir_all(dir),
+        _ => Ok(()),
     }
-    let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(append)
-        .write(true)
-        .truncate(!append)
-        .open(path)?;
-    if gzip {
-        let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-        z.write_all(data)?;
-        f.write_all(&z.finish()?)
-    } else {
-        f.write_all(data)
+}
+
+/// A chunk's own file (`append = false`): written again whole on a retry.
+fn write_new_file(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    create_parent(path)?;
+    std::fs::write(path, data)
+}
+
+/// One gzip member holding `data`.
+fn gzip(data: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut z = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    z.write_all(data)?;
+    z.finish()
+}
+
+/// Whether a retry can fix a failed write: a permission error, or a path
+/// that names a directory, runs through a regular file (`AlreadyExists`
+/// comes from creating a directory where a file is) or is too long, stays
+/// wrong however long the buffer waits; a full disk or an I/O error may not.
+fn write_error(path: &Path, e: std::io::Error) -> FlushError {
+    use std::io::ErrorKind::*;
+    let msg = format!("writing {}: {e}", path.display());
+    match e.kind() {
+        PermissionDenied | IsADirectory | NotADirectory | AlreadyExists | InvalidFilename => {
+            FlushError::Permanent(msg)
+        }
+        _ => FlushError::Retry(msg),
     }
 }
 
@@ -153,7 +246,7 @@ impl Output for FileOutput {
         for (time, record, entry) in chunk.entries() {
             let same = last_secs == Some(time.secs) || (!self.has_time && !groups.is_empty());
             if !same {
-                let p = self.render_path(&chunk.tag, time.secs);
+                let p = self.render_path(&chunk.tag, time.secs)?;
                 if groups.last().map(|g| &g.0) != Some(&p) {
                     groups.push((p, Vec::with_capacity(chunk.len)));
                 }
@@ -170,18 +263,35 @@ impl Output for FileOutput {
                 buf,
             );
         }
-        let gzip = self.cfg.compress.is_some();
+        let compress = self.cfg.compress.is_some();
         let append = self.cfg.append;
-        let id = chunk.id_hex();
+        let (id, appends) = (chunk.id, self.appends.clone());
         tokio::task::spawn_blocking(move || {
-            for (i, (path, data)) in groups.into_iter().enumerate() {
+            let written = if append { appends.written(&id) } else { 0 };
+            for (i, (path, data)) in groups.into_iter().enumerate().skip(written) {
                 let path = if append {
                     path
                 } else {
-                    with_chunk_id(&path, &format!("{id}_{i}"))
+                    with_chunk_id(&path, &format!("{}_{i}", hex::encode(id)))
                 };
-                write_file(&path, &data, gzip, append)
-                    .map_err(|e| FlushError::Retry(format!("writing {}: {e}", path.display())))?;
+                let data = if compress { gzip(&data) } else { Ok(data) };
+                let done = data.and_then(|data| {
+                    if append {
+                        appends.append(&path, &data)
+                    } else {
+                        write_new_file(&path, &data)
+                    }
+                });
+                if let Err(e) = done {
+                    if append {
+                        // The groups before this one are in their files.
+                        appends.set_written(&id, Some(i));
+                    }
+                    return Err(write_error(&path, e));
+                }
+            }
+            if append && written > 0 {
+                appends.set_written(&id, None);
             }
             Ok(())
         })
@@ -249,7 +359,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(
-            f.render_path("web.access", 86400 * 365),
+            f.render_path("web.access", 86400 * 365).unwrap(),
             PathBuf::from("/logs/web.access/1971-01-01.log")
         );
     }

@@ -22,12 +22,19 @@ registry! {
     copy => copy::REGISTRATION,
 }
 
-/// A failed write: the buffer retries the chunk later (destination down,
-/// timeout, …) until its retry limits send it to the secondary output.
+/// A failed write, and whether trying again can help.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum FlushError {
+    /// The destination may take the chunk later (down, timeout, disk full):
+    /// the buffer retries it with backoff until its retry limits send it to
+    /// the secondary output.
     #[error("{0}")]
     Retry(String),
+    /// The chunk can never be written as it is (a rejected record, a 4xx, a
+    /// permission error, a path that is not a directory): the buffer hands it
+    /// to the secondary output (or dead letters) at once, without retries.
+    #[error("{0}")]
+    Permanent(String),
 }
 
 #[async_trait]
