@@ -407,14 +407,14 @@ where
             }
         };
         match read {
-            Err(_) => return Err(format!("idle for {} (peer {peer})", ctx.cfg.idle_timeout)),
-            Ok(Err(e)) => return Err(format!("read error: {e} (peer {peer})")),
+            Err(_) => return Err(format!("idle for {}", ctx.cfg.idle_timeout)),
+            Ok(Err(e)) => return Err(format!("read error: {e}")),
             Ok(Ok(0)) => {
                 if buf.is_empty() {
                     return Ok(());
                 }
                 return Err(format!(
-                    "connection closed inside a frame ({} bytes unread) (peer {peer})",
+                    "connection closed inside a frame ({} bytes unread)",
                     buf.len()
                 ));
             }
@@ -433,7 +433,8 @@ enum Next {
 
 /// Cuts the next complete frame off `buf` (without copying) and decodes it.
 fn next_frame(buf: &mut BytesMut, ctx: &Ctx, now: EventTime, peer: &str) -> Result<Next, String> {
-    let Some(scanned) = scan_frame(buf, &ctx.limits).map_err(|e| format!("{e} (peer {peer})"))?
+    // The connection's log line names the peer; the reason does not repeat it.
+    let Some(scanned) = scan_frame(buf, &ctx.limits).map_err(|e| e.to_string())?
     else {
         return Ok(Next::NeedMore);
     };
@@ -447,7 +448,7 @@ fn next_frame(buf: &mut BytesMut, ctx: &Ctx, now: EventTime, peer: &str) -> Resu
     scanned
         .into_frame(bytes, &ctx.limits, now)
         .map(Next::Frame)
-        .map_err(|e| format!("{e} (peer {peer})"))
+        .map_err(|e| e.to_string())
 }
 
 /// Appends a batch to every output its tag routes to, then sends the acks.

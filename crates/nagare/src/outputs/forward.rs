@@ -510,11 +510,8 @@ impl Output for ForwardOutput {
         if errors.is_empty() {
             errors.push("every server is down".into());
         }
-        Err(FlushError::Retry(format!(
-            "{}: {}",
-            self.name,
-            errors.join("; ")
-        )))
+        // The buffer's log line names the output; the error names the servers.
+        Err(FlushError::Retry(errors.join("; ")))
     }
 }
 
