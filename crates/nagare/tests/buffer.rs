@@ -314,9 +314,10 @@ fn a_permanent_error_sends_the_chunk_to_the_secondary_at_once() {
     let dir = tempfile::tempdir().unwrap();
     // Paths a retry cannot fix: one runs through a regular file (ENOTDIR),
     // the other names a directory (EISDIR). Root can write anywhere, so a
-    // permission error cannot be staged here.
+    // permission error cannot be staged here. The file appears after the
+    // start: `nagare check` (and so `run`) refuses a config whose folder
+    // cannot be created.
     let blocker = dir.path().join("a-file");
-    std::fs::write(&blocker, "").unwrap();
     let a_dir = dir.path().join("a-dir");
     std::fs::create_dir(&a_dir).unwrap();
     let (port, mon) = (free_port(), free_port());
@@ -356,6 +357,7 @@ path = "{}"
     );
     let mut d = Daemon::start(dir.path(), "permanent", &cfg, Some(mon));
     d.wait_port(port);
+    std::fs::write(&blocker, "").unwrap();
     let mut tx = Sender::tcp(port);
     tx.send_seqs("perm.notdir", 500, 100);
     tx.send_seqs("perm.isdir", 500, 100);
