@@ -357,16 +357,23 @@ fn a_full_disk_blocks_the_sender_and_recovers_when_space_returns() {
         .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
         .arg(&buf)
         .output();
-    match mounted {
-        Ok(o) if o.status.success() => {}
-        other => {
-            // Only a machine that cannot mount (not root, no tmpfs) gets here.
-            eprintln!(
-                "SKIPPED LOUDLY: a_full_disk_blocks_the_sender: cannot mount a 256 KiB tmpfs here ({other:?}); \
-                 run the tests as root to cover the full-disk path"
-            );
-            return;
-        }
+    let why = match &mounted {
+        Ok(o) if o.status.success() => String::new(),
+        Ok(o) => format!(
+            "{}: {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => e.to_string(),
+    };
+    // Only a machine that cannot mount (not root, no tmpfs) skips.
+    if skip_unless(
+        why.is_empty(),
+        &format!(
+            "cannot mount a 256 KiB tmpfs here ({why}); run the tests as root to cover the full-disk path"
+        ),
+    ) {
+        return;
     }
     let _mount = Mount(buf.clone());
     let (port, sink_port) = (free_port(), free_port());

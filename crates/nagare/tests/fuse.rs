@@ -1,7 +1,8 @@
 //! The fuse input with the real binary: a FUSE mount in a tempdir, files
 //! written into it by real processes (sh, dd, cat, python3), and what arrives at the
 //! outputs checked byte for byte or by count and sequence. Every test skips,
-//! loudly, only where /dev/fuse is absent.
+//! loudly (`SKIPPED:`, or a failure under NAGARE_TEST_REQUIRE), only where
+//! /dev/fuse is absent.
 
 mod common;
 
@@ -11,14 +12,12 @@ use std::time::Duration;
 
 use common::*;
 
-fn fuse_present() -> bool {
-    if Path::new("/dev/fuse").exists() {
-        return true;
-    }
-    eprintln!(
-        "\n\n*** SKIPPED: /dev/fuse absent: the fuse input cannot be tested on this machine ***\n"
-    );
-    false
+/// Skips the calling test (loudly, see `skip_unless`) where /dev/fuse is absent.
+fn no_fuse() -> bool {
+    skip_unless(
+        Path::new("/dev/fuse").exists(),
+        "/dev/fuse absent: the fuse input cannot be tested on this machine",
+    )
 }
 
 fn mounted(mp: &Path) -> bool {
@@ -104,7 +103,7 @@ flush_interval = "50ms"
 
 #[test]
 fn files_written_into_the_mount_become_events_tagged_by_path() {
-    if !fuse_present() {
+    if no_fuse() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -178,7 +177,7 @@ fn files_written_into_the_mount_become_events_tagged_by_path() {
 
 #[test]
 fn a_big_file_arrives_byte_for_byte_and_long_lines_are_split() {
-    if !fuse_present() {
+    if no_fuse() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -291,7 +290,7 @@ flush_interval = "50ms"
 
 #[test]
 fn concurrent_writers_never_interleave_inside_a_line() {
-    if !fuse_present() {
+    if no_fuse() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -359,7 +358,7 @@ flush_interval = "50ms"
 
 #[test]
 fn json_lines_are_parsed_and_forwarded_in_sequence() {
-    if !fuse_present() {
+    if no_fuse() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -422,7 +421,7 @@ flush_interval = "50ms"
 
 #[test]
 fn a_stale_mount_left_by_kill_9_is_unmounted_at_restart() {
-    if !fuse_present() {
+    if no_fuse() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -463,7 +462,7 @@ fn n_wait_message(n: &Daemon, msg: &str) {
 
 #[test]
 fn a_mountpoint_that_is_a_file_is_a_clear_error() {
-    if !fuse_present() {
+    if no_fuse() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -500,7 +499,7 @@ fn check_refuses_a_multiline_parser_naming_the_line() {
 
 #[test]
 fn a_full_output_buffer_blocks_the_writer_without_loss() {
-    if !fuse_present() {
+    if no_fuse() {
         return;
     }
     use std::io::Write;
@@ -593,7 +592,7 @@ fn the_example_config_passes_check() {
 
 #[test]
 fn a_file_held_open_does_not_stall_shutdown() {
-    if !fuse_present() {
+    if no_fuse() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -660,7 +659,7 @@ fn read_step(r: &mut impl std::io::BufRead) -> String {
 
 #[test]
 fn a_writer_pausing_mid_line_gets_its_line_whole() {
-    if !fuse_present() {
+    if no_fuse() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -699,7 +698,7 @@ fn a_writer_pausing_mid_line_gets_its_line_whole() {
 
 #[test]
 fn a_partial_line_of_a_quiet_writer_goes_after_partial_line_timeout() {
-    if !fuse_present() {
+    if no_fuse() {
         return;
     }
     use std::io::Write;

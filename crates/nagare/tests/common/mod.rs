@@ -50,6 +50,37 @@ pub fn sample(name: &str) -> String {
     .unwrap()
 }
 
+// ---------------------------------------------------------------- skipping
+
+/// When this environment variable is set, a test that cannot run here fails
+/// instead of skipping. scripts/test-all.sh sets it in CI and wherever the
+/// machine can run everything (root with /dev/fuse).
+pub const REQUIRE_ENV: &str = "NAGARE_TEST_REQUIRE";
+
+/// Skips the calling test unless `cond` holds; returns true when it skipped,
+/// so tests read `if skip_unless(cond, "why") { return; }`.
+///
+/// A skip prints `SKIPPED: <test binary>::<test>: <reason>` on stderr,
+/// around the test harness's capture (libtest captures only `print!` and
+/// `eprint!`), so it shows in every run and scripts/test-all.sh counts it.
+/// With NAGARE_TEST_REQUIRE set it panics instead: the test must run here.
+pub fn skip_unless(cond: bool, reason: &str) -> bool {
+    if cond {
+        return false;
+    }
+    let test = format!(
+        "{}::{}",
+        env!("CARGO_CRATE_NAME"),
+        std::thread::current().name().unwrap_or("?")
+    );
+    if std::env::var_os(REQUIRE_ENV).is_some() {
+        panic!("{test} cannot run here ({reason}), and {REQUIRE_ENV} says every test must run");
+    }
+    // One write, so lines of tests running in parallel do not interleave.
+    let _ = std::io::stderr().write_all(format!("\nSKIPPED: {test}: {reason}\n").as_bytes());
+    true
+}
+
 /// A loopback port that was free a moment ago (bind port 0, read it, drop).
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
