@@ -45,11 +45,14 @@ need_apt=()
 need() { # need COMMAND PACKAGE
   command -v "$1" >/dev/null || need_apt+=("$2")
 }
-need cc build-essential
+need cc build-essential          # the linker, zstd's C sources, the C SDK's tests
 need socat socat
 need curl curl
 need fusermount3 fuse3           # the fuse input's tests
 need python3 python3             # fuse tests write through python3
+need pkg-config pkg-config       # the rest: nagare-bench's `png` feature (suite below)
+pkg-config --exists fontconfig 2>/dev/null || need_apt+=(libfontconfig1-dev)
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_apt+=(fonts-dejavu-core)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
@@ -60,10 +63,15 @@ fi
 
 # --- Rust --------------------------------------------------------------------
 suite "cargo fmt" cargo fmt --all -- --check
+# The daemon alone (no workspace feature unification): tests check it links
+# no font library.
 suite "cargo build --release" cargo build --release --locked -p nagare
 suite "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+suite "cargo clippy (png)" cargo clippy -p nagare-bench --features png --all-targets --locked -- -D warnings
 # --no-fail-fast: one failing test binary must not hide the others' results.
 suite "cargo test" cargo test --workspace --locked --no-fail-fast
+# nagare bench's PNG plots (font stack), kept out of the daemon by default.
+suite "cargo test (png plots)" cargo test -p nagare-bench --features png --locked --test bench
 
 # --- SDKs and interop (each directory brings its own runner) -----------------
 for d in sdk/python sdk/go sdk/java sdk/typescript tests/interop; do
