@@ -292,15 +292,12 @@ fn matrix_direct_baseline_is_verified() {
         assert_eq!(r.system, "direct");
         assert!(r.sut_cores.is_none());
     }
-    let limited = &rows[0];
-    assert!(
-        (4000.0..6000.0).contains(&limited.achieved_msgs_per_s),
-        "{limited:?}"
-    );
-    assert!((limited.sent as f64 - 6500.0).abs() < 650.0, "{limited:?}");
-    // As fast as possible beats twice the limited rate even in a debug build
-    // on a busy machine (release: millions per second).
-    assert!(rows[2].achieved_msgs_per_s > 10_000.0, "{:?}", rows[2]);
+    // The limited runs never send ahead of 5000/s over warmup + duration
+    // (1.3 s). How fast they go is for benchmarks; the pacing is tested
+    // against a controlled clock in src/gen/rate.rs.
+    for r in rows.iter().filter(|r| r.target_rate == 5000.0) {
+        assert!(r.sent <= 6500, "{r:?}");
+    }
 }
 
 fn relay_config(dir: &std::path::Path, in_port: u16, out_port: u16) -> std::path::PathBuf {
@@ -433,7 +430,6 @@ fn file_transfer_case_runner() {
     assert_eq!(rows.len(), 2);
     for r in &rows {
         assert!(r.ok && r.case == "tail", "{r:?}");
-        assert!((3500.0..6500.0).contains(&r.achieved_msgs_per_s), "{r:?}");
     }
     // The file holds both runs' lines, each exactly its size.
     let text = std::fs::read_to_string(&log).unwrap();
