@@ -49,6 +49,7 @@ need cc build-essential          # the linker, zstd's C sources, the C SDK's tes
 need socat socat
 need curl curl
 need fusermount3 fuse3           # the fuse input's tests
+need ip iproute2                 # a private network namespace for cli.rs
 need python3 python3             # fuse tests write through python3
 need pkg-config pkg-config       # the rest: nagare-bench's `png` feature (suite below)
 pkg-config --exists fontconfig 2>/dev/null || need_apt+=(libfontconfig1-dev)

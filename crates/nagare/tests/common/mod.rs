@@ -81,6 +81,34 @@ pub fn skip_unless(cond: bool, reason: &str) -> bool {
     true
 }
 
+/// Runs `body` on a thread of its own inside a new network namespace whose
+/// loopback is up; processes it starts (the daemon) are in it too. So a
+/// test may bind fixed ports (the embedded default's 24224 and 24220)
+/// without meeting a Fluentd or Fluent Bit running on the machine. Needs
+/// CAP_SYS_ADMIN (root) and `ip` (iproute2); Err says why it cannot run.
+pub fn in_private_network<T: Send>(body: impl FnOnce() -> T + Send) -> Result<T, String> {
+    std::thread::scope(|s| {
+        let t = s.spawn(|| {
+            // SAFETY: unshare(2) with CLONE_NEWNET moves only the calling
+            // thread (this one, made for the purpose) to a new namespace.
+            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                let e = std::io::Error::last_os_error();
+                return Err(format!("unshare(CLONE_NEWNET): {e}"));
+            }
+            match Command::new("ip")
+                .args(["link", "set", "lo", "up"])
+                .status()
+            {
+                Ok(st) if st.success() => Ok(body()),
+                Ok(st) => Err(format!("`ip link set lo up` failed ({st})")),
+                Err(e) => Err(format!("cannot run `ip` (iproute2): {e}")),
+            }
+        });
+        t.join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
 /// A loopback port that was free a moment ago (bind port 0, read it, drop).
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
