@@ -131,7 +131,9 @@ pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool)
 
 /// Waits until `progress` (a producer's count, short of its goal `n` while it
 /// is blocked) stops moving for 500 ms, then checks it stays put for another
-/// second. `who` names the producer in panics.
+/// second. `who` names the producer in panics. A stall has no event to wait
+/// for: it is the absence of progress over time, so the sleeps here are the
+/// observation windows, not waits for something to happen.
 pub fn wait_stalled(progress: &AtomicU64, n: u64, who: &str) {
     let start = Instant::now();
     let stalled = loop {
@@ -396,6 +398,22 @@ impl Daemon {
         }
     }
 
+    /// Waits until the daemon has read `path` to its end: one of its file
+    /// descriptors on that file has its offset (/proc/PID/fdinfo `pos`) at
+    /// the file's size. What the file held is then inside the daemon.
+    pub fn wait_read_to_end(&self, path: &Path) {
+        let path = std::fs::canonicalize(path).expect("the file exists");
+        let pid = self.child.id();
+        wait_until(
+            WAIT,
+            &format!("nagare to read {} to its end", path.display()),
+            || {
+                let size = std::fs::metadata(&path).map(|m| m.len()).ok();
+                read_offsets(pid, &path).any(|pos| Some(pos) == size)
+            },
+        );
+    }
+
     /// Waits until stdout holds `n` lines.
     pub fn wait_stdout_lines(&self, n: usize) -> Vec<String> {
         wait_until(WAIT, &format!("{n} lines on nagare's stdout"), || {
@@ -438,6 +456,22 @@ impl Drop for Daemon {
             let _ = self.child.wait();
         }
     }
+}
+
+/// The offsets of process `pid`'s file descriptors open on `path`.
+fn read_offsets(pid: u32, path: &Path) -> impl Iterator<Item = u64> + '_ {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten();
+    fds.flatten()
+        .filter(move |fd| std::fs::read_link(fd.path()).is_ok_and(|p| p == path))
+        .filter_map(move |fd| {
+            let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
+            let info = std::fs::read_to_string(info).ok()?;
+            info.lines()
+                .find_map(|l| l.strip_prefix("pos:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
 }
 
 /// Reads `nagare_<name>{plugin="<plugin>",…} VALUE` from Prometheus text.
@@ -786,6 +820,9 @@ struct SinkState {
     /// Raw chunk ids seen, in order.
     chunks: Mutex<Vec<Vec<u8>>>,
     connections: Mutex<u64>,
+    /// Connections that ended before the sink stopped (the peer closed or
+    /// reset them after everything it sent was read, or a frame was bad).
+    ended: Mutex<u64>,
     paused: AtomicBool,
 }
 
@@ -848,7 +885,11 @@ impl Sink {
                         conns.lock().unwrap().push(c.try_clone().unwrap());
                         let (state, stop, opts) = (state.clone(), stop.clone(), opts.clone());
                         handlers.push(std::thread::spawn(move || {
-                            let _ = sink_conn(c, &state, &stop, &opts);
+                            // Ended unless the sink stopped first: closed or
+                            // reset by the peer, or given up on a bad frame.
+                            if !matches!(sink_conn(c, &state, &stop, &opts), Ok(false)) {
+                                *state.ended.lock().unwrap() += 1;
+                            }
                         }));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
@@ -930,6 +971,20 @@ impl Sink {
         *self.state.connections.lock().unwrap()
     }
 
+    /// Waits until every connection the sink accepted was closed by its peer
+    /// and read to its end: once the sender (a daemon that exited) is gone,
+    /// the sink holds everything it sent, so a check of what arrived is final.
+    pub fn wait_disconnected(&self) {
+        wait_until(
+            WAIT,
+            &format!(
+                "every connection to the sink on {} closed and read",
+                self.port
+            ),
+            || *self.state.ended.lock().unwrap() == self.connections(),
+        );
+    }
+
     pub fn wait_count(&self, n: usize) {
         wait_until(
             WAIT,
@@ -958,12 +1013,16 @@ impl Drop for Sink {
     }
 }
 
+/// Serves one connection; Ok(true) when the peer closed it and every frame
+/// it sent was recorded, Ok(false) when the sink was stopped first, Err
+/// when the peer reset it (after the bytes before the reset were read) or
+/// sent something the sink refuses.
 fn sink_conn(
     mut c: TcpStream,
     st: &SinkState,
     stop: &AtomicBool,
     opts: &SinkOpts,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     c.set_read_timeout(Some(Duration::from_millis(100)))
         .unwrap();
     let mut buf: Vec<u8> = Vec::new();
@@ -974,7 +1033,7 @@ fn sink_conn(
     let mut b = vec![0u8; 256 * 1024];
     loop {
         if stop.load(SeqCst) {
-            return Ok(());
+            return Ok(false);
         }
         // Decode every complete frame.
         loop {
@@ -1014,7 +1073,7 @@ fn sink_conn(
             continue;
         }
         match c.read(&mut b) {
-            Ok(0) => return Ok(()),
+            Ok(0) => return Ok(true),
             Ok(n) => buf.extend_from_slice(&b[..n]),
             Err(e)
                 if e.kind() == std::io::ErrorKind::WouldBlock
