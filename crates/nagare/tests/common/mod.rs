@@ -373,8 +373,30 @@ impl Daemon {
 
     /// Sends SIGTERM and waits for the exit; returns the status.
     pub fn terminate(&mut self) -> ExitStatus {
+        self.wait_catches(libc::SIGTERM);
         self.signal(libc::SIGTERM);
         self.wait_exit(WAIT)
+    }
+
+    /// Waits until the daemon handles `sig` (its bit in SigCgt of
+    /// /proc/PID/status). nagare installs its SIGTERM handler once its inputs
+    /// have started; a SIGTERM before that would kill it with the default
+    /// action instead of draining it. Returns at once if it has exited.
+    pub fn wait_catches(&mut self, sig: i32) {
+        let status = format!("/proc/{}/status", self.child.id());
+        wait_until(WAIT, &format!("nagare to handle signal {sig}"), || {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return true;
+            }
+            let caught = std::fs::read_to_string(&status)
+                .ok()
+                .and_then(|s| {
+                    let mask = s.lines().find_map(|l| l.strip_prefix("SigCgt:"))?;
+                    u64::from_str_radix(mask.trim(), 16).ok()
+                })
+                .unwrap_or(0);
+            caught & (1 << (sig - 1)) != 0
+        });
     }
 
     pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
