@@ -2,45 +2,79 @@
 # Runs every test of the project: the Rust workspace (daemon, codec, Rust and C
 # SDKs), the other SDKs, and interop tests with third-party fluent-logger clients.
 # Installs what it needs first (Debian packages, Python venvs, npm and Maven deps).
-# Prints one line per suite and a closing "N passed, N failed" line.
+# Prints one line per suite, every test that skipped, and a closing
+# "suites: N passed, N failed, N tests skipped" line.
+#
+# A test that cannot run on this machine (no /dev/fuse, not root, ...) prints
+# "SKIPPED: <test>: <reason>" and passes. In CI (CI=true, as .ci/run sets) and
+# on a machine that can run everything (root with /dev/fuse),
+# NAGARE_TEST_REQUIRE=1 makes such a test fail instead.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 export NAGARE_BIN="$ROOT/target/release/nagare"
 export CARGO_TERM_COLOR=never
+if [ "${CI:-}" = true ] || { [ "$(id -u)" = 0 ] && [ -e /dev/fuse ]; }; then
+  export NAGARE_TEST_REQUIRE=1
+fi
 
+LOGS=$(mktemp -d)
+trap 'rm -rf "$LOGS"' EXIT
 results=()
+skips=()
 passed=0
 failed=0
-suite() { # suite NAME COMMAND...
+suite() { # suite NAME COMMAND...: runs COMMAND, keeps its output to count skips
   local name=$1; shift
   echo "=== $name: $*"
-  local start=$SECONDS
-  if "$@"; then
+  local start=$SECONDS log
+  log="$LOGS/$(printf '%s' "$name" | tr -c 'A-Za-z0-9' _).log"
+  if "$@" 2>&1 | tee "$log"; then
     results+=("ok    $name ($((SECONDS - start))s)"); passed=$((passed + 1))
   else
     results+=("FAIL  $name ($((SECONDS - start))s)"); failed=$((failed + 1))
   fi
+  local line
+  while IFS= read -r line; do
+    skips+=("$line")
+  done < <(grep -o 'SKIPPED: .*' "$log")
 }
 
-# --- set-up: tools the suites need -------------------------------------------
+# --- set-up: Debian packages the suites need ----------------------------------
 need_apt=()
-command -v cc >/dev/null || need_apt+=(build-essential)
-command -v socat >/dev/null || need_apt+=(socat)
-command -v curl >/dev/null || need_apt+=(curl)
-command -v fusermount3 >/dev/null || need_apt+=(fuse3)
-if [ ${#need_apt[@]} -gt 0 ] && [ "$(id -u)" = 0 ]; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+need() { # need COMMAND PACKAGE
+  command -v "$1" >/dev/null || need_apt+=("$2")
+}
+need cc build-essential          # the linker, zstd's C sources, the C SDK's tests
+need socat socat
+need curl curl
+need fusermount3 fuse3           # the fuse input's tests
+need ip iproute2                 # a private network namespace for cli.rs
+need python3 python3             # fuse tests write through python3
+need pkg-config pkg-config       # the rest: nagare-bench's `png` feature (suite below)
+pkg-config --exists fontconfig 2>/dev/null || need_apt+=(libfontconfig1-dev)
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_apt+=(fonts-dejavu-core)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  else
+    echo "not root: cannot install ${need_apt[*]}; suites that need them will fail" >&2
+  fi
 fi
 
 # --- Rust --------------------------------------------------------------------
 suite "cargo fmt" cargo fmt --all -- --check
+# The daemon alone (no workspace feature unification): tests check it links
+# no font library.
 suite "cargo build --release" cargo build --release --locked -p nagare
 suite "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
-suite "cargo test" cargo test --workspace --locked
+suite "cargo clippy (png)" cargo clippy -p nagare-bench --features png --all-targets --locked -- -D warnings
+# --no-fail-fast: one failing test binary must not hide the others' results.
+suite "cargo test" cargo test --workspace --locked --no-fail-fast
+# nagare bench's PNG plots (font stack), kept out of the daemon by default.
+suite "cargo test (png plots)" cargo test -p nagare-bench --features png --locked --test bench
 
 # --- SDKs and interop (each directory brings its own runner) -----------------
-[ -x sdk/python/ci.sh ] || true
 for d in sdk/python sdk/go sdk/java sdk/typescript tests/interop; do
   if [ -f "$d/ci.sh" ]; then
     suite "$d" bash "$d/ci.sh"
@@ -50,5 +84,6 @@ done
 echo
 echo "=== summary"
 printf '%s\n' "${results[@]}"
-echo "suites: $passed passed, $failed failed"
+[ ${#skips[@]} -eq 0 ] || printf '%s\n' "${skips[@]}"
+echo "suites: $passed passed, $failed failed, ${#skips[@]} tests skipped"
 [ "$failed" -eq 0 ]

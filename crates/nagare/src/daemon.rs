@@ -35,6 +35,9 @@ pub fn run(cfg: Config) -> anyhow::Result<()> {
 /// route table, serves the monitor and starts the inputs. `nagare check`
 /// stops after building; this is the part that does I/O.
 async fn run_async(cfg: Config, workers: usize) -> anyhow::Result<()> {
+    // Before anything starts: a SIGTERM during start-up must stop nagare
+    // cleanly, not kill it with the signal's default action.
+    let mut stop_signals = StopSignals::install()?;
     let reg = Arc::new(Registry::default());
     let Config {
         system,
@@ -85,7 +88,7 @@ async fn run_async(cfg: Config, workers: usize) -> anyhow::Result<()> {
         "nagare started"
     );
 
-    wait_for_stop_signal().await;
+    stop_signals.wait().await;
     tracing::info!("stopping: no new connections; draining inputs and buffers");
     let _ = stop_tx.send(true);
     let timeout = system
@@ -117,12 +120,25 @@ async fn run_async(cfg: Config, workers: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for_stop_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = int.recv() => {}
+/// SIGTERM and SIGINT, listened to from the start.
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn install() -> anyhow::Result<StopSignals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(StopSignals {
+            term: signal(SignalKind::terminate())?,
+            int: signal(SignalKind::interrupt())?,
+        })
+    }
+
+    async fn wait(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.int.recv() => {}
+        }
     }
 }

@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
@@ -12,7 +14,7 @@ use nagare_forward::msgpack::{write_array_len, write_str};
 const KEY: &str = "the key";
 
 /// Runs one bad-input case: `bad` misbehaves on its own connection while a
-/// good connection sends 200 events in small frames.
+/// good connection sends events in small frames.
 fn case(with_key: bool, reason: &str, bad: impl FnOnce(&mut Sender)) {
     let dir = tempfile::tempdir().unwrap();
     let (port, mon) = (free_port(), free_port());
@@ -46,25 +48,40 @@ flush_interval = "50ms"
     let before = u64::from(with_key);
     d.wait_metric("bad_input_total", "forward#0", before);
 
-    let n = 200u64;
-    let good = std::thread::spawn(move || {
-        let mut g = Sender::tcp(port);
-        if with_key {
-            assert!(g.handshake(KEY, "good", "", "").auth_ok);
-        }
-        let mut s = 0;
-        while s < n {
-            // The last frame asks for an ack: everything before it was taken.
-            let ack = (s + 5 == n).then_some(&b"last"[..]);
-            g.packed("good.events", s..s + 5, ack);
-            s += 5;
-            std::thread::sleep(Duration::from_millis(40));
-        }
-        assert_eq!(g.read_ack(), ack_bytes(&mp_str(b"last")));
-        g.finish();
-    });
+    // The good connection sends frames of 5 events before, while and after
+    // the bad one misbehaves, then a last frame asking for an ack (so
+    // everything before it was taken).
+    let bad_done = Arc::new(AtomicBool::new(false));
+    let good = {
+        let bad_done = bad_done.clone();
+        std::thread::spawn(move || {
+            let mut g = Sender::tcp(port);
+            if with_key {
+                assert!(g.handshake(KEY, "good", "", "").auth_ok);
+            }
+            let mut s = 0;
+            let mut after = 0;
+            while after < 10 {
+                g.packed("good.events", s..s + 5, None);
+                s += 5;
+                if bad_done.load(SeqCst) {
+                    after += 1;
+                }
+                // A steady trickle, not a flood: the connection stays busy
+                // (idle_timeout is 1s) while the bad one runs its course.
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            g.packed("good.events", s..s + 5, Some(b"last"));
+            assert_eq!(g.read_ack(), ack_bytes(&mp_str(b"last")));
+            g.finish();
+            s + 5
+        })
+    };
 
-    std::thread::sleep(Duration::from_millis(200));
+    // The bad connection starts once the good one is delivering.
+    wait_until(WAIT, "the good connection's first events", || {
+        d.metric("events_in_total", "forward#0") >= 5
+    });
     let mut b = Sender::tcp(port);
     let peer = b.local();
     bad(&mut b);
@@ -73,7 +90,8 @@ flush_interval = "50ms"
     wait_until(WAIT, "the log line naming the bad peer", || {
         !bad_peer_lines(&d.stderr(), &peer).is_empty()
     });
-    good.join().expect("the good connection delivered");
+    bad_done.store(true, SeqCst);
+    let n = good.join().expect("the good connection delivered");
 
     let got = json_lines_seqs(&wait_file_lines(&out, n as usize));
     assert_exact_seqs(&seqs(&got), n);

@@ -112,7 +112,6 @@ retry_max_interval = "500ms"
     while s < 3000 {
         tx.packed("fo.events", s..s + 50, None);
         s += 50;
-        std::thread::sleep(std::time::Duration::from_millis(5));
     }
     wait_until(WAIT, "events 0..3000 delivered", || {
         primary.count() + standby.count() >= 3000

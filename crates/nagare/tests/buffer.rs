@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use common::*;
 use nagare_forward::{encode_packed_forward, write_entry, Compression, EventTime};
@@ -69,12 +69,13 @@ flush_interval = "60s"
     let mut tx = Sender::tcp(port);
     // Each frame acked: the daemon holds it before SIGTERM.
     tx.send_acked("drain.events", 0..n, 500, "d");
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(sink.count(), 0, "flush_interval 60s: nothing flushed yet");
-    assert_eq!(read_file(&out), "");
     // A connection still open at SIGTERM: what it sent before is kept too.
     tx.packed("drain.events", n..n + 100, None);
-    std::thread::sleep(Duration::from_millis(100));
+    d.wait_metric("events_in_total", "forward#0", n + 100);
+    // flush_interval 60s: nothing went out before SIGTERM, so the drain is
+    // what delivers.
+    assert_eq!(sink.count(), 0, "flush_interval 60s: nothing flushed yet");
+    assert_eq!(read_file(&out), "");
     let status = d.terminate();
     assert_eq!(status.code(), Some(0), "stderr:\n{}", d.stderr());
     // With acks, every chunk was at the sink before the daemon exited.

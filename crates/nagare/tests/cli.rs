@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::path::PathBuf;
 use std::process::Command;
 
 use common::*;
@@ -10,15 +11,18 @@ use nagare_forward::{encode_packed_forward, write_entry, Compression, EventTime}
 
 #[test]
 fn run_without_config_uses_the_embedded_default() {
-    // The embedded default listens on fixed ports: the only test that does.
-    for port in [24224u16, 24220] {
-        if let Err(e) = std::net::TcpListener::bind(("127.0.0.1", port)) {
-            panic!(
-                "this test needs 127.0.0.1:{port} free for the embedded default config \
-                 (forward 24224, monitor 24220), but it is taken: {e}"
-            );
-        }
+    // The embedded default listens on fixed ports (forward 24224, monitor
+    // 24220). In a network namespace of its own the test finds them free
+    // whatever runs on the machine (a local Fluentd or Fluent Bit).
+    if let Err(why) = in_private_network(embedded_default_serves_forward_and_monitor) {
+        skip_unless(
+            false,
+            &format!("the embedded default's fixed ports need a private network namespace: {why}"),
+        );
     }
+}
+
+fn embedded_default_serves_forward_and_monitor() {
     let dir = tempfile::tempdir().unwrap();
     let mut cmd = Command::new(BIN);
     cmd.arg("run");
@@ -66,6 +70,75 @@ fn run_without_config_uses_the_embedded_default() {
     assert_eq!(h["status"], "ok");
     assert_eq!(d.metric("events_in_total", "forward#0"), n);
     assert!(d.terminate().success(), "stderr:\n{}", d.stderr());
+}
+
+/// Font and image libraries: what plotters' `ttf` and bitmap backends pull
+/// in (the PNG plots of `nagare bench`, behind the `png` feature).
+const FONT_AND_IMAGE_LIBS: &[&str] = &[
+    "fontconfig",
+    "freetype",
+    "expat",
+    "png",
+    "jpeg",
+    "brotli",
+    "harfbuzz",
+    "bz2",
+];
+
+/// The collector does not link the font stack. Checked with ldd on the
+/// binary these tests run and, when NAGARE_BIN names one (scripts/test-all.sh:
+/// the release build), on that one too.
+#[test]
+fn the_daemon_links_no_font_or_image_library() {
+    if cfg!(feature = "png") {
+        skip_unless(
+            false,
+            "built with the `png` feature, which links the font stack on purpose",
+        );
+        return;
+    }
+    let ldd_runs = Command::new("ldd").arg("--version").output().is_ok();
+    if skip_unless(ldd_runs, "ldd not found (Debian: libc-bin)") {
+        return;
+    }
+    let mut bins = vec![PathBuf::from(BIN)];
+    if let Some(b) = std::env::var_os("NAGARE_BIN") {
+        let b = PathBuf::from(b);
+        assert!(b.exists(), "NAGARE_BIN={} does not exist", b.display());
+        bins.push(b);
+    }
+    for bin in bins {
+        let out = Command::new("ldd").arg(&bin).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() {
+            // "not a dynamic executable": a static build links nothing.
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("not a dynamic executable"),
+                "ldd {} failed: {out:?}",
+                bin.display()
+            );
+            continue;
+        }
+        // One library per line: "libc.so.6 => /lib/…/libc.so.6 (0x…)".
+        let libs: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
+        assert!(
+            libs.iter().any(|l| l.starts_with("libc.so")),
+            "ldd {} lists no libc: {text}",
+            bin.display()
+        );
+        let font_or_image: Vec<&&str> = libs
+            .iter()
+            .filter(|l| FONT_AND_IMAGE_LIBS.iter().any(|f| l.contains(f)))
+            .collect();
+        assert!(
+            font_or_image.is_empty(),
+            "{} links {font_or_image:?} (a workspace member turned on nagare-bench's `png` feature?); ldd:\n{text}",
+            bin.display()
+        );
+    }
 }
 
 fn check(text: &str) -> (i32, String, String) {

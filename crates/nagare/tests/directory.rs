@@ -33,7 +33,7 @@ flush_interval = "50ms"
 "#,
         drop.display()
     );
-    let n = Daemon::start(d, "dir", &cfg, None);
+    let mut n = Daemon::start(d, "dir", &cfg, None);
     n.wait_stdout_lines(2);
     std::fs::write(drop.join("app/x.log"), "x1\nx2\nx3\n").unwrap();
     let lines = n.wait_stdout_lines(5);
@@ -62,7 +62,8 @@ flush_interval = "50ms"
     wait_until(WAIT, "shipped files removed after remove_after", || {
         !drop.join("early.log").exists() && !drop.join("app/x.log").exists()
     });
-    std::thread::sleep(Duration::from_millis(300));
+    // Stopped, the daemon has flushed whatever it read.
+    assert!(n.terminate().success(), "{}", n.stderr());
     assert_eq!(n.stdout().lines().count(), 5, "nothing shipped twice");
 }
 
@@ -94,7 +95,7 @@ flush_interval = "50ms"
 "#,
             drop.display()
         );
-        let n = Daemon::start(d, "dir", &cfg, None);
+        let mut n = Daemon::start(d, "dir", &cfg, None);
         n.wait_stdout_lines(1);
         std::fs::create_dir_all(drop.join("late/deeper")).unwrap();
         std::fs::write(drop.join("late/deeper/x.log"), "x1\nx2\n").unwrap();
@@ -110,6 +111,9 @@ flush_interval = "50ms"
         };
         let early = ("drop.early.log".to_string(), "e1".to_string());
         if !watch {
+            // The control: nothing can come, so there is no event to wait
+            // for. Let the time pass that the watched run may take, then
+            // check the file was not found.
             std::thread::sleep(Duration::from_secs(3));
             assert_eq!(records(&n), vec![early], "watch = false: nothing new");
             continue;
@@ -117,7 +121,7 @@ flush_interval = "50ms"
         wait_until(Duration::from_secs(5), "a file in a new subfolder", || {
             n.stdout().lines().count() >= 3
         });
-        std::thread::sleep(Duration::from_millis(300));
+        assert!(n.terminate().success(), "{}", n.stderr());
         let x = |m: &str| ("drop.late.deeper.x.log".to_string(), m.to_string());
         assert_eq!(records(&n), vec![early, x("x1"), x("x2")]);
     }
@@ -176,14 +180,16 @@ flush_interval = "50ms"
         ));
     }
     std::fs::write(d.join("logs/one.log"), &text).unwrap();
-    let _s = Daemon::start(d, "sender", &sender, None);
+    let mut s = Daemon::start(d, "sender", &sender, None);
     wait_until(WAIT, "the unified file complete", || {
         std::fs::metadata(d.join("unified.log"))
             .map(|m| m.len())
             .unwrap_or(0)
             >= text.len() as u64
     });
-    std::thread::sleep(Duration::from_millis(300));
+    // Stopped in order, each daemon passes on or writes whatever it holds.
+    assert!(s.terminate().success(), "{}", s.stderr());
+    assert!(r.terminate().success(), "{}", r.stderr());
     let got = std::fs::read(d.join("unified.log")).unwrap();
     assert!(
         got == text.as_bytes(),

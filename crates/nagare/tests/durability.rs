@@ -68,26 +68,28 @@ fn acked_events_survive_kill_9_while_the_downstream_is_down() {
     let mut relay = Daemon::start(dir.path(), "relay", &cfg, None);
     relay.wait_port(port);
     sink.wait_count(2000);
-    std::thread::sleep(Duration::from_millis(300));
-    assert_exact_seqs(&sink.seqs(), 2000);
     assert!(
         relay.stderr().contains("recovered buffered chunks"),
         "{}",
         relay.stderr()
     );
-    // Delivered chunks are freed on disk (their files are kept for reuse):
-    // another restart finds nothing to deliver again.
+    // Stopped, the relay has sent all it held; the sink has read it all.
     relay.terminate();
+    sink.wait_disconnected();
+    assert_exact_seqs(&sink.seqs(), 2000);
+    // Delivered chunks are freed on disk (their files are kept for reuse):
+    // another restart finds nothing to deliver again. Recovery runs before
+    // the input listens, so its log line would be there by now.
     let mut relay = Daemon::start(dir.path(), "relay", &cfg, None);
     relay.wait_port(port);
-    std::thread::sleep(Duration::from_millis(500));
-    assert_exact_seqs(&sink.seqs(), 2000);
     assert!(
         !relay.stderr().contains("recovered buffered chunks"),
         "{}",
         relay.stderr()
     );
     relay.terminate();
+    sink.wait_disconnected();
+    assert_exact_seqs(&sink.seqs(), 2000);
 }
 
 #[test]
@@ -98,12 +100,13 @@ fn every_acked_event_arrives_when_the_relay_is_killed_under_load() {
     let sink = Sink::start_on(sink_port, SinkOpts::default());
     let mut relay = Daemon::start(dir.path(), "relay", &cfg, None);
     relay.wait_port(port);
-    // A steady load in another thread; kill -9 while it runs.
+    // A load in another thread that goes on until the relay dies: kill -9
+    // while it runs.
     let acked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u64>::new()));
     let acked2 = acked.clone();
     let load = std::thread::spawn(move || {
         let mut s = Sender::tcp(port);
-        for f in 0..400u64 {
+        for f in 0u64.. {
             let (a, b) = (f * 25, f * 25 + 25);
             let id = format!("k{f}");
             s.packed("fb.load", a..b, Some(id.as_bytes()));
@@ -111,7 +114,6 @@ fn every_acked_event_arrives_when_the_relay_is_killed_under_load() {
                 Ok(_) => acked2.lock().unwrap().extend(a..b),
                 Err(_) => return, // the relay died: stop, unacked frames are the sender's
             }
-            std::thread::sleep(Duration::from_millis(2));
         }
     });
     wait_until(WAIT, "some acked events", || {
@@ -181,8 +183,6 @@ fn torn_and_corrupt_chunk_files_at_start() {
     let mut relay = Daemon::start(dir.path(), "relay", &cfg, None);
     relay.wait_port(port);
     sink.wait_count(100);
-    std::thread::sleep(Duration::from_millis(300));
-    assert_exact_seqs(&sink.seqs(), 100);
     let quarantined = dir
         .path()
         .join("buf/quarantine")
@@ -196,7 +196,11 @@ fn torn_and_corrupt_chunk_files_at_start() {
     s.packed("fb.a", 100..150, Some(b"a2"));
     s.read_ack();
     sink.wait_count(150);
+    // Stopped, the relay has sent all it held: fb.a's first record and the
+    // new frame, nothing of the corrupt or the torn record.
     relay.terminate();
+    sink.wait_disconnected();
+    assert_exact_seqs(&sink.seqs(), 150);
 }
 
 #[test]
@@ -267,10 +271,10 @@ flush_interval = "50ms"
     s.read_ack();
     s.packed("dd", 20..25, Some(b"new-id"));
     s.read_ack();
-    let lines = d.wait_stdout_lines(5);
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(d.stdout().lines().count(), 5, "{lines:?}");
-    d.terminate();
+    d.wait_stdout_lines(5);
+    // Stopped, the daemon has printed everything it stored.
+    assert!(d.terminate().success());
+    assert_eq!(d.stdout().lines().count(), 5, "{}", d.stdout());
 }
 
 #[test]
@@ -356,16 +360,21 @@ fn mount_tmpfs(at: &std::path::Path, size: &str, test: &str) -> Option<Mount> {
         .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
         .arg(at)
         .output();
-    match mounted {
-        Ok(o) if o.status.success() => Some(Mount(at.to_path_buf())),
-        other => {
-            eprintln!(
-                "SKIPPED LOUDLY: {test}: cannot mount a {size} tmpfs here ({other:?}); \
-                 run the tests as root to cover the full-disk path"
-            );
-            None
-        }
-    }
+    let why = match &mounted {
+        Ok(o) if o.status.success() => return Some(Mount(at.to_path_buf())),
+        Ok(o) => format!(
+            "{}: {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr).trim()
+        ),
+        Err(e) => e.to_string(),
+    };
+    // Only a machine that cannot mount (not root, no tmpfs) skips.
+    skip_unless(
+        false,
+        &format!("{test}: cannot mount a {size} tmpfs here ({why}); run the tests as root to cover the full-disk path"),
+    );
+    None
 }
 
 #[test]
@@ -419,9 +428,9 @@ retry_max_interval = "300ms"
         .join()
         .expect("every frame acked once space returned");
     sink.wait_count(n as usize);
-    std::thread::sleep(Duration::from_millis(300));
-    assert_exact_seqs(&sink.seqs(), n);
     relay.terminate();
+    sink.wait_disconnected();
+    assert_exact_seqs(&sink.seqs(), n);
 }
 
 /// PackedForward entries of events `seqs`, all at second `secs`, with
@@ -540,7 +549,9 @@ retry_max_interval = "300ms"
 }
 
 /// sender → A → B → C (a nagare receiver printing JSON lines), with B
-/// stopped and started again under load; returns the seqs C printed.
+/// stopped and started again under load; returns the seqs C printed. The
+/// sender sends 10,000 events before B stops (B is stopped while they pass),
+/// 5,000 while B is down (A holds them) and 5,000 after it is back.
 fn chain_with_restart(kill: bool) -> Vec<u64> {
     let dir = tempfile::tempdir().unwrap();
     let (pa, pb, pc) = (free_port(), free_port(), free_port());
@@ -564,14 +575,24 @@ flush_interval = "50ms"
     let mut a = Daemon::start(dir.path(), "a", &hop_config(pa, pb, dir.path(), "a"), None);
     a.wait_port(pa);
     let n = 20_000u64;
+    let (b_down, wait_b_down) = std::sync::mpsc::channel::<()>();
+    let (sent_while_down, wait_sent_while_down) = std::sync::mpsc::channel::<()>();
+    let (b_back, wait_b_back) = std::sync::mpsc::channel::<()>();
     let sender = std::thread::spawn(move || {
         let mut s = Sender::tcp(pa);
-        for f in 0..n / 100 {
-            let id = format!("s{f}");
-            s.packed("chain", f * 100..f * 100 + 100, Some(id.as_bytes()));
-            s.read_ack();
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        let mut send = |frames: std::ops::Range<u64>| {
+            for f in frames {
+                let id = format!("s{f}");
+                s.packed("chain", f * 100..f * 100 + 100, Some(id.as_bytes()));
+                s.read_ack();
+            }
+        };
+        send(0..100);
+        wait_b_down.recv().unwrap();
+        send(100..150);
+        sent_while_down.send(()).unwrap();
+        wait_b_back.recv().unwrap();
+        send(150..200);
     });
     let seqs = |c: &Daemon| -> Vec<u64> {
         let out = c.stdout();
@@ -594,9 +615,13 @@ flush_interval = "50ms"
     } else {
         assert!(b.terminate().success());
     }
-    std::thread::sleep(Duration::from_millis(300));
+    b_down.send(()).unwrap();
+    wait_sent_while_down
+        .recv_timeout(WAIT)
+        .expect("A acked the events sent while B was down");
     let mut b = Daemon::start(dir.path(), "b", &cfg_b, None);
     b.wait_port(pb);
+    b_back.send(()).unwrap();
     sender.join().unwrap();
     wait_until(
         Duration::from_secs(40),
@@ -606,7 +631,7 @@ flush_interval = "50ms"
             got.len() as u64 == n
         },
     );
-    std::thread::sleep(Duration::from_millis(500));
+    // Stopped in order, each passes on what it holds: C's output is final.
     a.terminate();
     b.terminate();
     c.terminate();
@@ -662,8 +687,15 @@ retry_max_interval = "200ms"
         let ack = s.read_ack();
         assert_eq!(ack, ack_bytes(&mp_str(b"d1")));
     });
-    // The downstream is down: the batch is buffered, but not acked.
-    std::thread::sleep(Duration::from_millis(800));
+    // The downstream is down: the batch is buffered, but not acked once
+    // its delivery failed.
+    let server = format!("server=127.0.0.1:{sink_port}");
+    wait_until(WAIT, "a failed delivery to the downstream", || {
+        relay
+            .stderr()
+            .lines()
+            .any(|l| l.contains("forward server") && l.contains(&server))
+    });
     assert!(!sender.is_finished(), "acked before the downstream had it");
     let sink = Sink::start_on(sink_port, SinkOpts::default());
     sender.join().unwrap();
@@ -691,8 +723,11 @@ fn block_slows_the_sender_and_keeps_memory_bounded() {
         ..Default::default()
     });
     sink.pause(true);
+    let mon = free_port();
     let cfg = format!(
         r#"
+[monitor]
+bind = "127.0.0.1:{mon}"
 [[input]]
 type = "forward"
 bind = "127.0.0.1:{port}"
@@ -714,7 +749,7 @@ overflow_action = "block"
         sink.port,
         dir.path().join("buf").display()
     );
-    let mut relay = Daemon::start(dir.path(), "relay", &cfg, None);
+    let mut relay = Daemon::start(dir.path(), "relay", &cfg, Some(mon));
     relay.wait_port(port);
     let pid = relay.child.id();
     let idle_rss = rss_kib(pid);
@@ -725,7 +760,17 @@ overflow_action = "block"
         s.finish();
     });
     let mut peak = 0;
-    for _ in 0..40 {
+    wait_until(
+        WAIT,
+        "the buffer at its limit (2 MiB, within a chunk)",
+        || {
+            peak = peak.max(rss_kib(pid));
+            relay.metric("buffer_bytes", "forward#0") >= (2 << 20) - (256 << 10)
+        },
+    );
+    // Memory that stays bounded while blocked needs time to watch: sample
+    // for another second of the blocked state.
+    for _ in 0..20 {
         peak = peak.max(rss_kib(pid));
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -746,14 +791,14 @@ overflow_action = "block"
     sink.pause(false);
     sender.join().unwrap();
     sink.wait_count(n as usize);
-    std::thread::sleep(Duration::from_millis(300));
+    relay.terminate();
+    sink.wait_disconnected();
     assert_exact_seqs(&sink.seqs(), n);
     eprintln!("relay RSS: idle {idle_rss} KiB, peak while blocked {peak} KiB");
     assert!(
         peak < idle_rss + 16 * 1024,
         "RSS grew from {idle_rss} KiB to {peak} KiB while blocked"
     );
-    relay.terminate();
 }
 
 #[test]
@@ -765,17 +810,19 @@ fn the_buffer_grows_while_the_receiver_is_down_and_drains_when_it_returns() {
     let mut relay = Daemon::start(dir.path(), "relay", &cfg, Some(mon));
     relay.wait_port(port);
     send_acked(port, 0..3000);
-    // The receiver is down: everything is held, on disk.
-    std::thread::sleep(Duration::from_millis(500));
+    // The receiver is down: everything acked is held, on disk, and the
+    // output retries.
     let held = relay.metric("buffer_bytes", "forward#0");
     assert!(held > 3000 * 40, "the buffer grew: {held} bytes");
-    assert!(relay.metric("retries_total", "forward#0") > 0);
+    wait_until(WAIT, "a failed delivery retried", || {
+        relay.metric("retries_total", "forward#0") > 0
+    });
     let sink = Sink::start_on(sink_port, SinkOpts::default());
     sink.wait_count(3000);
     relay.wait_metric("buffer_bytes", "forward#0", 0);
-    std::thread::sleep(Duration::from_millis(300));
-    assert_exact_seqs(&sink.seqs(), 3000);
     relay.terminate();
+    sink.wait_disconnected();
+    assert_exact_seqs(&sink.seqs(), 3000);
 }
 
 #[test]
@@ -801,9 +848,9 @@ fn a_resend_of_a_chunk_recovered_after_kill_9_is_not_stored_twice() {
     assert_eq!(s.read_ack(), ack_bytes(&mp_str(b"kept-id")));
     let sink = Sink::start_on(sink_port, SinkOpts::default());
     sink.wait_count(100);
-    std::thread::sleep(Duration::from_millis(500));
-    assert_exact_seqs(&sink.seqs(), 100);
     relay.terminate();
+    sink.wait_disconnected();
+    assert_exact_seqs(&sink.seqs(), 100);
 }
 
 #[test]

@@ -386,7 +386,7 @@ time_key = "ts"
 #[test]
 fn check_names_file_line_and_key_of_bad_filters() {
     let dir = tempfile::tempdir().unwrap();
-    let base = "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:24224\"\n\n";
+    let base = "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:0\"\n\n";
     let cases = [
         (
             "[[filter]]\ntype = \"parser\"\nkey_name = \"log\"\n[filter.parser]\ntype = \"multiline\"\nformat_firstline = \"^x\"\n",

@@ -1,7 +1,8 @@
 //! The fuse input with the real binary: a FUSE mount in a tempdir, files
 //! written into it by real processes (sh, dd, cat, python3), and what arrives at the
 //! outputs checked byte for byte or by count and sequence. Every test skips,
-//! loudly, only where /dev/fuse is absent.
+//! loudly (`SKIPPED:`, or a failure under NAGARE_TEST_REQUIRE), only where
+//! /dev/fuse is absent.
 
 mod common;
 
@@ -11,14 +12,12 @@ use std::time::Duration;
 
 use common::*;
 
-fn fuse_present() -> bool {
-    if Path::new("/dev/fuse").exists() {
-        return true;
-    }
-    eprintln!(
-        "\n\n*** SKIPPED: /dev/fuse absent: the fuse input cannot be tested on this machine ***\n"
-    );
-    false
+/// Skips the calling test (loudly, see `skip_unless`) where /dev/fuse is absent.
+fn no_fuse() -> bool {
+    skip_unless(
+        Path::new("/dev/fuse").exists(),
+        "/dev/fuse absent: the fuse input cannot be tested on this machine",
+    )
 }
 
 fn mounted(mp: &Path) -> bool {
@@ -104,7 +103,7 @@ flush_interval = "50ms"
 
 #[test]
 fn files_written_into_the_mount_become_events_tagged_by_path() {
-    if !fuse_present() {
+    if no_fuse() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -127,7 +126,6 @@ fn files_written_into_the_mount_become_events_tagged_by_path() {
         ("fuse.app.last.log", "no newline at the end", "app/last.log"),
     ];
     n.wait_stdout_lines(want.len());
-    std::thread::sleep(Duration::from_millis(200));
     let mut got = stdout_events(&n);
     got.sort();
     let mut want: Vec<(String, String, String)> = want
@@ -166,8 +164,9 @@ fn files_written_into_the_mount_become_events_tagged_by_path() {
         ),
         "a renamed file's lines carry its new path"
     );
-    // Shutdown unmounts cleanly.
+    // Shutdown unmounts cleanly, having put out every line once.
     assert!(n.terminate().success(), "stderr:\n{}", n.stderr());
+    assert_eq!(stdout_events(&n).len(), 6, "stdout:\n{}", n.stdout());
     assert!(!mounted(&mp), "still mounted after shutdown");
     assert!(
         n.stderr().contains("FUSE filesystem unmounted"),
@@ -178,7 +177,7 @@ fn files_written_into_the_mount_become_events_tagged_by_path() {
 
 #[test]
 fn a_big_file_arrives_byte_for_byte_and_long_lines_are_split() {
-    if !fuse_present() {
+    if no_fuse() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -252,20 +251,7 @@ flush_interval = "50ms"
     wait_until(WAIT, "the big file complete", || {
         std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0) >= text.len() as u64
     });
-    std::thread::sleep(Duration::from_millis(300));
-    let got = std::fs::read(&out).unwrap();
-    assert!(
-        got == text.as_bytes(),
-        "the output differs from the file written ({} vs {} bytes)",
-        got.len(),
-        text.len()
-    );
-    let long_out = wait_file_lines(&d.join("long.out"), 4);
-    let pieces: Vec<&str> = long_out.lines().collect();
-    assert_eq!(
-        pieces,
-        [&long[..1024], &long[1024..2048], &long[2048..], "short"]
-    );
+    wait_file_lines(&d.join("long.out"), 4);
     // Skipped: a long line in one write, and one that grows past the limit
     // over several writes (dropped up to its newline); the rest is kept.
     {
@@ -278,20 +264,29 @@ flush_interval = "50ms"
         }
         f.write_all(b"SSS\nafter\n").unwrap();
     }
-    let skip_out = wait_file_lines(&d.join("skip.out"), 3);
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(
-        read_file(&d.join("skip.out")),
-        "before\nmiddle\nafter\n",
-        "{skip_out}"
-    );
+    wait_file_lines(&d.join("skip.out"), 3);
+    // Stopped, the daemon has written out everything: each file is exact.
     assert!(n.terminate().success());
     assert!(!mounted(&mp));
+    let got = std::fs::read(&out).unwrap();
+    assert!(
+        got == text.as_bytes(),
+        "the output differs from the file written ({} vs {} bytes)",
+        got.len(),
+        text.len()
+    );
+    let long_out = read_file(&d.join("long.out"));
+    let pieces: Vec<&str> = long_out.lines().collect();
+    assert_eq!(
+        pieces,
+        [&long[..1024], &long[1024..2048], &long[2048..], "short"]
+    );
+    assert_eq!(read_file(&d.join("skip.out")), "before\nmiddle\nafter\n");
 }
 
 #[test]
 fn concurrent_writers_never_interleave_inside_a_line() {
-    if !fuse_present() {
+    if no_fuse() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -359,7 +354,7 @@ flush_interval = "50ms"
 
 #[test]
 fn json_lines_are_parsed_and_forwarded_in_sequence() {
-    if !fuse_present() {
+    if no_fuse() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -404,7 +399,10 @@ flush_interval = "50ms"
         mp.display()
     ));
     sink.wait_count(N as usize);
-    std::thread::sleep(Duration::from_millis(200));
+    // Stopped, the daemon has sent everything; the sink has read it all.
+    assert!(n.terminate().success());
+    assert!(!mounted(&mp));
+    sink.wait_disconnected();
     let events = sink.events();
     assert!(
         events.iter().all(|(t, _)| t == "app.events.json"),
@@ -416,13 +414,11 @@ flush_interval = "50ms"
         (0..N).collect::<Vec<_>>(),
         "in the order written"
     );
-    assert!(n.terminate().success());
-    assert!(!mounted(&mp));
 }
 
 #[test]
 fn a_stale_mount_left_by_kill_9_is_unmounted_at_restart() {
-    if !fuse_present() {
+    if no_fuse() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -463,7 +459,7 @@ fn n_wait_message(n: &Daemon, msg: &str) {
 
 #[test]
 fn a_mountpoint_that_is_a_file_is_a_clear_error() {
-    if !fuse_present() {
+    if no_fuse() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -501,7 +497,7 @@ fn check_refuses_a_multiline_parser_naming_the_line() {
 
 #[test]
 fn a_full_output_buffer_blocks_the_writer_without_loss() {
-    if !fuse_present() {
+    if no_fuse() {
         return;
     }
     use std::io::Write;
@@ -570,15 +566,15 @@ overflow_action = "block"
     sink.pause(false);
     writer.join().unwrap();
     sink.wait_count(N as usize);
-    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(n.metric("errors_total", "fuse#0"), 0);
+    assert_eq!(n.metric("dropped_events_total", "forward#0"), 0);
+    assert!(n.terminate().success());
+    sink.wait_disconnected();
     assert_eq!(
         seqs(&sink.events()),
         (0..N).collect::<Vec<_>>(),
         "every line once, in order"
     );
-    assert_eq!(n.metric("errors_total", "fuse#0"), 0);
-    assert_eq!(n.metric("dropped_events_total", "forward#0"), 0);
-    assert!(n.terminate().success());
 }
 
 #[test]
@@ -594,7 +590,7 @@ fn the_example_config_passes_check() {
 
 #[test]
 fn a_file_held_open_does_not_stall_shutdown() {
-    if !fuse_present() {
+    if no_fuse() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -602,25 +598,23 @@ fn a_file_held_open_does_not_stall_shutdown() {
     let _unmount = Unmount(mp.clone());
     let mut n = Daemon::start(dir.path(), "held", &stdout_config(&mp), None);
     wait_mounted(&mut n, &mp);
-    // A writer that keeps its file open across the shutdown.
+    // A writer that keeps its file open across the shutdown: it writes its
+    // last line only when the test says so, after the daemon has exited (a
+    // shutdown that waited for the file would not end: terminate fails).
     let mut holder = Command::new("sh")
         .arg("-c")
         .arg(format!(
-            "exec 3>>{}/held.log; echo whole >&3; printf partial >&3; sleep 5; echo late >&3",
+            "exec 3>>{}/held.log; echo whole >&3; printf partial >&3; read go; echo late >&3",
             mp.display()
         ))
+        .stdin(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     wait_until(WAIT, "the whole line", || {
         stdout_events(&n).iter().any(|(_, m, _)| m == "whole")
     });
-    let t = std::time::Instant::now();
     assert!(n.terminate().success(), "stderr:\n{}", n.stderr());
-    assert!(
-        t.elapsed() < Duration::from_secs(4),
-        "shutdown waited {:?} for the open file",
-        t.elapsed()
-    );
+    drop(holder.stdin.take()); // `read` returns: the writer goes on
     let msgs: Vec<String> = stdout_events(&n).into_iter().map(|(_, m, _)| m).collect();
     assert_eq!(
         msgs,
@@ -661,7 +655,7 @@ fn read_step(r: &mut impl std::io::BufRead) -> String {
 
 #[test]
 fn a_writer_pausing_mid_line_gets_its_line_whole() {
-    if !fuse_present() {
+    if no_fuse() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -681,26 +675,21 @@ fn a_writer_pausing_mid_line_gets_its_line_whole() {
     let mut out = std::io::BufReader::new(w.stdout.take().unwrap());
     assert_eq!(read_step(&mut out), "written");
     n.wait_stdout_lines(2);
-    // Still open: nothing more may come (no piece of the line).
-    std::thread::sleep(Duration::from_millis(300));
     let msgs =
         |n: &Daemon| -> Vec<String> { stdout_events(n).into_iter().map(|(_, m, _)| m).collect() };
     assert_eq!(msgs(&n), ["first half, second half", "end"]);
     drop(w.stdin.take()); // the writer closes the file
     assert_eq!(read_step(&mut out), "closed");
     assert!(w.wait().unwrap().success());
-    std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(
-        msgs(&n),
-        ["first half, second half", "end"],
-        "nothing at close"
-    );
+    // Stopped, the daemon has put out everything: no piece of the line
+    // while the file was open, nothing at its close.
     assert!(n.terminate().success(), "stderr:\n{}", n.stderr());
+    assert_eq!(msgs(&n), ["first half, second half", "end"]);
 }
 
 #[test]
 fn a_partial_line_of_a_quiet_writer_goes_after_partial_line_timeout() {
-    if !fuse_present() {
+    if no_fuse() {
         return;
     }
     use std::io::Write;
@@ -718,13 +707,8 @@ fn a_partial_line_of_a_quiet_writer_goes_after_partial_line_timeout() {
     let mut out = std::io::BufReader::new(w.stdout.take().unwrap());
     assert_eq!(read_step(&mut out), "written");
     let t = std::time::Instant::now();
-    // Well past flush_interval (50ms), before the timeout: still waiting.
-    std::thread::sleep(Duration::from_millis(500));
-    assert_eq!(
-        stdout_events(&n),
-        [],
-        "the partial line went before partial_line_timeout"
-    );
+    // Not before the timeout (flush_interval, 50ms, does not send it), and
+    // well before the default timeout (5s): the option is the one used.
     wait_until(WAIT, "the partial line", || !stdout_events(&n).is_empty());
     let waited = t.elapsed();
     assert!(
@@ -738,8 +722,7 @@ fn a_partial_line_of_a_quiet_writer_goes_after_partial_line_timeout() {
     n.wait_stdout_lines(2);
     drop(stdin);
     assert!(w.wait().unwrap().success());
-    std::thread::sleep(Duration::from_millis(300));
+    assert!(n.terminate().success(), "stderr:\n{}", n.stderr());
     let msgs: Vec<String> = stdout_events(&n).into_iter().map(|(_, m, _)| m).collect();
     assert_eq!(msgs, ["unfinished", "later"]);
-    assert!(n.terminate().success(), "stderr:\n{}", n.stderr());
 }

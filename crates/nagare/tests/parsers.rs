@@ -164,14 +164,12 @@ flush_interval = "50ms"
     // (the position is saved before them)...
     let mut daemon = Daemon::start(d, "nagare", &config(d, "1h"), None);
     daemon.wait_stdout_lines(4);
-    std::thread::sleep(std::time::Duration::from_millis(300));
     assert!(daemon.terminate().success(), "{}", daemon.stderr());
     let mut lines: Vec<String> = daemon.stdout().lines().map(String::from).collect();
     assert_eq!(lines.len(), 4, "{lines:#?}");
     // ...so after a restart they come once the (short) flush interval passed.
     let mut daemon = Daemon::start(d, "nagare", &config(d, "300ms"), None);
     daemon.wait_stdout_lines(2);
-    std::thread::sleep(std::time::Duration::from_millis(500));
     assert!(daemon.terminate().success(), "{}", daemon.stderr());
     lines.extend(daemon.stdout().lines().map(String::from));
     assert_eq!(lines.len(), 6, "{lines:#?}");
@@ -222,9 +220,19 @@ flush_interval = "50ms"
     assert!(m.ends_with("\nZeroDivisionError: division by zero"), "{m}");
     assert_eq!(m.lines().count(), 7);
 
-    // Another restart reads nothing twice.
+    // Another restart reads nothing twice: each file is followed from its end.
     let mut daemon = Daemon::start(d, "nagare", &config(d, "300ms"), None);
-    std::thread::sleep(std::time::Duration::from_millis(800));
+    for name in ["java.log", "python.log"] {
+        let log = d.join("logs").join(name);
+        let size = std::fs::metadata(&log).unwrap().len();
+        let want = format!("path={} offset={size}", log.display());
+        wait_until(WAIT, &format!("{name} followed from its end"), || {
+            daemon
+                .stderr()
+                .lines()
+                .any(|l| l.contains("following file") && l.contains(&want))
+        });
+    }
     assert!(daemon.terminate().success(), "{}", daemon.stderr());
     assert_eq!(daemon.stdout(), "", "nothing again after a restart");
 }
@@ -271,12 +279,14 @@ flush_interval = "50ms"
     };
     append("[1] first\n");
     let mut daemon = Daemon::start(d, "nagare", &config("1h"), None);
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // Each piece is read before the next is written: the event grows
+    // across reads.
+    daemon.wait_read_to_end(&log);
     append("  more of first\n");
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    daemon.wait_read_to_end(&log);
     append("[2] second\n  more of second\n");
     let lines = daemon.wait_stdout_lines(1);
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    daemon.wait_read_to_end(&log);
     assert!(daemon.terminate().success(), "{}", daemon.stderr());
     assert_eq!(lines.len(), 1, "{lines:#?}");
     let first: serde_json::Value = serde_json::from_str(&lines[0]).unwrap();
@@ -284,7 +294,6 @@ flush_interval = "50ms"
 
     let mut daemon = Daemon::start(d, "nagare", &config("100ms"), None);
     daemon.wait_stdout_lines(1);
-    std::thread::sleep(std::time::Duration::from_millis(300));
     assert!(daemon.terminate().success(), "{}", daemon.stderr());
     let lines: Vec<String> = daemon.stdout().lines().map(String::from).collect();
     assert_eq!(lines.len(), 1, "{lines:#?}");
@@ -329,7 +338,6 @@ flush_interval = "50ms"
     wait_until(WAIT, "all 50 lines out", || {
         daemon.stdout().matches("continuation").count() >= 50
     });
-    std::thread::sleep(std::time::Duration::from_millis(300));
     assert!(daemon.terminate().success(), "{}", daemon.stderr());
     let mut joined = Vec::new();
     for l in daemon.stdout().lines() {

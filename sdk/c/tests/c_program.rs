@@ -71,7 +71,9 @@ fn c_program_emits_to_a_server() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "ok");
 
     assert!(srv.wait_for(131, Duration::from_secs(5)));
-    std::thread::sleep(Duration::from_millis(50));
+    // The program has exited: once its connections are read to their end,
+    // the server holds everything it sent.
+    assert!(srv.wait_closed(Duration::from_secs(5)));
     let evs = srv.events();
     let mut by_src: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
     for e in &evs {

@@ -48,12 +48,38 @@ fn seqs(s: &Server) -> Vec<u64> {
     s.events().iter().map(|e| e.seq()).collect()
 }
 
-/// The server reads asynchronously: wait until it got `n` events (and a
-/// moment more, so extra events would show), then list their seqs.
+/// The server reads asynchronously: wait until it got `n` events, then list
+/// the seqs of all it got (extra events that came by then show too).
 fn seqs_n(s: &Server, n: usize) -> Vec<u64> {
-    s.wait_for(n, Duration::from_secs(10));
-    std::thread::sleep(Duration::from_millis(30));
+    assert!(
+        s.wait_for(n, Duration::from_secs(10)),
+        "{n} events at the server"
+    );
     seqs(s)
+}
+
+/// After the logger was closed: waits for `n` events and for every
+/// connection to end (all the logger sent was read), then lists the seqs
+/// of all the server got. Nothing more can come: an extra event shows.
+fn seqs_final(s: &Server, n: usize) -> Vec<u64> {
+    assert!(
+        s.wait_for(n, Duration::from_secs(10)),
+        "{n} events at the server"
+    );
+    assert!(
+        s.wait_closed(Duration::from_secs(10)),
+        "the logger's connections closed"
+    );
+    seqs(s)
+}
+
+/// Waits until the logger reported an error containing `what`.
+fn wait_error(errs: &Errs, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !errs.lock().unwrap().iter().any(|(_, m)| m.contains(what)) {
+        assert!(Instant::now() < deadline, "no error {what:?} reported");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 fn tmpdir(name: &str) -> std::path::PathBuf {
@@ -80,7 +106,7 @@ fn close_flushes_everything_in_order() {
     let log = Logger::new(fast(Config::new().servers([&srv.addr]).unwrap())).unwrap();
     emit_range(&log, "app.test", 0..5000);
     log.close(Duration::from_secs(5)).unwrap();
-    assert_eq!(seqs_n(&srv, 5000), (0..5000).collect::<Vec<_>>());
+    assert_eq!(seqs_final(&srv, 5000), (0..5000).collect::<Vec<_>>());
     let ev = &srv.events()[0];
     assert_eq!(ev.tag, "app.test");
     assert_eq!(ev.field("message").unwrap().as_str(), Some("hello"));
@@ -118,6 +144,8 @@ fn emit_rejects_non_maps_and_accepts_maps() {
     .unwrap();
     log.flush(Duration::from_secs(5)).unwrap();
     assert_eq!(seqs_n(&srv, 2), vec![7, 8]);
+    log.close(Duration::from_secs(5)).unwrap();
+    assert_eq!(seqs_final(&srv, 2), vec![7, 8]);
     assert_eq!(srv.events()[1].time, nagare_logger::EventTime::new(1, 2));
 }
 
@@ -126,12 +154,12 @@ fn nothing_lost_across_server_restart() {
     for ack in [false, true] {
         let mut srv = Server::start(Opts::default());
         let port = srv.port();
-        let log = Logger::new(
+        let (cfg, errs) = collect_errors(
             fast(Config::new().servers([&srv.addr]).unwrap())
                 .require_ack(ack)
                 .ack_timeout(Duration::from_secs(2)),
-        )
-        .unwrap();
+        );
+        let log = Logger::new(cfg).unwrap();
         emit_range(&log, "app.r", 0..1000);
         log.flush(Duration::from_secs(5)).unwrap();
         assert!(srv.wait_for(1000, Duration::from_secs(5)));
@@ -139,7 +167,9 @@ fn nothing_lost_across_server_restart() {
         // The server is gone (its FIN is in the client's socket): these events
         // must be kept until it is back.
         emit_range(&log, "app.r", 1000..2000);
-        std::thread::sleep(Duration::from_millis(300));
+        // Once the logger found the server gone (it cannot reconnect), the
+        // events are still held.
+        wait_error(&errs, "cannot connect");
         assert!(log.stats().buffered > 0, "events retained while down");
         let srv2 = Server::start_on(port, Opts::default());
         log.flush(Duration::from_secs(10)).unwrap();
@@ -156,6 +186,7 @@ fn nothing_lost_across_server_restart() {
         );
         assert!(log.stats().reconnects >= 1);
         log.close(Duration::from_secs(2)).unwrap();
+        assert_eq!(seqs_final(&srv2, 1000), (1000..2000).collect::<Vec<_>>());
     }
 }
 
@@ -171,25 +202,35 @@ fn backoff_intervals_grow() {
     );
     let log = Logger::new(cfg).unwrap();
     emit_range(&log, "t", 0..1);
-    std::thread::sleep(Duration::from_millis(1600));
-    let times: Vec<Instant> = errs
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(_, m)| m.contains("cannot connect"))
-        .map(|(t, _)| *t)
-        .collect();
-    assert!(times.len() >= 5, "only {} attempts", times.len());
-    let gaps: Vec<f64> = times
-        .windows(2)
-        .map(|w| (w[1] - w[0]).as_secs_f64() * 1000.0)
-        .collect();
-    // Delays double per attempt (equal jitter keeps each within [d/2, d]).
-    for w in gaps.windows(3) {
-        assert!(w[2] > w[0] * 1.5, "gaps {gaps:?}");
+    let attempts = || -> Vec<Instant> {
+        errs.lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, m)| m.contains("cannot connect"))
+            .map(|(t, _)| *t)
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while attempts().len() < 5 {
+        assert!(
+            Instant::now() < deadline,
+            "only {} attempts",
+            attempts().len()
+        );
+        std::thread::sleep(Duration::from_millis(5));
     }
-    assert!(gaps[gaps.len() - 1] > 4.0 * gaps[0], "gaps {gaps:?}");
-    assert!(gaps[0] >= 24.0, "gaps {gaps:?}");
+    // The k-th delay is d = 50 ms × 2^k with equal jitter, within [d/2, d].
+    // Lower bounds only: a busy machine makes gaps longer, never shorter,
+    // and a backoff that did not grow fails the later ones (200 ms at k = 3).
+    let times = attempts();
+    for (k, w) in times.windows(2).take(4).enumerate() {
+        let floor = Duration::from_millis(25 << k);
+        assert!(
+            w[1] - w[0] >= floor,
+            "gap {k}: {:?} < {floor:?}",
+            w[1] - w[0]
+        );
+    }
     assert_eq!(log.stats().buffered, 1);
     // Nothing listens: close gives up and says how much was left.
     assert!(matches!(
@@ -220,6 +261,7 @@ fn spill_to_disk_and_drain_in_order() {
     assert_eq!(seqs_n(&srv, 3000), (0..3000).collect::<Vec<_>>());
     assert_eq!(std::fs::metadata(dir.join("spill.bin")).unwrap().len(), 0);
     log.close(Duration::from_secs(2)).unwrap();
+    assert_eq!(seqs_final(&srv, 3000), (0..3000).collect::<Vec<_>>());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -243,6 +285,7 @@ fn close_keeps_undelivered_events_in_the_spill_file() {
     log.flush(Duration::from_secs(10)).unwrap();
     assert_eq!(seqs_n(&srv, 600), (0..600).collect::<Vec<_>>());
     log.close(Duration::from_secs(2)).unwrap();
+    assert_eq!(seqs_final(&srv, 600), (0..600).collect::<Vec<_>>());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -317,7 +360,7 @@ fn overflow_block_waits_for_room() {
     .unwrap();
     emit_range(&log, "t", 0..5000);
     log.close(Duration::from_secs(5)).unwrap();
-    assert_eq!(seqs_n(&srv, 5000), (0..5000).collect::<Vec<_>>());
+    assert_eq!(seqs_final(&srv, 5000), (0..5000).collect::<Vec<_>>());
     assert_eq!(log.stats().dropped, 0);
 }
 
@@ -345,12 +388,16 @@ fn failover_and_return_to_primary() {
     assert_eq!(seqs_n(&secondary, 100), (100..200).collect::<Vec<_>>());
 
     let primary2 = Server::start_on(pport, Opts::default());
+    // Let primary_retry (300 ms) pass: the logger goes back to the primary
+    // at its first send after that, and not before.
     std::thread::sleep(Duration::from_millis(400));
     emit_range(&log, "f", 200..300);
     log.flush(Duration::from_secs(5)).unwrap();
     assert_eq!(seqs_n(&primary2, 100), (200..300).collect::<Vec<_>>());
-    assert_eq!(secondary.count(), 100);
     log.close(Duration::from_secs(2)).unwrap();
+    assert_eq!(seqs_final(&primary, 100), (0..100).collect::<Vec<_>>());
+    assert_eq!(seqs_final(&secondary, 100), (100..200).collect::<Vec<_>>());
+    assert_eq!(seqs_final(&primary2, 100), (200..300).collect::<Vec<_>>());
 }
 
 #[test]
@@ -406,7 +453,7 @@ fn unix_socket() {
     let log = Logger::new(fast(Config::new().servers([&srv.addr]).unwrap())).unwrap();
     emit_range(&log, "u", 0..300);
     log.close(Duration::from_secs(5)).unwrap();
-    assert_eq!(seqs_n(&srv, 300), (0..300).collect::<Vec<_>>());
+    assert_eq!(seqs_final(&srv, 300), (0..300).collect::<Vec<_>>());
     drop(srv);
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -425,7 +472,7 @@ fn shared_key_handshake() {
     .unwrap();
     emit_range(&log, "h", 0..10);
     log.close(Duration::from_secs(5)).unwrap();
-    assert_eq!(seqs_n(&srv, 10), (0..10).collect::<Vec<_>>());
+    assert_eq!(seqs_final(&srv, 10), (0..10).collect::<Vec<_>>());
 
     let (cfg, errs) =
         collect_errors(fast(Config::new().servers([&srv.addr]).unwrap()).shared_key("wrong"));
@@ -493,7 +540,7 @@ fn gzip_compressed_frames() {
     .unwrap();
     emit_range(&log, "gz", 0..2000);
     log.close(Duration::from_secs(5)).unwrap();
-    assert_eq!(seqs_n(&srv, 2000), (0..2000).collect::<Vec<_>>());
+    assert_eq!(seqs_final(&srv, 2000), (0..2000).collect::<Vec<_>>());
     let (frames, gz) = srv.with_log(|l| (l.frames, l.compressed_frames));
     assert!(frames > 0);
     assert_eq!(frames, gz, "every frame gzip-compressed");
@@ -502,14 +549,15 @@ fn gzip_compressed_frames() {
 #[test]
 fn batches_stay_within_batch_bytes_after_an_outage() {
     let port = free_port();
-    let log = Logger::new(
+    let (cfg, errs) = collect_errors(
         fast_to(port)
             .batch_bytes(4096)
             .backoff(Duration::from_millis(300), Duration::from_millis(300)),
-    )
-    .unwrap();
+    );
+    let log = Logger::new(cfg).unwrap();
     emit_range(&log, "b", 0..3000);
-    std::thread::sleep(Duration::from_millis(100));
+    // The outage: the logger tried and failed before the server starts.
+    wait_error(&errs, "cannot connect");
     let srv = Server::start_on(port, Opts::default());
     log.flush(Duration::from_secs(10)).unwrap();
     assert_eq!(seqs_n(&srv, 3000), (0..3000).collect::<Vec<_>>());
@@ -517,4 +565,5 @@ fn batches_stay_within_batch_bytes_after_an_outage() {
     assert!(sizes.len() >= 20, "{sizes:?}");
     assert!(sizes.iter().all(|&n| n < 4096 + 64), "{sizes:?}");
     log.close(Duration::from_secs(2)).unwrap();
+    assert_eq!(seqs_final(&srv, 3000), (0..3000).collect::<Vec<_>>());
 }

@@ -3,8 +3,8 @@
 
 mod common;
 
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use common::{Opts, Server};
 use nagare_logger::{Config, Logger, TlsConfig};
@@ -114,6 +114,8 @@ fn tls_restart_loses_nothing() {
     let scfg = server_config(&dir);
     let mut srv = tls_server_on(scfg.clone(), 0);
     let port = srv.port();
+    let errors = Arc::new(Mutex::new(Vec::<String>::new()));
+    let errors2 = errors.clone();
     let log = Logger::new(
         Config::new()
             .servers([&srv.addr])
@@ -124,7 +126,8 @@ fn tls_restart_loses_nothing() {
                 ..TlsConfig::default()
             })
             .flush_interval(Duration::from_millis(10))
-            .backoff(Duration::from_millis(20), Duration::from_millis(200)),
+            .backoff(Duration::from_millis(20), Duration::from_millis(200))
+            .on_error(move |e| errors2.lock().unwrap().push(e.to_string())),
     )
     .unwrap();
     for seq in 0..100u64 {
@@ -137,7 +140,20 @@ fn tls_restart_loses_nothing() {
     for seq in 100..200u64 {
         log.emit("tls", &serde_json::json!({ "seq": seq })).unwrap();
     }
-    std::thread::sleep(Duration::from_millis(200));
+    // The server comes back only after the logger found it gone.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !errors
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|m| m.contains("cannot connect"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the logger never tried to reconnect"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let srv2 = tls_server_on(scfg, port);
     log.flush(Duration::from_secs(10)).unwrap();
     assert!(srv2.wait_for(100, Duration::from_secs(5)));

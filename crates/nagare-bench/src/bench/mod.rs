@@ -1,7 +1,8 @@
 //! `nagare bench`: runs a matrix (target events/s × bytes/event ×
 //! events/frame) against one or more systems, verifies every run by
 //! sequence number at a built-in sink, samples the system's CPU and RSS, and
-//! writes a report (Markdown, CSV, JSON, SVG and PNG plots).
+//! writes a report (Markdown, CSV, JSON, SVG plots, and PNG plots with the
+//! `png` feature).
 //!
 //! Systems:
 //! - `direct` (`--baseline`, or when nothing else is given): sender → sink.
@@ -124,7 +125,7 @@ pub struct BenchArgs {
     /// Report title.
     #[arg(long, default_value = "nagare bench")]
     pub title: String,
-    /// SVG plots only.
+    /// SVG plots only (the default in a build without the `png` feature).
     #[arg(long)]
     pub no_png: bool,
     /// Run nothing: write the report (into --out) from an earlier results.json.
@@ -662,13 +663,16 @@ pub fn run_bench(args: BenchArgs) -> Result<()> {
             ),
         });
     }
+    if !args.no_png && !report::PNG {
+        eprintln!("bench: SVG plots only: this nagare was built without the `png` feature");
+    }
     let files = report::write_report(
         &args.out,
         &args.title,
         &command,
         &notes,
         &rows,
-        !args.no_png,
+        !args.no_png && report::PNG,
     )?;
     println!("{}", report::markdown_table(&rows));
     for f in files {

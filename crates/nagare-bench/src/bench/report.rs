@@ -1,10 +1,9 @@
-//! Results: a Markdown table, CSV, JSON, and plots (SVG and PNG) of
-//! throughput against message size and against target rate, one line per
-//! system.
+//! Results: a Markdown table, CSV, JSON, and plots (SVG, and PNG in a build
+//! with the `png` feature) of throughput against message size and against
+//! target rate, one line per system.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use anyhow::{anyhow, bail, Context, Result};
 use plotters::coord::Shift;
@@ -231,9 +230,15 @@ fn per_system(
         .collect()
 }
 
+/// True when this build draws PNG plots (the `png` feature).
+pub const PNG: bool = cfg!(feature = "png");
+
 /// Checks that plotters (`ttf` feature: fontconfig and FreeType) finds a
-/// sans-serif font, so the plots get their text.
-pub fn ensure_font() -> Result<()> {
+/// sans-serif font, so the PNG plots get their text. SVG plots need no font
+/// here: the viewer draws their text.
+#[cfg(feature = "png")]
+fn ensure_font() -> Result<()> {
+    use std::sync::OnceLock;
     static DONE: OnceLock<Result<(), String>> = OnceLock::new();
     DONE.get_or_init(|| {
         let f = FontDesc::new(FontFamily::SansSerif, 16.0, FontStyle::Normal);
@@ -314,19 +319,33 @@ fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, p: &Plot) -> Result<()
     Ok(())
 }
 
-/// Writes `<stem>.svg` and, with `png`, `<stem>.png` into `dir`; returns the paths.
+/// Writes `<stem>.svg` and, with `png`, `<stem>.png` into `dir`; returns the
+/// paths. `png` is an error in a build without the `png` feature.
 pub fn write_plot(dir: &Path, p: &Plot, png: bool) -> Result<Vec<PathBuf>> {
-    ensure_font()?;
     let mut paths = Vec::new();
     let svg = dir.join(format!("{}.svg", p.file_stem));
     draw(SVGBackend::new(&svg, (960, 600)).into_drawing_area(), p)?;
     paths.push(svg);
     if png {
-        let png = dir.join(format!("{}.png", p.file_stem));
-        draw(BitMapBackend::new(&png, (960, 600)).into_drawing_area(), p)?;
-        paths.push(png);
+        paths.push(write_png(dir, p)?);
     }
     Ok(paths)
+}
+
+#[cfg(feature = "png")]
+fn write_png(dir: &Path, p: &Plot) -> Result<PathBuf> {
+    ensure_font()?;
+    let png = dir.join(format!("{}.png", p.file_stem));
+    draw(BitMapBackend::new(&png, (960, 600)).into_drawing_area(), p)?;
+    Ok(png)
+}
+
+#[cfg(not(feature = "png"))]
+fn write_png(_dir: &Path, p: &Plot) -> Result<PathBuf> {
+    bail!(
+        "plot {}: PNG plots need a nagare built with the `png` feature (this one writes SVG only)",
+        p.file_stem
+    )
 }
 
 /// Facts about the machine for the report header.

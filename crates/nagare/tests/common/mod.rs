@@ -50,6 +50,65 @@ pub fn sample(name: &str) -> String {
     .unwrap()
 }
 
+// ---------------------------------------------------------------- skipping
+
+/// When this environment variable is set, a test that cannot run here fails
+/// instead of skipping. scripts/test-all.sh sets it in CI and wherever the
+/// machine can run everything (root with /dev/fuse).
+pub const REQUIRE_ENV: &str = "NAGARE_TEST_REQUIRE";
+
+/// Skips the calling test unless `cond` holds; returns true when it skipped,
+/// so tests read `if skip_unless(cond, "why") { return; }`.
+///
+/// A skip prints `SKIPPED: <test binary>::<test>: <reason>` on stderr,
+/// around the test harness's capture (libtest captures only `print!` and
+/// `eprint!`), so it shows in every run and scripts/test-all.sh counts it.
+/// With NAGARE_TEST_REQUIRE set it panics instead: the test must run here.
+pub fn skip_unless(cond: bool, reason: &str) -> bool {
+    if cond {
+        return false;
+    }
+    let test = format!(
+        "{}::{}",
+        env!("CARGO_CRATE_NAME"),
+        std::thread::current().name().unwrap_or("?")
+    );
+    if std::env::var_os(REQUIRE_ENV).is_some() {
+        panic!("{test} cannot run here ({reason}), and {REQUIRE_ENV} says every test must run");
+    }
+    // One write, so lines of tests running in parallel do not interleave.
+    let _ = std::io::stderr().write_all(format!("\nSKIPPED: {test}: {reason}\n").as_bytes());
+    true
+}
+
+/// Runs `body` on a thread of its own inside a new network namespace whose
+/// loopback is up; processes it starts (the daemon) are in it too. So a
+/// test may bind fixed ports (the embedded default's 24224 and 24220)
+/// without meeting a Fluentd or Fluent Bit running on the machine. Needs
+/// CAP_SYS_ADMIN (root) and `ip` (iproute2); Err says why it cannot run.
+pub fn in_private_network<T: Send>(body: impl FnOnce() -> T + Send) -> Result<T, String> {
+    std::thread::scope(|s| {
+        let t = s.spawn(|| {
+            // SAFETY: unshare(2) with CLONE_NEWNET moves only the calling
+            // thread (this one, made for the purpose) to a new namespace.
+            if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+                let e = std::io::Error::last_os_error();
+                return Err(format!("unshare(CLONE_NEWNET): {e}"));
+            }
+            match Command::new("ip")
+                .args(["link", "set", "lo", "up"])
+                .status()
+            {
+                Ok(st) if st.success() => Ok(body()),
+                Ok(st) => Err(format!("`ip link set lo up` failed ({st})")),
+                Err(e) => Err(format!("cannot run `ip` (iproute2): {e}")),
+            }
+        });
+        t.join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    })
+}
+
 /// A loopback port that was free a moment ago (bind port 0, read it, drop).
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
@@ -72,7 +131,9 @@ pub fn wait_until(timeout: Duration, what: &str, mut cond: impl FnMut() -> bool)
 
 /// Waits until `progress` (a producer's count, short of its goal `n` while it
 /// is blocked) stops moving for 500 ms, then checks it stays put for another
-/// second. `who` names the producer in panics.
+/// second. `who` names the producer in panics. A stall has no event to wait
+/// for: it is the absence of progress over time, so the sleeps here are the
+/// observation windows, not waits for something to happen.
 pub fn wait_stalled(progress: &AtomicU64, n: u64, who: &str) {
     let start = Instant::now();
     let stalled = loop {
@@ -312,8 +373,30 @@ impl Daemon {
 
     /// Sends SIGTERM and waits for the exit; returns the status.
     pub fn terminate(&mut self) -> ExitStatus {
+        self.wait_catches(libc::SIGTERM);
         self.signal(libc::SIGTERM);
         self.wait_exit(WAIT)
+    }
+
+    /// Waits until the daemon handles `sig` (its bit in SigCgt of
+    /// /proc/PID/status). nagare installs its SIGTERM handler once its inputs
+    /// have started; a SIGTERM before that would kill it with the default
+    /// action instead of draining it. Returns at once if it has exited.
+    pub fn wait_catches(&mut self, sig: i32) {
+        let status = format!("/proc/{}/status", self.child.id());
+        wait_until(WAIT, &format!("nagare to handle signal {sig}"), || {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return true;
+            }
+            let caught = std::fs::read_to_string(&status)
+                .ok()
+                .and_then(|s| {
+                    let mask = s.lines().find_map(|l| l.strip_prefix("SigCgt:"))?;
+                    u64::from_str_radix(mask.trim(), 16).ok()
+                })
+                .unwrap_or(0);
+            caught & (1 << (sig - 1)) != 0
+        });
     }
 
     pub fn wait_exit(&mut self, timeout: Duration) -> ExitStatus {
@@ -335,6 +418,22 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// Waits until the daemon has read `path` to its end: one of its file
+    /// descriptors on that file has its offset (/proc/PID/fdinfo `pos`) at
+    /// the file's size. What the file held is then inside the daemon.
+    pub fn wait_read_to_end(&self, path: &Path) {
+        let path = std::fs::canonicalize(path).expect("the file exists");
+        let pid = self.child.id();
+        wait_until(
+            WAIT,
+            &format!("nagare to read {} to its end", path.display()),
+            || {
+                let size = std::fs::metadata(&path).map(|m| m.len()).ok();
+                read_offsets(pid, &path).any(|pos| Some(pos) == size)
+            },
+        );
     }
 
     /// Waits until stdout holds `n` lines.
@@ -379,6 +478,22 @@ impl Drop for Daemon {
             let _ = self.child.wait();
         }
     }
+}
+
+/// The offsets of process `pid`'s file descriptors open on `path`.
+fn read_offsets(pid: u32, path: &Path) -> impl Iterator<Item = u64> + '_ {
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten();
+    fds.flatten()
+        .filter(move |fd| std::fs::read_link(fd.path()).is_ok_and(|p| p == path))
+        .filter_map(move |fd| {
+            let info = format!("/proc/{pid}/fdinfo/{}", fd.file_name().to_string_lossy());
+            let info = std::fs::read_to_string(info).ok()?;
+            info.lines()
+                .find_map(|l| l.strip_prefix("pos:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
 }
 
 /// Reads `nagare_<name>{plugin="<plugin>",…} VALUE` from Prometheus text.
@@ -727,6 +842,9 @@ struct SinkState {
     /// Raw chunk ids seen, in order.
     chunks: Mutex<Vec<Vec<u8>>>,
     connections: Mutex<u64>,
+    /// Connections that ended before the sink stopped (the peer closed or
+    /// reset them after everything it sent was read, or a frame was bad).
+    ended: Mutex<u64>,
     paused: AtomicBool,
 }
 
@@ -789,7 +907,11 @@ impl Sink {
                         conns.lock().unwrap().push(c.try_clone().unwrap());
                         let (state, stop, opts) = (state.clone(), stop.clone(), opts.clone());
                         handlers.push(std::thread::spawn(move || {
-                            let _ = sink_conn(c, &state, &stop, &opts);
+                            // Ended unless the sink stopped first: closed or
+                            // reset by the peer, or given up on a bad frame.
+                            if !matches!(sink_conn(c, &state, &stop, &opts), Ok(false)) {
+                                *state.ended.lock().unwrap() += 1;
+                            }
                         }));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
@@ -871,6 +993,20 @@ impl Sink {
         *self.state.connections.lock().unwrap()
     }
 
+    /// Waits until every connection the sink accepted was closed by its peer
+    /// and read to its end: once the sender (a daemon that exited) is gone,
+    /// the sink holds everything it sent, so a check of what arrived is final.
+    pub fn wait_disconnected(&self) {
+        wait_until(
+            WAIT,
+            &format!(
+                "every connection to the sink on {} closed and read",
+                self.port
+            ),
+            || *self.state.ended.lock().unwrap() == self.connections(),
+        );
+    }
+
     pub fn wait_count(&self, n: usize) {
         wait_until(
             WAIT,
@@ -899,12 +1035,16 @@ impl Drop for Sink {
     }
 }
 
+/// Serves one connection; Ok(true) when the peer closed it and every frame
+/// it sent was recorded, Ok(false) when the sink was stopped first, Err
+/// when the peer reset it (after the bytes before the reset were read) or
+/// sent something the sink refuses.
 fn sink_conn(
     mut c: TcpStream,
     st: &SinkState,
     stop: &AtomicBool,
     opts: &SinkOpts,
-) -> Result<(), String> {
+) -> Result<bool, String> {
     c.set_read_timeout(Some(Duration::from_millis(100)))
         .unwrap();
     let mut buf: Vec<u8> = Vec::new();
@@ -915,7 +1055,7 @@ fn sink_conn(
     let mut b = vec![0u8; 256 * 1024];
     loop {
         if stop.load(SeqCst) {
-            return Ok(());
+            return Ok(false);
         }
         // Decode every complete frame.
         loop {
@@ -955,7 +1095,7 @@ fn sink_conn(
             continue;
         }
         match c.read(&mut b) {
-            Ok(0) => return Ok(()),
+            Ok(0) => return Ok(true),
             Ok(n) => buf.extend_from_slice(&b[..n]),
             Err(e)
                 if e.kind() == std::io::ErrorKind::WouldBlock

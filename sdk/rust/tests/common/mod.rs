@@ -65,6 +65,9 @@ struct Inner {
     cv: Condvar,
     conns: Mutex<Vec<Closer>>,
     accepted: AtomicUsize,
+    /// Connections served to their end (the client closed them, or the
+    /// server was stopped).
+    ended: AtomicUsize,
     withheld: AtomicUsize,
     opts: Opts,
 }
@@ -137,6 +140,7 @@ impl Server {
             cv: Condvar::new(),
             conns: Mutex::new(Vec::new()),
             accepted: AtomicUsize::new(0),
+            ended: AtomicUsize::new(0),
             withheld: AtomicUsize::new(0),
             opts,
         });
@@ -169,7 +173,12 @@ impl Server {
                         i2.accepted.fetch_add(1, Ordering::SeqCst);
                         i2.conns.lock().unwrap().push(c);
                         let i3 = i2.clone();
-                        std::thread::spawn(move || serve(s, i3));
+                        std::thread::spawn(move || {
+                            serve(s, i3.clone());
+                            i3.ended.fetch_add(1, Ordering::SeqCst);
+                            let _log = i3.log.lock().unwrap();
+                            i3.cv.notify_all();
+                        });
                     }
                     None => std::thread::sleep(Duration::from_millis(2)),
                 }
@@ -220,6 +229,23 @@ impl Server {
 
     pub fn count(&self) -> usize {
         self.with_log(|l| l.events.len())
+    }
+
+    /// Waits until every connection the server accepted has ended: once the
+    /// client is gone (a closed logger, a program that exited) the server
+    /// has read all it sent, so what it logged is final.
+    pub fn wait_closed(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let inner = &self.inner;
+        let mut g = inner.log.lock().unwrap();
+        while inner.ended.load(Ordering::SeqCst) < inner.accepted.load(Ordering::SeqCst) {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            g = inner.cv.wait_timeout(g, deadline - now).unwrap().0;
+        }
+        true
     }
 
     /// Waits until at least `n` events arrived.
