@@ -3,9 +3,7 @@
 
 mod common;
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use common::*;
 use nagare_forward::{encode_packed_forward, write_entry, Compression, EventTime};
