@@ -12,7 +12,9 @@
 
 use bytes::{Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
-use nagare_forward::handshake::{decode_ack, Helo, Ping, Pong};
+use nagare_forward::handshake::{
+    decode_ack, decode_reply, ClientHandshake, Helo, Ping, Pong, ServerAuth, User,
+};
 use nagare_forward::{
     bytes_needed, count_entries, normalize_entries, scan_frame, EventTime, Limits,
 };
@@ -24,6 +26,18 @@ fuzz_target!(|data: &[u8]| {
     let _ = Ping::decode(data);
     let _ = Pong::decode(data);
     let _ = decode_ack(data);
+    let _ = decode_reply(data);
+    // Both sides of the handshake on hostile messages: a server answering
+    // them as a PING, a client reading them as HELO and PONG.
+    let users = vec![User {
+        username: b"u".to_vec(),
+        password: b"p".to_vec(),
+    }];
+    let answer = ServerAuth::new(b"k", b"srv", users).start().answer(data);
+    assert!(Pong::decode(&answer.pong).is_ok());
+    let mut client = ClientHandshake::new(b"k", b"cli", b"u", b"p");
+    let _ = client.ping(data);
+    let _ = client.check_pong(data);
 
     // First byte: how the stream is split into reads; second: which limits.
     let (ctl, body) = match data {

@@ -243,6 +243,30 @@ proptest! {
     }
 
     #[test]
+    fn handshakes_never_panic_on_mutated_or_arbitrary_messages(
+        at in any::<prop::sample::Index>(),
+        byte in any::<u8>(),
+        junk in vec(any::<u8>(), 0..300),
+    ) {
+        use nagare_forward::handshake::{ClientHandshake, Pong, ServerAuth, User};
+        let users = vec![User { username: b"u".to_vec(), password: b"p".to_vec() }];
+        let auth = ServerAuth::new(b"k", b"srv", users);
+        let server = auth.start();
+        let mut client = ClientHandshake::new(b"k", b"cli", b"u", b"p");
+        let mut ping = client.ping(&server.helo()).unwrap();
+        let i = at.index(ping.len());
+        ping[i] = byte;
+        for msg in [&ping, &junk] {
+            // The server answers anything with a PONG; the client refuses
+            // what is not one.
+            let answer = server.answer(msg);
+            prop_assert!(Pong::decode(&answer.pong).is_ok());
+            let _ = client.check_pong(msg);
+            let _ = ClientHandshake::new(b"k", b"cli", b"", b"").ping(msg);
+        }
+    }
+
+    #[test]
     fn frame_shaped_bytes_never_panic(
         head in prop_oneof![Just(0x92u8), Just(0x93), Just(0x94)],
         tag in "[a-z]{0,4}",

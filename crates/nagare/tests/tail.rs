@@ -315,3 +315,86 @@ fn a_missing_folder_is_watched_once_it_appears() {
     assert!(warned[0].contains(&logs), "names the folder: {}", warned[0]);
     assert!(err.contains("watching the folder again"), "{err}");
 }
+
+/// The output's lines that start with `prefix`.
+fn lines_of(dir: &std::path::Path, prefix: &str) -> Vec<String> {
+    out_lines(dir)
+        .into_iter()
+        .filter(|l| l.starts_with(&format!("{prefix} ")))
+        .collect()
+}
+
+#[test]
+fn a_path_with_a_tab_and_a_newline_keeps_its_position_across_restarts() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("logs")).unwrap();
+    // Tabs on both sides of the newline: the old tab-separated file lost
+    // this position, and the file was read again from its head.
+    let weird = d.join("logs/a\ttab\nand\tanother.log");
+    let plain = d.join("logs/plain.log");
+    append(&weird, 0..100, "w");
+    append(&plain, 0..100, "p");
+    let mut nagare = Daemon::start(d, "tail", &config(d, ""), None);
+    wait_lines(d, 200);
+    assert!(nagare.terminate().success());
+
+    // One JSON object per file; the odd path is kept whole.
+    let pos = read_file(&d.join("tail.pos"));
+    let entries: Vec<serde_json::Value> = pos
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(entries.len(), 2, "{pos}");
+    for path in [&weird, &plain] {
+        let e = entries
+            .iter()
+            .find(|e| e["path"] == path.to_str().unwrap())
+            .unwrap_or_else(|| panic!("no {path:?} in {pos}"));
+        let meta = std::fs::metadata(path).unwrap();
+        assert_eq!(e["inode"], meta.ino());
+        assert_eq!(e["offset"], meta.len(), "read to the end: {pos}");
+    }
+
+    // Lines written while nagare is down are read once after the restart,
+    // and nothing is read again.
+    append(&weird, 100..300, "w");
+    append(&plain, 100..250, "p");
+    let mut nagare = Daemon::start(d, "tail", &config(d, ""), None);
+    wait_lines(d, 550);
+    // Everything read is written out by the time nagare exits.
+    assert!(nagare.terminate().success());
+    assert_eq!(lines_of(d, "w"), expected("w", 0..300));
+    assert_eq!(lines_of(d, "p"), expected("p", 0..250));
+    assert_eq!(out_lines(d).len(), 550);
+}
+
+#[test]
+fn a_position_file_of_the_previous_release_is_read() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir_all(d.join("logs")).unwrap();
+    let log = d.join("logs/app.log");
+    append(&log, 0..100, "old");
+    // path<TAB>inode<TAB>offset, saved after the first 60 lines.
+    let offset: usize = expected("old", 0..60).iter().map(|l| l.len() + 1).sum();
+    let ino = std::fs::metadata(&log).unwrap().ino();
+    std::fs::write(
+        d.join("tail.pos"),
+        format!("{}\t{ino}\t{offset}\n", log.display()),
+    )
+    .unwrap();
+    // read_from_head: a file without a saved position would be read whole.
+    let mut nagare = Daemon::start(d, "tail", &config(d, ""), None);
+    wait_lines(d, 40);
+    assert!(nagare.terminate().success());
+    assert_eq!(out_lines(d), expected("old", 60..100));
+    // Saved again in the current format.
+    let pos = read_file(&d.join("tail.pos"));
+    let e: serde_json::Value = serde_json::from_str(pos.trim()).unwrap();
+    assert_eq!(e["inode"], ino);
+    assert_eq!(e["offset"], std::fs::metadata(&log).unwrap().len());
+    assert_eq!(e["path"], log.to_str().unwrap());
+}

@@ -9,9 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
-use nagare_forward::handshake::{
-    decode_ack, digest_eq, password_digest, shared_key_digest, Helo, Ping, Pong,
-};
+use nagare_forward::handshake::{decode_ack, ClientHandshake};
 use nagare_forward::msgpack::{
     skip_value, write_array_len, write_bin_header, write_map_len, write_str, write_uint,
 };
@@ -422,17 +420,13 @@ impl Sender {
             })?;
         if let Some(key) = cfg.shared_key.clone() {
             self.rbuf.clear();
-            let salt = hex_lower(&self.rng.gen::<[u8; 16]>());
-            handshake(
-                &mut c,
-                &mut self.rbuf,
+            let hs = ClientHandshake::new(
                 key.as_bytes(),
-                salt.as_bytes(),
                 self.hostname.as_bytes(),
                 cfg.username.as_bytes(),
                 cfg.password.as_bytes(),
-            )
-            .map_err(|reason| Error::Handshake {
+            );
+            handshake(&mut c, &mut self.rbuf, hs).map_err(|reason| Error::Handshake {
                 server: ep.to_string(),
                 reason,
             })?;
@@ -507,16 +501,6 @@ impl Sender {
     }
 }
 
-fn hex_lower(b: &[u8]) -> String {
-    const H: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(b.len() * 2);
-    for &x in b {
-        s.push(H[(x >> 4) as usize] as char);
-        s.push(H[(x & 15) as usize] as char);
-    }
-    s
-}
-
 fn read_value(c: &mut Conn, rbuf: &mut Vec<u8>) -> Result<Vec<u8>, String> {
     let mut buf = [0u8; 1024];
     loop {
@@ -534,62 +518,25 @@ fn read_value(c: &mut Conn, rbuf: &mut Vec<u8>) -> Result<Vec<u8>, String> {
     }
 }
 
-/// HELO → PING → PONG, verifying the server's digest.
+/// HELO → PING → PONG, verifying the server's digest (the protocol is
+/// nagare_forward's `ClientHandshake`; this moves its bytes).
 pub(crate) fn handshake(
     c: &mut Conn,
     rbuf: &mut Vec<u8>,
-    key: &[u8],
-    salt: &[u8],
-    hostname: &[u8],
-    username: &[u8],
-    password: &[u8],
+    mut hs: ClientHandshake,
 ) -> Result<(), String> {
-    let helo = Helo::decode(&read_value(c, rbuf)?).map_err(|e| e.to_string())?;
-    let ping = build_ping(&helo, key, salt, hostname, username, password);
-    let mut out = Vec::new();
-    ping.encode(&mut out);
-    c.write_all(&out)
+    let ping = hs.ping(&read_value(c, rbuf)?).map_err(|e| e.to_string())?;
+    c.write_all(&ping)
         .and_then(|()| c.flush())
         .map_err(|e| format!("write: {e}"))?;
-    let pong = Pong::decode(&read_value(c, rbuf)?).map_err(|e| e.to_string())?;
-    if !pong.auth_ok {
-        return Err(format!(
-            "refused: {}",
-            String::from_utf8_lossy(&pong.reason)
-        ));
-    }
-    let want = shared_key_digest(salt, &pong.hostname, &helo.nonce, key);
-    if !digest_eq(want.as_bytes(), &pong.shared_key_digest) {
-        return Err("the server's PONG digest does not match the shared key".into());
-    }
-    Ok(())
-}
-
-pub(crate) fn build_ping(
-    helo: &Helo,
-    key: &[u8],
-    salt: &[u8],
-    hostname: &[u8],
-    username: &[u8],
-    password: &[u8],
-) -> Ping {
-    let pd = if helo.auth.is_empty() {
-        Vec::new()
-    } else {
-        password_digest(&helo.auth, username, password).into_bytes()
-    };
-    Ping {
-        hostname: hostname.to_vec(),
-        shared_key_salt: salt.to_vec(),
-        shared_key_digest: shared_key_digest(salt, hostname, &helo.nonce, key).into_bytes(),
-        username: username.to_vec(),
-        password_digest: pd,
-    }
+    hs.check_pong(&read_value(c, rbuf)?)
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nagare_forward::handshake::{digest_eq, shared_key_digest, Helo, Pong};
 
     fn h(v: &serde_json::Value) -> Vec<u8> {
         hex::decode(v.as_str().unwrap()).unwrap()
@@ -610,14 +557,14 @@ mod tests {
             assert_eq!(helo.nonce, h(&c["nonce_hex"]));
             assert_eq!(helo.auth, h(&c["auth_salt_hex"]));
             let salt = h(&c["shared_key_salt_hex"]);
-            let ping = build_ping(
-                &helo,
+            let ping = ClientHandshake::new(
                 &s("shared_key"),
-                &salt,
                 &s("client_hostname"),
                 &s("username"),
                 &s("password"),
-            );
+            )
+            .with_salt(&salt)
+            .ping_for(&helo);
             assert_eq!(ping.shared_key_digest, s("ping_digest"));
             assert_eq!(ping.password_digest, s("password_digest"));
             let mut out = Vec::new();

@@ -14,6 +14,7 @@
 //! file appears or grows; the refresh and poll timers stay as the fallback.
 
 mod fswatch;
+mod positions;
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -26,6 +27,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use nagare_forward::msgpack::{write_map_len, write_str};
 use nagare_forward::EventTime;
+use positions::Positions;
 use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -248,7 +250,8 @@ pub async fn start_with(
         .collect::<anyhow::Result<_>>()?;
     let mut tailer = Tailer {
         name: name.to_string(),
-        positions: load_positions(cfg.position_db.as_deref()),
+        positions: Positions::load(cfg.position_db.as_deref().map(Path::new), name)?,
+        positions_failing: false,
         cfg,
         parser,
         globs,
@@ -287,8 +290,9 @@ pub async fn start_with(
                 rescan = false;
             }
             let busy = tailer.read_all().await;
-            tailer.save_positions();
-            if *sd.borrow() {
+            let stopping = *sd.borrow();
+            tailer.save_positions(!busy || stopping);
+            if stopping {
                 return;
             }
             // Events that came during this turn: a busy loop turns again
@@ -342,26 +346,12 @@ struct Tailer {
     stats: Arc<PluginStats>,
     /// Followed files by inode.
     files: HashMap<u64, Followed>,
-    /// Saved positions by inode: (path, offset).
-    positions: HashMap<u64, (String, u64)>,
+    /// How far each file was read, kept in `position_db`.
+    positions: Positions,
+    /// The last save failed (and was logged).
+    positions_failing: bool,
     first_scan: bool,
     dir: Option<DirectoryMode>,
-}
-
-fn load_positions(path: Option<&str>) -> HashMap<u64, (String, u64)> {
-    let mut m = HashMap::new();
-    let Some(text) = path.and_then(|p| std::fs::read_to_string(p).ok()) else {
-        return m;
-    };
-    for line in text.lines() {
-        let f: Vec<&str> = line.split('\t').collect();
-        if let [p, ino, off] = f[..] {
-            if let (Ok(ino), Ok(off)) = (ino.parse(), off.parse()) {
-                m.insert(ino, (p.to_string(), off));
-            }
-        }
-    }
-    m
 }
 
 impl Tailer {
@@ -369,13 +359,8 @@ impl Tailer {
     /// globs match or a file it follows (a rotated one keeps its old path),
     /// not its own position database.
     fn interesting(&self, path: &Path) -> bool {
-        if let Some(db) = &self.cfg.position_db {
-            let p = path.as_os_str().as_encoded_bytes();
-            if p.strip_prefix(db.as_bytes())
-                .is_some_and(|rest| rest.is_empty() || rest == b".tmp")
-            {
-                return false;
-            }
+        if self.positions.is_own_file(path) {
+            return false;
         }
         // While a rotated file is read on, its new name is unknown here:
         // any event in the folders may be its writer's.
@@ -442,7 +427,7 @@ impl Tailer {
                 continue;
             };
             let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-            let saved = self.positions.get(&ino).map(|(_, off)| *off);
+            let saved = self.positions.offset(ino);
             let offset = match saved {
                 Some(off) if off <= len => off,
                 Some(_) => 0, // shorter than the saved position: truncated meanwhile
@@ -500,12 +485,11 @@ impl Tailer {
             if consumed > 0 {
                 f.grew_at = Instant::now();
                 f.offset += consumed;
-                self.positions
-                    .insert(ino, (f.path.to_string_lossy().into_owned(), f.offset));
+                self.positions.set(ino, &f.path, f.offset);
             }
             if f.gone() && done {
                 tracing::info!(input = %self.name, path = %f.path.display(), "file rotated or removed; read to its end");
-                self.positions.remove(&ino);
+                self.positions.forget(ino);
                 continue;
             }
             if !done {
@@ -518,7 +502,7 @@ impl Tailer {
                     match std::fs::remove_file(&f.path) {
                         Ok(()) => {
                             tracing::info!(input = %self.name, path = %f.path.display(), "shipped; file removed");
-                            self.positions.remove(&ino);
+                            self.positions.forget(ino);
                             continue;
                         }
                         Err(e) => {
@@ -537,17 +521,21 @@ impl Tailer {
         append_batch(&self.name, &self.router, &self.stats, tag, entries, count).await
     }
 
-    fn save_positions(&self) {
-        let Some(db) = &self.cfg.position_db else {
-            return;
-        };
-        let mut text = String::new();
-        for (ino, (path, off)) in &self.positions {
-            text.push_str(&format!("{path}\t{ino}\t{off}\n"));
-        }
-        let tmp = format!("{db}.tmp");
-        if let Err(e) = std::fs::write(&tmp, text).and_then(|_| std::fs::rename(&tmp, db)) {
-            tracing::warn!(input = %self.name, path = %db, error = %e, "cannot save the position database");
+    /// Saves the positions: at once with `now`, else when due (see positions.rs).
+    /// A failure is logged once, until a save succeeds again.
+    fn save_positions(&mut self, now: bool) {
+        match self.positions.save(now) {
+            Ok(()) if self.positions_failing => {
+                self.positions_failing = false;
+                tracing::info!(input = %self.name, path = ?self.cfg.position_db, "position database saved again");
+            }
+            Ok(()) => {}
+            Err(e) if !self.positions_failing => {
+                self.positions_failing = true;
+                tracing::warn!(input = %self.name, path = ?self.cfg.position_db, error = %e,
+                    "cannot save the position database; a restart would read lines again");
+            }
+            Err(_) => {}
         }
     }
 }

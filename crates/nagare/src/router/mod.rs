@@ -23,7 +23,9 @@ pub struct Pattern {
 
 impl Pattern {
     pub fn parse(p: &str) -> Result<Pattern, String> {
-        let mut re = String::from("^");
+        // (?s): `**` matches any character, newlines included (a tail tag
+        // made from a file name may hold one).
+        let mut re = String::from("(?s)^");
         let chars: Vec<char> = p.chars().collect();
         let mut i = 0;
         let mut depth = 0usize;
@@ -240,6 +242,9 @@ mod tests {
         assert!(m("x.* y.**", "y.q.r"));
         assert!(m("a.{b,c.*}", "a.c.d"));
         assert!(Pattern::parse("a.{b").is_err());
+        // Tags from file names with a tab or a newline in them.
+        assert!(m("app.**", "app.logs.tab\tand\nnewline.log"));
+        assert!(m("app.*.log", "app.new\nline.log"));
     }
 
     /// A test filter: appends its mark to every entry's bytes (so the test
