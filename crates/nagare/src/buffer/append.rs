@@ -44,6 +44,13 @@ impl Buffer {
     ///
     /// With `delivery`, the returned receivers (one per chunk the batch went
     /// into) resolve once that chunk was delivered (true) or given up on (false).
+    ///
+    /// Parts shorter than `SHARE_THRESHOLD` are copied into the chunk; longer
+    /// ones are kept as they are, with the allocation they are a slice of,
+    /// and counted at their length: an input hands them over only in
+    /// allocations of about their own size (the forward input reads a big
+    /// frame into an allocation of its own), or memory would pass
+    /// `total_limit_size` unseen.
     pub async fn append(
         &self,
         tag: &str,
@@ -65,7 +72,10 @@ impl Buffer {
                     return Err(AppendError::Closed(self.name.clone()));
                 }
                 // A batch larger than the whole limit is let in when the buffer is
-                // empty, or it could never be accepted.
+                // empty, or it could never be accepted. `bytes` is the memory
+                // the chunks hold (more than their payload while a staged
+                // chunk's copy allocation has room left), so the buffer may
+                // pass the limit by one such allocation.
                 let over = st.bytes > 0 && st.bytes + len > self.cfg.total_limit_size.0 as usize;
                 if !over {
                     match self.append_pieces(&mut st, tag, parts, count, len, ids) {
@@ -126,7 +136,7 @@ impl Buffer {
         let Some(old) = st.queue.pop_front() else {
             return false;
         };
-        st.bytes -= old.len;
+        st.bytes -= old.held;
         if old.on_disk_only() {
             st.disk_only -= old.len;
             self.show_disk_only(st);
@@ -184,12 +194,10 @@ impl Buffer {
                 .map_err(|e| self.disk_error(store, e))?;
             handle = Some(f.ticket());
         }
-        for p in parts {
-            s.push(p);
-        }
+        let held: usize = parts.iter().map(|p| s.push(p, limit)).sum();
         s.count += count;
         let full = s.len >= limit || s.count >= rec_limit;
-        st.bytes += len;
+        st.bytes += held;
         self.stats.buffer_bytes.store(st.bytes as u64, Relaxed);
         PluginStats::add(&self.stats.events_in, count as u64);
         PluginStats::add(&self.stats.bytes_in, len as u64);
@@ -246,13 +254,18 @@ impl Buffer {
                     self.free_file(Some(f.slot().clone()));
                 }
             } else {
-                let (id, len, count) = (s.id, s.len, s.count);
+                let (id, len, count, staged_held) = (s.id, s.len, s.count, s.held);
                 let file = s.file.as_ref().map(|f| f.slot().clone());
+                let (segments, held) = s.into_segments();
+                // Closing may have copied the last batches into a tighter allocation.
+                st.bytes -= staged_held - held;
+                self.stats.buffer_bytes.store(st.bytes as u64, Relaxed);
                 let mut chunk = Chunk {
                     id,
                     tag: tag.clone(),
-                    segments: s.into_segments(),
+                    segments,
                     len,
+                    held,
                     count,
                     file,
                 };
@@ -333,7 +346,7 @@ impl Buffer {
 #[cfg(test)]
 mod tests {
     use super::super::chunk::SHARE_THRESHOLD;
-    use super::super::testing::buffer;
+    use super::super::testing::{buffer, drain};
     use super::*;
     use crate::buffer::BufferConfig;
     use crate::config::units::Size;
@@ -417,6 +430,61 @@ mod tests {
         assert_eq!(all, want);
         assert!(chunks.iter().all(|c| c.len <= 12));
         assert_eq!(b.held_bytes(), 0);
+    }
+
+    #[tokio::test]
+    async fn the_buffer_counts_the_memory_its_chunks_hold() {
+        let (b, out) = buffer(BufferConfig {
+            chunk_limit_size: Size(100_000),
+            ..Default::default()
+        });
+        // 1000 empty-array entries of one byte: copied into the chunk.
+        let part = || [Bytes::from(vec![0x90u8; 1000])];
+        b.append("t", &part(), 1000, false, false, &[])
+            .await
+            .unwrap();
+        assert_eq!(b.held_bytes(), 4096, "the first copy allocation");
+        for _ in 0..90 {
+            b.append("t", &part(), 1000, false, false, &[])
+                .await
+                .unwrap();
+        }
+        // 91,000 bytes: the allocation doubled up to the chunk limit, no further.
+        assert_eq!(b.held_bytes(), 100_000);
+        // Closed nearly full: kept as it is.
+        b.enqueue_due(true);
+        assert_eq!(b.held_bytes(), 100_000);
+        // 10,000 bytes in a 16 KiB allocation, closed by the interval: copied
+        // to an allocation of their size.
+        for _ in 0..10 {
+            b.append("u", &part(), 1000, false, false, &[])
+                .await
+                .unwrap();
+        }
+        assert_eq!(b.held_bytes(), 100_000 + 16_384);
+        b.enqueue_due(true);
+        assert_eq!(b.held_bytes(), 100_000 + 10_000);
+        // A shared batch is counted at its length.
+        let big = Bytes::from(vec![0x90u8; SHARE_THRESHOLD]);
+        b.append(
+            "v",
+            std::slice::from_ref(&big),
+            SHARE_THRESHOLD as u32,
+            false,
+            false,
+            &[],
+        )
+        .await
+        .unwrap();
+        assert_eq!(b.held_bytes(), 110_000 + SHARE_THRESHOLD);
+        assert_eq!(
+            PluginStats::get(&b.stats.buffer_bytes),
+            b.held_bytes() as u64
+        );
+        drain(&b).await;
+        assert_eq!(b.held_bytes(), 0);
+        let held: usize = out.0.lock().unwrap().iter().map(|c| c.held).sum();
+        assert_eq!(held, 110_000 + SHARE_THRESHOLD);
     }
 
     #[tokio::test]

@@ -11,8 +11,14 @@ use super::chunk_file::{ChunkFile, Slot};
 
 /// Batches at least this big are kept as they arrived (shared, not copied);
 /// smaller ones are copied together so a chunk does not become thousands of
-/// tiny pieces.
-pub(super) const SHARE_THRESHOLD: usize = 32 * 1024;
+/// tiny pieces. A shared batch keeps its whole allocation alive, so an input
+/// hands over batches this big only in allocations of about their own size
+/// (see `Buffer::append`).
+pub const SHARE_THRESHOLD: usize = 32 * 1024;
+
+/// The first allocation for copied batches of a staged chunk; it doubles as
+/// it fills, up to the chunk's size limit.
+const FIRST_COPY_BLOCK: usize = 4 * 1024;
 
 /// A closed chunk: one tag and its events as PackedForward entries, held in
 /// one or more segments that together form the payload.
@@ -24,6 +30,10 @@ pub struct Chunk {
     pub segments: Vec<Bytes>,
     /// Total payload bytes of all segments.
     pub len: usize,
+    /// Bytes the chunk is charged against `total_limit_size`: the memory its
+    /// segments keep alive (payload plus spare capacity), or its payload
+    /// length once it is kept on disk only.
+    pub held: usize,
     pub count: u32,
     /// The chunk's file, for a file buffer: freed once the chunk is committed.
     pub file: Option<Arc<Slot>>,
@@ -69,6 +79,9 @@ pub(super) struct Staging {
     /// Small batches copied together; becomes a segment when closed.
     pub small: BytesMut,
     pub len: usize,
+    /// Memory the chunk keeps alive: the capacity of the allocations it
+    /// made for copied batches, and the length of the batches it shares.
+    pub held: usize,
     pub count: u32,
     pub created: Instant,
     /// The chunk's file, for a file buffer.
@@ -82,31 +95,76 @@ impl Staging {
             segments: Vec::new(),
             small: BytesMut::new(),
             len: 0,
+            held: 0,
             count: 0,
             created: Instant::now(),
             file,
         }
     }
 
-    pub fn push(&mut self, part: &Bytes) {
+    /// Adds a batch part; returns how many more bytes the chunk holds in
+    /// memory (to charge against `total_limit_size`).
+    pub fn push(&mut self, part: &Bytes, limit: usize) -> usize {
+        let before = self.held;
         if part.len() >= SHARE_THRESHOLD {
-            if !self.small.is_empty() {
-                self.segments.push(self.small.split().freeze());
-            }
+            self.seal_small();
             self.segments.push(part.clone());
+            self.held += part.len();
         } else {
-            // Grows by doubling: a fixed up-front reserve per staged tag would
-            // hold memory that total_limit_size does not count.
+            if self.small.capacity() - self.small.len() < part.len() {
+                self.grow_small(part.len(), limit);
+            }
             self.small.extend_from_slice(part);
         }
         self.len += part.len();
+        self.held - before
     }
 
-    pub fn into_segments(mut self) -> Vec<Bytes> {
-        if !self.small.is_empty() {
-            self.segments.push(self.small.freeze());
+    /// Moves the copied batches to a bigger allocation: double the size, at
+    /// most the chunk's limit (a chunk never holds more than that of copied
+    /// batches), at least what the new part needs. Not `BytesMut::reserve`:
+    /// its growth is not bounded by the limit, so the spare capacity of a
+    /// full chunk could be as big as its payload.
+    fn grow_small(&mut self, need: usize, limit: usize) {
+        let len = self.small.len();
+        let cap = (self.small.capacity() * 2)
+            .max(FIRST_COPY_BLOCK)
+            .min(limit)
+            .max(len + need);
+        let mut grown = BytesMut::with_capacity(cap);
+        grown.extend_from_slice(&self.small);
+        // The old allocation is freed: it held nothing but these bytes.
+        self.held = self.held - self.small.capacity() + grown.capacity();
+        self.small = grown;
+    }
+
+    /// Ends the current run of copied batches (the next copied batch starts
+    /// a new allocation).
+    fn seal_small(&mut self) {
+        if let Some(segment) = self.take_small() {
+            self.segments.push(segment);
         }
-        self.segments
+    }
+
+    /// The copied batches as a segment. When they fill less than 4/5 of
+    /// their allocation (a chunk closed by `flush_interval` rather than by
+    /// size, or cut short by a shared batch) they are copied once more into
+    /// an allocation of their size, so a queued chunk holds little spare
+    /// memory.
+    fn take_small(&mut self) -> Option<Bytes> {
+        let small = std::mem::take(&mut self.small);
+        let (len, cap) = (small.len(), small.capacity());
+        if len > 0 && cap - len <= len / 4 {
+            return Some(small.freeze());
+        }
+        self.held = self.held - cap + len;
+        (len > 0).then(|| Bytes::copy_from_slice(&small))
+    }
+
+    /// The segments of the closed chunk and the memory they hold.
+    pub fn into_segments(mut self) -> (Vec<Bytes>, usize) {
+        self.seal_small();
+        (self.segments, self.held)
     }
 }
 

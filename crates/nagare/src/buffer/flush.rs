@@ -86,7 +86,7 @@ impl Buffer {
         for w in st.waiters.remove(&chunk.id).unwrap_or_default() {
             let _ = w.send(delivered);
         }
-        st.bytes -= chunk.len;
+        st.bytes -= chunk.held;
         self.stats.buffer_bytes.store(st.bytes as u64, Relaxed);
         self.stats.buffer_chunks.fetch_sub(1, Relaxed);
         drop(st);

@@ -35,7 +35,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use tokio::sync::{oneshot, Notify};
 
-pub use chunk::Chunk;
+pub use chunk::{Chunk, SHARE_THRESHOLD};
 pub use chunk_file::FileStore;
 pub use config::{BufferConfig, BufferType, OverflowAction, SyncMode};
 pub use recovery::read_chunk_file;
@@ -50,7 +50,8 @@ use recovery::Recovered;
 struct State {
     staged: HashMap<Arc<str>, Staging>,
     queue: VecDeque<Chunk>,
-    /// Bytes of staged, queued and in-flight chunks.
+    /// Bytes held by staged, queued and in-flight chunks (`Chunk::held`:
+    /// the memory they keep alive, or their length on disk).
     bytes: usize,
     /// Of those, bytes of queued chunks kept on disk only (file buffer).
     disk_only: usize,

@@ -14,6 +14,9 @@ use crate::stats::PluginStats;
 pub(super) fn keep_on_disk_if_over(st: &mut State, chunk: &mut Chunk, memory_limit: usize) {
     if chunk.file.is_some() && st.bytes - st.disk_only > memory_limit {
         chunk.segments = Vec::new();
+        // From now on the chunk holds its payload's length, on disk.
+        st.bytes -= chunk.held - chunk.len;
+        chunk.held = chunk.len;
         st.disk_only += chunk.len;
     }
 }

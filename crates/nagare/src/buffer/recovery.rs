@@ -57,6 +57,7 @@ pub(super) fn queue_recovered(
             id: r.id,
             tag: Arc::from(r.tag.as_str()),
             len: r.len,
+            held: r.len,
             segments,
             count: r.count,
             file: r.slot,

@@ -21,6 +21,7 @@ use tokio::net::{TcpListener, UdpSocket, UnixListener};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::buffer::SHARE_THRESHOLD;
 use crate::config::units::{Dur, Size};
 use crate::dedup::RecentIds;
 use crate::forward_io;
@@ -317,10 +318,10 @@ async fn serve<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let mut buf = BytesMut::with_capacity(256 * 1024);
+    let mut rb = RecvBuf::default();
     if let Some(auth) = &ctx.auth {
         let wait = ctx.cfg.idle_timeout.0.min(Duration::from_secs(30));
-        forward_io::serve_handshake(&mut s, &mut buf, &auth.start(), wait).await?;
+        forward_io::serve_handshake(&mut s, &mut rb.buf, &auth.start(), wait).await?;
     }
     let mut cached: Option<(String, Route)> = None;
     let mut acks_out = Vec::new();
@@ -331,7 +332,7 @@ where
         let now = EventTime::now();
         let mut bad = None;
         loop {
-            let frame = match next_frame(&mut buf, ctx, now, peer) {
+            let frame = match next_frame(&mut rb, ctx, now, peer) {
                 Ok(Next::Frame(f)) => f,
                 Ok(Next::Skipped) => continue,
                 Ok(Next::NeedMore) => break,
@@ -387,20 +388,14 @@ where
         if closing {
             return Ok(());
         }
-        // Make room for the whole frame being received in one step (big frames
-        // would otherwise be copied over and over as the buffer grows).
-        let want = nagare_forward::bytes_needed(&buf)
-            .map_or(0, |n| (n + 64).saturating_sub(buf.len()))
-            .max(64 * 1024);
-        if buf.capacity() - buf.len() < want {
-            buf.reserve(want.max(256 * 1024));
-        }
+        rb.make_room();
+        let buf = &mut rb.buf;
         let read = tokio::select! {
-            r = tokio::time::timeout(ctx.cfg.idle_timeout.0, s.read_buf(&mut buf)) => r,
+            r = tokio::time::timeout(ctx.cfg.idle_timeout.0, s.read_buf(buf)) => r,
             _ = stopped(&mut shutdown) => {
                 // Take what the peer already sent, then stop.
                 closing = true;
-                match tokio::time::timeout(Duration::from_millis(50), s.read_buf(&mut buf)).await {
+                match tokio::time::timeout(Duration::from_millis(50), s.read_buf(buf)).await {
                     Ok(r) => Ok(r),
                     Err(_) => continue,
                 }
@@ -431,14 +426,86 @@ enum Next {
     NeedMore,
 }
 
-/// Cuts the next complete frame off `buf` (without copying) and decodes it.
-fn next_frame(buf: &mut BytesMut, ctx: &Ctx, now: EventTime, peer: &str) -> Result<Next, String> {
+/// A connection's receive buffer. Frames are cut off it without copying,
+/// and an output's buffer keeps a big batch as it is, with the whole
+/// allocation it sits in (`buffer::SHARE_THRESHOLD`). So a big frame whose
+/// size its header gives is read into an allocation of its own size, and a
+/// big frame that arrived in a read shared with other frames is copied out;
+/// small frames are copied by the buffer and free the receive buffer once
+/// appended.
+#[derive(Default)]
+struct RecvBuf {
+    buf: BytesMut,
+    /// `buf` starts with a frame being read into an allocation of its own.
+    own: bool,
+}
+
+/// Read size while frames are small (several frames per read).
+const READ_SIZE: usize = 256 * 1024;
+/// Room after a PackedForward payload for the options map, whose size the
+/// header does not give.
+const OPTIONS_ROOM: usize = 256;
+
+impl RecvBuf {
+    /// Makes room for the next read.
+    fn make_room(&mut self) {
+        let len = self.buf.len();
+        let frame = nagare_forward::bytes_needed(&self.buf).unwrap_or(0);
+        if frame >= SHARE_THRESHOLD {
+            let size = frame + OPTIONS_ROOM;
+            if !self.own || self.buf.capacity() < size {
+                self.move_to(size);
+                self.own = true;
+            }
+        } else {
+            let want = frame.saturating_sub(len).max(READ_SIZE / 4);
+            if self.buf.capacity() - len < want {
+                // Reuses the allocation when no frame cut from it is alive.
+                self.buf.reserve(want.max(READ_SIZE));
+            }
+        }
+    }
+
+    /// Moves the unread bytes to a new allocation of `size` bytes. The old
+    /// one stays only while frames cut from it are alive.
+    fn move_to(&mut self, size: usize) {
+        let mut moved = BytesMut::with_capacity(size);
+        moved.extend_from_slice(&self.buf);
+        self.buf = moved;
+    }
+
+    /// Cuts the first `len` bytes off (a whole frame).
+    fn cut(&mut self, len: usize) -> Bytes {
+        let own = std::mem::take(&mut self.own);
+        let frame = self.buf.split_to(len);
+        if own || len < SHARE_THRESHOLD {
+            frame.freeze()
+        } else {
+            Bytes::copy_from_slice(&frame)
+        }
+    }
+}
+
+/// Entries the codec built (decompressed, or rewritten to canonical times)
+/// sit in a Vec that may have grown to twice their size; big ones are copied
+/// to an allocation of their size, as the output's buffer keeps them whole.
+fn tight(mut frame: EventFrame, received: &Bytes) -> EventFrame {
+    let built = !received.as_ptr_range().contains(&frame.entries.as_ptr());
+    if built && frame.entries.len() >= SHARE_THRESHOLD {
+        frame.entries = Bytes::copy_from_slice(&frame.entries);
+    }
+    frame
+}
+
+/// Cuts the next complete frame off the receive buffer (without copying,
+/// see `RecvBuf`) and decodes it.
+fn next_frame(rb: &mut RecvBuf, ctx: &Ctx, now: EventTime, peer: &str) -> Result<Next, String> {
     // The connection's log line names the peer; the reason does not repeat it.
-    let Some(scanned) = scan_frame(buf, &ctx.limits).map_err(|e| e.to_string())?
+    let Some(scanned) = scan_frame(&rb.buf, &ctx.limits).map_err(|e| e.to_string())?
     else {
         return Ok(Next::NeedMore);
     };
-    let bytes = buf.split_to(scanned.len).freeze();
+    let bytes = rb.cut(scanned.len);
     if let Some(sig @ 1..) = scanned.signal() {
         PluginStats::add(&ctx.stats.errors, 1);
         tracing::warn!(input = %ctx.name, peer = %peer, signal = sig,
@@ -446,8 +513,8 @@ fn next_frame(buf: &mut BytesMut, ctx: &Ctx, now: EventTime, peer: &str) -> Resu
         return Ok(Next::Skipped);
     }
     scanned
-        .into_frame(bytes, &ctx.limits, now)
-        .map(Next::Frame)
+        .into_frame(bytes.clone(), &ctx.limits, now)
+        .map(|f| Next::Frame(tight(f, &bytes)))
         .map_err(|e| e.to_string())
 }
 

@@ -180,6 +180,7 @@ mod contributing_example {
             id: [0; 16],
             tag: "app.web".into(),
             len: entries.len(),
+            held: entries.len(),
             segments: vec![bytes::Bytes::from(entries)],
             count: 3,
             file: None,

@@ -1,0 +1,187 @@
+//! Memory follows the limits: whatever the input, the daemon's peak RSS
+//! stays within its buffers' `total_limit_size` plus 24 MB (the process
+//! itself, read buffers, chunks in flight), while the sink is stalled and
+//! while the backlog flows out.
+
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
+
+use common::*;
+use nagare_forward::{encode_packed_forward, write_entry, Compression, EventTime};
+
+const LIMIT: u64 = 8 << 20;
+const ALLOWANCE: u64 = 24_000_000;
+
+/// Peak resident memory of a process (VmHWM), in bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .expect("VmHWM in /proc/PID/status");
+    kib * 1024
+}
+
+fn assert_peak_within_limit(d: &Daemon, when: &str) {
+    let peak = peak_rss(d.child.id());
+    assert!(
+        peak <= LIMIT + ALLOWANCE,
+        "{when}: peak RSS {} MB is over total_limit_size ({} MB) + 24 MB",
+        peak / 1_000_000,
+        LIMIT / 1_000_000
+    );
+    eprintln!("{when}: peak RSS {:.1} MB", peak as f64 / 1e6);
+}
+
+/// A PackedForward frame of `seqs` with messages of `pad` bytes.
+fn frame(tag: &str, seqs: std::ops::Range<u64>, pad: &str) -> Vec<u8> {
+    let mut e = Vec::new();
+    let n = seqs.end - seqs.start;
+    for s in seqs {
+        write_entry(&mut e, EventTime::now(), &record(s, pad));
+    }
+    let mut f = Vec::new();
+    encode_packed_forward(&mut f, tag, &e, n as u32, None, Compression::None).unwrap();
+    f
+}
+
+/// Waits until metric `name` of `plugin` stops moving short of `n` (the
+/// producer is held back): unchanged over a second of polls.
+fn wait_metric_stalled(d: &Daemon, name: &str, plugin: &str, n: u64) {
+    let start = std::time::Instant::now();
+    let (mut last, mut still) = (u64::MAX, 0);
+    while still < 5 {
+        let v = d.metric(name, plugin);
+        assert!(
+            v < n,
+            "{name} of {plugin} got to {v} of {n}: never held back"
+        );
+        assert!(start.elapsed() < WAIT, "{name} of {plugin} never stalled");
+        still = if v == last && v > 0 { still + 1 } else { 0 };
+        last = v;
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    }
+}
+
+fn forward_output(sink: u16, mon: u16) -> String {
+    format!(
+        r#"[monitor]
+bind = "127.0.0.1:{mon}"
+[[output]]
+type = "forward"
+match = "**"
+heartbeat_type = "none"
+send_timeout = "60s"
+[[output.server]]
+address = "127.0.0.1:{sink}"
+[output.buffer]
+total_limit_size = "{LIMIT}"
+flush_interval = "100ms"
+"#
+    )
+}
+
+#[test]
+fn a_relay_with_a_stalled_sink_and_fast_senders_stays_within_its_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Sink::start(SinkOpts {
+        rcvbuf: Some(64 * 1024),
+        ..Default::default()
+    });
+    sink.pause(true);
+    let (port, mon) = (free_port(), free_port());
+    let cfg = format!(
+        "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:{port}\"\n{}",
+        forward_output(sink.port, mon)
+    );
+    let mut d = Daemon::start(dir.path(), "relay", &cfg, Some(mon));
+    d.wait_port(port);
+    // Frames of 1 KiB events (about 210 KB: kept by the buffer as they
+    // arrived) and of 100-byte events (about 26 KB: copied together).
+    let streams = [("mem.big", 1024, 30_000u64), ("mem.small", 100, 100_000)];
+    let senders: Vec<_> = streams
+        .iter()
+        .map(|&(tag, size, n)| {
+            let sent = Arc::new(AtomicU64::new(0));
+            let progress = sent.clone();
+            let t = std::thread::spawn(move || {
+                let pad = "x".repeat(size);
+                let mut tx = Sender::tcp_small(port);
+                let mut s = 0;
+                while s < n {
+                    tx.raw(&frame(tag, s..s + 200, &pad));
+                    s += 200;
+                    progress.store(s, SeqCst);
+                }
+                tx.finish();
+            });
+            (sent, t, n)
+        })
+        .collect();
+    for (sent, _, n) in &senders {
+        wait_stalled(sent, *n, "sender");
+    }
+    assert!(d.metric("buffer_bytes", "forward#0") <= LIMIT + (2 << 20));
+    assert_peak_within_limit(&d, "sink stalled");
+    sink.pause(false);
+    for (_, t, _) in senders {
+        t.join().unwrap();
+    }
+    sink.wait_count(130_000);
+    for (tag, _, n) in streams {
+        let got: Vec<u64> = sink
+            .events()
+            .into_iter()
+            .filter(|(t, _)| t == tag)
+            .map(|(_, s)| s)
+            .collect();
+        assert_exact_seqs(&got, n);
+    }
+    assert_peak_within_limit(&d, "backlog delivered");
+    assert!(d.terminate().success());
+}
+
+#[test]
+fn tail_of_a_large_file_into_a_stalled_output_stays_within_its_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Sink::start(SinkOpts {
+        rcvbuf: Some(64 * 1024),
+        ..Default::default()
+    });
+    sink.pause(true);
+    // 300,000 lines of 100 bytes: 30 MB, almost four times the limit.
+    let n = 300_000u64;
+    let line = |i: u64| format!("{i:010} {}", "y".repeat(88));
+    let path = dir.path().join("large.log");
+    let mut text = String::with_capacity(n as usize * 101);
+    for i in 0..n {
+        text.push_str(&line(i));
+        text.push('\n');
+    }
+    std::fs::write(&path, text).unwrap();
+    let mon = free_port();
+    let cfg = format!(
+        "[[input]]\ntype = \"tail\"\npath = \"{}\"\ntag = \"mem.tail\"\nread_from_head = true\n{}",
+        path.display(),
+        forward_output(sink.port, mon)
+    );
+    let mut d = Daemon::start(dir.path(), "tail", &cfg, Some(mon));
+    d.wait_port(mon);
+    wait_metric_stalled(&d, "events_in_total", "tail#0", n);
+    assert_peak_within_limit(&d, "output stalled");
+    sink.pause(false);
+    d.wait_metric("events_out_total", "forward#0", n);
+    sink.wait_records(n as usize);
+    let records = sink.records();
+    for (i, (tag, _, record)) in records.iter().enumerate() {
+        assert_eq!(tag, "mem.tail");
+        let msg = field_of(record, "message").and_then(|m| m.as_str());
+        assert_eq!(msg, Some(line(i as u64).as_str()), "line {i}");
+    }
+    assert_eq!(records.len() as u64, n);
+    assert_peak_within_limit(&d, "file delivered");
+    assert!(d.terminate().success());
+}
