@@ -77,7 +77,7 @@ pub(super) struct Staging {
     pub id: [u8; 16],
     pub segments: Vec<Bytes>,
     /// Small batches copied together; becomes a segment when closed.
-    pub small: BytesMut,
+    pub small: Vec<u8>,
     pub len: usize,
     /// Memory the chunk keeps alive: the capacity of the allocations it
     /// made for copied batches, and the length of the batches it shares.
@@ -93,7 +93,7 @@ impl Staging {
         Staging {
             id,
             segments: Vec::new(),
-            small: BytesMut::new(),
+            small: Vec::new(),
             len: 0,
             held: 0,
             count: 0,
@@ -120,22 +120,17 @@ impl Staging {
         self.held - before
     }
 
-    /// Moves the copied batches to a bigger allocation: double the size, at
+    /// Grows the allocation of the copied batches: to double its size, at
     /// most the chunk's limit (a chunk never holds more than that of copied
-    /// batches), at least what the new part needs. Not `BytesMut::reserve`:
-    /// its growth is not bounded by the limit, so the spare capacity of a
-    /// full chunk could be as big as its payload.
+    /// batches), at least what the new part needs. `reserve_exact`, as
+    /// `reserve` doubles past the limit and a full chunk could then hold as
+    /// much spare capacity as payload; it reallocates, which glibc often
+    /// does in place.
     fn grow_small(&mut self, need: usize, limit: usize) {
-        let len = self.small.len();
-        let cap = (self.small.capacity() * 2)
-            .max(FIRST_COPY_BLOCK)
-            .min(limit)
-            .max(len + need);
-        let mut grown = BytesMut::with_capacity(cap);
-        grown.extend_from_slice(&self.small);
-        // The old allocation is freed: it held nothing but these bytes.
-        self.held = self.held - self.small.capacity() + grown.capacity();
-        self.small = grown;
+        let (len, old) = (self.small.len(), self.small.capacity());
+        let cap = (old * 2).max(FIRST_COPY_BLOCK).min(limit).max(len + need);
+        self.small.reserve_exact(cap - len);
+        self.held = self.held - old + self.small.capacity();
     }
 
     /// Ends the current run of copied batches (the next copied batch starts
@@ -148,17 +143,16 @@ impl Staging {
 
     /// The copied batches as a segment. When they fill less than 4/5 of
     /// their allocation (a chunk closed by `flush_interval` rather than by
-    /// size, or cut short by a shared batch) they are copied once more into
-    /// an allocation of their size, so a queued chunk holds little spare
-    /// memory.
+    /// size, or cut short by a shared batch) the spare capacity is given
+    /// back, so a queued chunk holds little more than its payload.
     fn take_small(&mut self) -> Option<Bytes> {
-        let small = std::mem::take(&mut self.small);
-        let (len, cap) = (small.len(), small.capacity());
-        if len > 0 && cap - len <= len / 4 {
-            return Some(small.freeze());
+        let mut small = std::mem::take(&mut self.small);
+        let cap = small.capacity();
+        if small.len() < cap - cap / 5 {
+            small.shrink_to_fit();
         }
-        self.held = self.held - cap + len;
-        (len > 0).then(|| Bytes::copy_from_slice(&small))
+        self.held = self.held - cap + small.capacity();
+        (!small.is_empty()).then(|| Bytes::from(small))
     }
 
     /// The segments of the closed chunk and the memory they hold.
