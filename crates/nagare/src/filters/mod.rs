@@ -18,9 +18,12 @@ use crate::plugin::{filter, registry, FilterRegistration};
 use crate::router::Pattern;
 use crate::stats::{PluginStats, Registry};
 
+mod record;
+
 registry! {
     FilterRegistration;
     parser => filter::<parser::ParserFilterConfig>(),
+    grep => filter::<grep::GrepConfig>(),
 }
 
 /// What a filter made of a batch.

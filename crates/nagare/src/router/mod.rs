@@ -186,6 +186,9 @@ impl Router {
             PluginStats::add(&st.events_in, b.count as u64);
             PluginStats::add(&st.bytes_in, b.parts.iter().map(|p| p.len() as u64).sum());
             let out = stage.filter.filter(&b.tag, &b.parts, b.count);
+            if let Some((_, n)) = &out.batch {
+                PluginStats::add(&st.dropped, u64::from(b.count.saturating_sub(*n)));
+            }
             if let Some((entries, n)) = out.batch {
                 b.parts = vec![entries];
                 b.count = n;
