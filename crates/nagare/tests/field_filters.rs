@@ -191,3 +191,122 @@ fn check_names_the_line_of_bad_grep_rules() {
         ),
     ]);
 }
+
+#[test]
+fn modify_changes_fields_by_path_with_templates() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Sink::start(SinkOpts::default());
+    let filters = r#"
+[[filter]]
+type = "modify"
+match = "app.**"
+remove = ["password", "$.http.headers.cookie"]
+time_format = "%Y-%m-%d"
+[filter.set]
+"$.meta.service" = "${tag_parts[1]}"
+"$.meta.summary" = "${record.http.method} ${record.http.path} at ${time} by ${tag}"
+[filter.add]
+env = "prod"
+[filter.rename]
+msg = "message"
+[filter.copy]
+"$.http.code" = "status"
+"#;
+    let (mut d, port, _) = daemon(dir.path(), filters, sink.port);
+    let mut s = Sender::tcp(port);
+    let http = m(&[
+        ("method", "GET".into()),
+        ("path", "/a".into()),
+        ("code", 503.into()),
+        (
+            "headers",
+            m(&[("cookie", "secret".into()), ("ua", "curl".into())]),
+        ),
+    ]);
+    let records = vec![
+        m(&[
+            ("seq", 0.into()),
+            ("msg", "hi".into()),
+            ("password", "p".into()),
+            ("http", http.clone()),
+        ]),
+        m(&[("seq", 1.into()), ("env", "dev".into())]),
+    ];
+    send_acked(&mut s, "app.api", &records, "c1");
+    let other = send_acked(&mut s, "db.slow", &records, "c2");
+    sink.wait_records(4);
+    let got = of_tag(&sink, "app.api");
+    let want = vec![
+        m(&[
+            ("seq", 0.into()),
+            (
+                "http",
+                m(&[
+                    ("method", "GET".into()),
+                    ("path", "/a".into()),
+                    ("code", 503.into()),
+                    ("headers", m(&[("ua", "curl".into())])),
+                ]),
+            ),
+            (
+                "meta",
+                m(&[
+                    ("service", "api".into()),
+                    ("summary", "GET /a at 2023-11-14 by app.api".into()),
+                ]),
+            ),
+            ("env", "prod".into()),
+            ("message", "hi".into()),
+            ("status", 503.into()),
+        ]),
+        m(&[
+            ("seq", 1.into()),
+            ("env", "dev".into()),
+            (
+                "meta",
+                m(&[
+                    ("service", "api".into()),
+                    ("summary", "  at 2023-11-14 by app.api".into()),
+                ]),
+            ),
+        ]),
+    ];
+    assert_eq!(got, want);
+    // Times stay; a tag the filter does not select arrives as it was sent.
+    assert!(sink.records().iter().all(|(_, t, _)| *t == T0));
+    assert_eq!(sink.raw_entries("db.slow"), other);
+    d.wait_metric("events_out_total", "modify#0", 2);
+    s.finish();
+    assert!(d.terminate().success(), "{}", d.stderr());
+}
+
+#[test]
+fn check_names_the_line_of_bad_modify_options() {
+    check_errors(&[
+        (
+            "[[filter]]\ntype = \"modify\"\n[filter.set]\nhost = \"${host}\"\n",
+            ":8: key `set.host`:",
+            "unknown template variable `${host}`",
+        ),
+        (
+            "[[filter]]\ntype = \"modify\"\nremove = [\"a\"]\n[filter.rename]\na = \"b\"\n",
+            ":9: key `rename.a`:",
+            "already changed",
+        ),
+        (
+            "[[filter]]\ntype = \"modify\"\ntime_format = \"%Q\"\n[filter.set]\nt = \"${time}\"\n",
+            ":7: key `time_format`:",
+            "bad strftime format",
+        ),
+        (
+            "[[filter]]\ntype = \"modify\"\nkeep = [\"$.a..b\"]\n",
+            ":7: key `keep`:",
+            "is not a field",
+        ),
+        (
+            "[[filter]]\ntype = \"modify\"\nrenam = {}\n",
+            ":7: key `renam`:",
+            "Did you mean `rename`?",
+        ),
+    ]);
+}

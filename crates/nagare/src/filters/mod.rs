@@ -24,6 +24,7 @@ registry! {
     FilterRegistration;
     parser => filter::<parser::ParserFilterConfig>(),
     grep => filter::<grep::GrepConfig>(),
+    modify => filter::<modify::ModifyConfig>(),
 }
 
 /// What a filter made of a batch.

@@ -19,9 +19,11 @@ impl FieldPath {
     pub fn parse(s: &str) -> Result<FieldPath, String> {
         let keys: Vec<Vec<u8>> = match s.strip_prefix("$.") {
             Some(rest) => rest.split('.').map(|k| k.as_bytes().to_vec()).collect(),
-            None if s == "$" || s.starts_with("$[") => return Err(format!(
+            None if s == "$" || s.starts_with("$[") => {
+                return Err(format!(
                 "{s:?}: write a nested field as `$.a.b` (`$` alone and `$[…]` are not supported)"
-            )),
+            ))
+            }
             None => vec![s.as_bytes().to_vec()],
         };
         if keys.iter().any(|k| k.is_empty()) {
