@@ -310,3 +310,122 @@ fn check_names_the_line_of_bad_modify_options() {
         ),
     ]);
 }
+
+#[test]
+fn rewrite_tag_reroutes_events_through_later_filters_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Sink::start(SinkOpts::default());
+    // The second rewrite_tag selects every tag and rewrites every event
+    // with a level: if a retagged event went through it (or the first one)
+    // again, tags would grow without end.
+    let filters = r#"
+[[filter]]
+type = "rewrite_tag"
+match = "app.**"
+unmatched = "drop"
+[[filter.rule]]
+key = "level"
+pattern = "^(warn|error)$"
+tag = "alert.$1"
+[[filter.rule]]
+key = "$.http.code"
+pattern = "^5"
+tag = "http5xx.${tag_parts[1]}"
+[[filter.rule]]
+key = "path"
+pattern = "^/healthz$"
+invert = true
+tag = "${tag}"
+
+[[filter]]
+type = "rewrite_tag"
+match = "**"
+[[filter.rule]]
+key = "level"
+pattern = "."
+tag = "x.${tag}"
+
+[[filter]]
+type = "modify"
+match = "x.**"
+[filter.set]
+via = "${tag}"
+"#;
+    let (mut d, port, _) = daemon(dir.path(), filters, sink.port);
+    let mut s = Sender::tcp(port);
+    let seq = |n: i64| ("seq", Value::from(n));
+    let records = vec![
+        m(&[seq(0), ("level", "warn".into())]),
+        m(&[
+            seq(1),
+            ("level", "info".into()),
+            ("http", m(&[("code", 503.into())])),
+        ]),
+        m(&[seq(2), ("path", "/a".into())]),
+        m(&[seq(3), ("path", "/healthz".into())]),
+        m(&[seq(4)]),
+        m(&[seq(5), ("level", "error".into())]),
+        m(&[seq(6), ("level", "warn".into())]),
+    ];
+    send_acked(&mut s, "app.api", &records, "c1");
+    sink.wait_records(5);
+    d.wait_metric("events_in_total", "modify#2", 4);
+    let with_via = |r: &Value, tag: &str| {
+        let mut r = r.clone();
+        if let Value::Map(m) = &mut r {
+            m.push(("via".into(), tag.into()));
+        }
+        r
+    };
+    let tags: Vec<String> = sink.records().into_iter().map(|(t, _, _)| t).collect();
+    assert_eq!(tags.len(), 5, "{tags:?}");
+    assert_eq!(
+        of_tag(&sink, "x.alert.warn"),
+        vec![
+            with_via(&records[0], "x.alert.warn"),
+            with_via(&records[6], "x.alert.warn")
+        ]
+    );
+    assert_eq!(
+        of_tag(&sink, "x.alert.error"),
+        vec![with_via(&records[5], "x.alert.error")]
+    );
+    assert_eq!(
+        of_tag(&sink, "x.http5xx.api"),
+        vec![with_via(&records[1], "x.http5xx.api")]
+    );
+    assert_eq!(of_tag(&sink, "app.api"), vec![records[2].clone()]);
+    assert_eq!(d.metric("events_in_total", "rewrite_tag#0"), 7);
+    assert_eq!(d.metric("events_out_total", "rewrite_tag#0"), 5);
+    assert_eq!(d.metric("dropped_events_total", "rewrite_tag#0"), 2);
+    assert_eq!(d.metric("events_in_total", "rewrite_tag#1"), 5);
+    s.finish();
+    assert!(d.terminate().success(), "{}", d.stderr());
+    assert_eq!(sink.count(), 5, "nothing more arrived");
+}
+
+#[test]
+fn check_names_the_line_of_bad_rewrite_tag_rules() {
+    check_errors(&[
+        (
+            "[[filter]]\ntype = \"rewrite_tag\"\n[[filter.rule]]\nkey = \"a\"\npattern = \"(x)\"\ntag = \"t.$2\"\n",
+            ":10: key `rule[0].tag`:",
+            "1 capture group",
+        ),
+        (
+            "[[filter]]\ntype = \"rewrite_tag\"\n[[filter.rule]]\nkey = \"a\"\npattern = \"[\"\ntag = \"t\"\n",
+            ":9: key `rule[0].pattern`:",
+            "bad regex",
+        ),
+        (
+            "[[filter]]\ntype = \"rewrite_tag\"\n[[filter.rule]]\nkey = \"a\"\npattern = \"x\"\ntag = \"${tags}\"\n",
+            ":10: key `rule[0].tag`:",
+            "unknown template variable `${tags}`",
+        ),
+        (
+            "[[filter]]\ntype = \"rewrite_tag\"\nunmatched = \"discard\"\n[[filter.rule]]\nkey = \"a\"\npattern = \"x\"\ntag = \"t\"\n",
+            ":7: key `unmatched`:",
+            "\"keep\"",
+        ),
+    ]);
+}

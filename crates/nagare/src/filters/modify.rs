@@ -483,7 +483,7 @@ fn write_value(value: &Value, ev: &Event, out: &mut Vec<u8>, s: &mut Scratch) {
 }
 
 /// Part `n` of the dotted tag (negative: from the end); "" past either end.
-fn tag_part(tag: &str, n: i64) -> &str {
+pub(super) fn tag_part(tag: &str, n: i64) -> &str {
     let count = tag.split('.').count() as i64;
     let i = if n < 0 { count + n } else { n };
     if i < 0 {
