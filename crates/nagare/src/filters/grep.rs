@@ -153,7 +153,8 @@ impl Filter for Grep {
         let mut kept = 0u32;
         for (i, part) in parts.iter().enumerate() {
             let mut offset = 0;
-            for (_, record, entry) in crate::formats::entries(part) {
+            for (r, end) in super::record::entries(part) {
+                let (record, entry) = (&part[r..end], &part[offset..end]);
                 if self.keeps(record, &mut scratch) {
                     kept += 1;
                     if let Some(o) = &mut out {
@@ -166,7 +167,7 @@ impl Filter for Grep {
                     o.extend_from_slice(&part[..offset]);
                     out = Some(o);
                 }
-                offset += entry.len();
+                offset = end;
             }
         }
         Filtered {

@@ -10,10 +10,10 @@
 
 use bytes::Bytes;
 use chrono::format::Item;
-use nagare_forward::msgpack::{read_map_len, read_str_or_bin, skip_value, write_map_len, write_str};
+use nagare_forward::msgpack::{write_map_len, write_str};
 use serde::Deserialize;
 
-use super::record::{value_text, FieldPath};
+use super::record::{self, value_text, FieldPath};
 use super::{Filter, Filtered};
 use crate::plugin::{BuildContext, FilterPlugin, OptionError};
 
@@ -332,7 +332,7 @@ enum Action {
 }
 
 #[derive(Clone, Copy)]
-struct PairAt {
+struct Planned {
     start: usize,
     value: usize,
     end: usize,
@@ -342,7 +342,7 @@ struct PairAt {
 /// Buffers reused for every event.
 #[derive(Default)]
 struct Scratch {
-    pairs: Vec<PairAt>,
+    pairs: Vec<Planned>,
     text: Vec<u8>,
     json: Vec<u8>,
 }
@@ -356,15 +356,15 @@ impl Node {
         let mut seen = 0u64;
         let mut count = 0usize;
         if let Some(pos) = pos {
-            let Ok((n, mut p)) = read_map_len(rec, pos) else {
+            let Some((n, mut p)) = record::map_at(rec, pos) else {
                 return;
             };
             for _ in 0..n {
-                let (key, value) = match read_str_or_bin(rec, p) {
-                    Ok(Some((a, b))) => (Some(&rec[a..b]), b),
-                    _ => (None, skip_value(rec, p).unwrap_or(rec.len())),
+                let Some(pair) = record::pair_at(rec, p) else {
+                    break;
                 };
-                let end = skip_value(rec, value).unwrap_or(rec.len());
+                let (value, end) = (pair.value, pair.end);
+                let key = pair.key.map(|(a, b)| &rec[a..b]);
                 let op = key.and_then(|k| self.ops.iter().position(|(ok, _)| ok == k));
                 let action = match op {
                     Some(i) => {
@@ -385,7 +385,7 @@ impl Node {
                     },
                 };
                 count += usize::from(!matches!(action, Action::Skip));
-                s.pairs.push(PairAt {
+                s.pairs.push(Planned {
                     start: p,
                     value,
                     end,
@@ -501,11 +501,15 @@ impl Filter for Modify {
         let mut time = Vec::new();
         let mut count = 0u32;
         for part in parts {
-            for (t, record, entry) in crate::formats::entries(part) {
+            let mut start = 0;
+            for (r, end) in record::entries(part) {
                 count += 1;
-                // entry = 0x92, time, record
-                out.extend_from_slice(&entry[..entry.len() - record.len()]);
-                if read_map_len(record, 0).is_err() {
+                // 0x92 and the time, as they are.
+                out.extend_from_slice(&part[start..r]);
+                let record = &part[r..end];
+                let entry = &part[start..end];
+                start = end;
+                if record::map_at(record, 0).is_none() {
                     // Inputs only pass maps on; should one not be, it goes on as it was.
                     out.extend_from_slice(record);
                     continue;
@@ -513,7 +517,9 @@ impl Filter for Modify {
                 for (slot, path) in sources.iter_mut().zip(&self.sources) {
                     *slot = path.find(record);
                 }
-                if self.uses_time {
+                if let (true, Some((t, _, _))) =
+                    (self.uses_time, crate::formats::entries(entry).next())
+                {
                     time.clear();
                     let dt = chrono::DateTime::from_timestamp(t.secs as i64, t.nanos.min(999_999_999))
                         .unwrap_or_default();

@@ -251,7 +251,8 @@ impl Filter for RewriteTag {
         let mut groups: Vec<Group> = Vec::new();
         for (i, part) in parts.iter().enumerate() {
             let mut offset = 0;
-            for (_, record, entry) in crate::formats::entries(part) {
+            for (r, end) in super::record::entries(part) {
+                let (record, entry) = (&part[r..end], &part[offset..end]);
                 let to = self
                     .rules
                     .iter()
@@ -294,7 +295,7 @@ impl Filter for RewriteTag {
                         }
                     }
                 }
-                offset += entry.len();
+                offset = end;
             }
         }
         Filtered {
