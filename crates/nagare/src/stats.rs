@@ -17,7 +17,8 @@ pub struct PluginStats {
     pub retries: AtomicU64,
     /// Outputs: failed flushes that a retry cannot fix (`FlushError::Permanent`).
     pub permanent_errors: AtomicU64,
-    /// Events dropped by overflow_action = "drop_oldest_chunk".
+    /// Events dropped: by an output's overflow_action = "drop_oldest_chunk",
+    /// or by a filter (a grep filter's rules).
     pub dropped: AtomicU64,
     /// Events refused by overflow_action = "throw".
     pub rejected: AtomicU64,

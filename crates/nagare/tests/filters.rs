@@ -404,9 +404,9 @@ fn check_names_file_line_and_key_of_bad_filters() {
             "regex",
         ),
         (
-            "[[filter]]\ntype = \"grep\"\n",
+            "[[filter]]\ntype = \"lua\"\n",
             ":6: key `type`:",
-            "unknown filter type \"grep\"",
+            "unknown filter type \"lua\"",
         ),
     ];
     for (i, (section, at, what)) in cases.iter().enumerate() {

@@ -18,9 +18,14 @@ use crate::plugin::{filter, registry, FilterRegistration};
 use crate::router::Pattern;
 use crate::stats::{PluginStats, Registry};
 
+mod record;
+
 registry! {
     FilterRegistration;
     parser => filter::<parser::ParserFilterConfig>(),
+    grep => filter::<grep::GrepConfig>(),
+    modify => filter::<modify::ModifyConfig>(),
+    rewrite_tag => filter::<rewrite_tag::RewriteTagConfig>(),
 }
 
 /// What a filter made of a batch.
@@ -33,9 +38,12 @@ pub struct Filtered {
     /// A new tag for the whole batch; `None` keeps it. The batch then goes
     /// on through the filters that select the new tag and come after this
     /// one in file order, and to the output the new tag routes to (see
-    /// `Router::filter`). A filter that retags event by event would return
-    /// one batch per new tag; no filter needs that yet.
+    /// `Router::filter`).
     pub tag: Option<String>,
+    /// Events given other tags one by one (rewrite_tag): (new tag, its
+    /// entries, their count), each going on like a retagged batch. They are
+    /// not in `batch`, which keeps the events that stay.
+    pub moved: Vec<(String, Bytes, u32)>,
     /// Events the filter could not treat as configured (kept, and marked):
     /// counted as errors of the filter.
     pub errors: u64,

@@ -213,8 +213,8 @@ impl Filter for ParserFilter {
         }
         Filtered {
             batch: Some((Bytes::from(out), count)),
-            tag: None,
             errors,
+            ..Filtered::default()
         }
     }
 }

@@ -542,23 +542,28 @@ where
     // Acks stay those of the batch as received, even when filters dropped
     // or rewrote every event.
     let filtered = ctx.router.filter(&route, &p.tag, &p.parts, p.count);
-    let (tag, outputs, parts, count) = match &filtered {
-        Some(b) => (b.tag.as_str(), &b.route.outputs, &b.parts[..], b.count),
-        None => (p.tag.as_str(), &route.outputs, &p.parts[..], p.count),
-    };
-    if outputs.is_empty() && count > 0 {
-        PluginStats::add(&ctx.stats.errors, 1);
-        tracing::warn!(input = %ctx.name, tag = %tag, events = count, "no output matches this tag; events discarded");
-    }
+    // The batches the filters made (several when events got tags one by
+    // one), or the batch as received.
+    let batches = filtered
+        .iter()
+        .flatten()
+        .map(|b| (b.tag.as_str(), &b.route.outputs, &b.parts[..], b.count))
+        .chain(filtered.is_none().then_some((p.tag.as_str(), &route.outputs, &p.parts[..], p.count)));
     let wants_ack = !p.acks.is_empty();
     let delivery = wants_ack && ctx.cfg.ack == AckMode::Delivered;
     let mut deliveries = Vec::new();
-    for out in outputs.iter().filter(|_| count > 0) {
-        let rx = out
-            .append(tag, parts, count, wants_ack, delivery, &p.acks)
-            .await
-            .map_err(|e| format!("{e}; {} events not acknowledged", p.count))?;
-        deliveries.extend(rx);
+    for (tag, outputs, parts, count) in batches {
+        if outputs.is_empty() && count > 0 {
+            PluginStats::add(&ctx.stats.errors, 1);
+            tracing::warn!(input = %ctx.name, tag = %tag, events = count, "no output matches this tag; events discarded");
+        }
+        for out in outputs.iter().filter(|_| count > 0) {
+            let rx = out
+                .append(tag, parts, count, wants_ack, delivery, &p.acks)
+                .await
+                .map_err(|e| format!("{e}; {} events not acknowledged", p.count))?;
+            deliveries.extend(rx);
+        }
     }
     // ack = "delivered": hold the ack until every output delivered the batch.
     for rx in deliveries {

@@ -754,18 +754,22 @@ pub(crate) async fn append_batch(
     let parts = [entries];
     // The filter chain (none for most tags: then the batch goes on as is).
     let filtered = router.filter(&route, tag, &parts, count);
-    let (tag, outputs, parts, n) = match &filtered {
-        Some(b) => (b.tag.as_str(), &b.route.outputs, &b.parts[..], b.count),
-        None => (tag, &route.outputs, &parts[..], count),
-    };
-    if outputs.is_empty() && n > 0 {
-        PluginStats::add(&stats.errors, 1);
-        tracing::warn!(input = %name, tag, events = n, "no output matches this tag; events discarded");
-    }
-    for out in outputs.iter().filter(|_| n > 0) {
-        if let Err(e) = out.append(tag, parts, n, false, false, &[]).await {
-            tracing::warn!(input = %name, error = %e, "cannot append");
-            return false;
+    // The batches the filters made, or the batch as read.
+    let batches = filtered
+        .iter()
+        .flatten()
+        .map(|b| (b.tag.as_str(), &b.route.outputs, &b.parts[..], b.count))
+        .chain(filtered.is_none().then_some((tag, &route.outputs, &parts[..], count)));
+    for (tag, outputs, parts, n) in batches {
+        if outputs.is_empty() && n > 0 {
+            PluginStats::add(&stats.errors, 1);
+            tracing::warn!(input = %name, tag, events = n, "no output matches this tag; events discarded");
+        }
+        for out in outputs.iter().filter(|_| n > 0) {
+            if let Err(e) = out.append(tag, parts, n, false, false, &[]).await {
+                tracing::warn!(input = %name, error = %e, "cannot append");
+                return false;
+            }
         }
     }
     PluginStats::add(&stats.events_out, count as u64);

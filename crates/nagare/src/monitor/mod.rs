@@ -45,7 +45,7 @@ const COUNTERS: &[(&str, &str, Counter)] = &[
     ),
     (
         "dropped_events_total",
-        "Events dropped by overflow_action drop_oldest_chunk",
+        "Events dropped: by an output's overflow_action drop_oldest_chunk, or by a filter (grep)",
         |s| PluginStats::get(&s.dropped),
     ),
     (

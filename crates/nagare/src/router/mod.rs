@@ -160,22 +160,48 @@ impl Router {
     /// Runs the filters of `route` (the route of `tag`) over a batch.
     /// Returns `None` when the route has no filters: the batch goes to
     /// `route.outputs` as it is, and nothing was copied or allocated.
+    /// Otherwise returns the batches the chain made (several when a filter
+    /// gave events new tags one by one); a batch may hold 0 events.
     ///
-    /// A filter that changes the tag sends the batch on through the filters
-    /// of the new tag's route that come after it in file order (so a chain
-    /// cannot loop), then to the new tag's outputs.
-    pub fn filter(&self, route: &Route, tag: &str, parts: &[Bytes], count: u32) -> Option<Batch> {
+    /// A filter that changes the tag of a batch, or of some of its events
+    /// (`Filtered::moved`), sends them on through the filters of the new
+    /// tag's route that come after it in file order (so a chain cannot
+    /// loop), then to the new tag's outputs.
+    pub fn filter(
+        &self,
+        route: &Route,
+        tag: &str,
+        parts: &[Bytes],
+        count: u32,
+    ) -> Option<Vec<Batch>> {
         if route.filters.is_empty() {
             return None;
         }
-        let mut b = Batch {
+        let first = Batch {
             tag: tag.to_string(),
             route: route.clone(),
             parts: parts.to_vec(),
             count,
         };
-        // The next filter in file order that may still run.
-        let mut next = 0usize;
+        let mut done = Vec::with_capacity(1);
+        // Batches still in the chain, with the first filter index they may meet.
+        let mut todo = vec![(first, 0usize)];
+        while let Some((b, next)) = todo.pop() {
+            self.chain(b, next, &mut todo, &mut done);
+        }
+        Some(done)
+    }
+
+    /// Runs `b` through the filters of its route from index `next` on;
+    /// pushes the batches filters moved events to onto `todo`, and `b`, at
+    /// the end of its chain, onto `done`.
+    fn chain(
+        &self,
+        mut b: Batch,
+        mut next: usize,
+        todo: &mut Vec<(Batch, usize)>,
+        done: &mut Vec<Batch>,
+    ) {
         let mut i = 0usize;
         while i < b.route.filters.len() && b.count > 0 {
             let stage = b.route.filters[i].clone();
@@ -188,6 +214,7 @@ impl Router {
             PluginStats::add(&st.events_in, b.count as u64);
             PluginStats::add(&st.bytes_in, b.parts.iter().map(|p| p.len() as u64).sum());
             let out = stage.filter.filter(&b.tag, &b.parts, b.count);
+            let before = b.count;
             if let Some((entries, n)) = out.batch {
                 b.parts = vec![entries];
                 b.count = n;
@@ -195,12 +222,32 @@ impl Router {
                     b.parts.clear();
                 }
             }
-            PluginStats::add(&st.events_out, b.count as u64);
-            PluginStats::add(&st.bytes_out, b.parts.iter().map(|p| p.len() as u64).sum());
+            let moved: u32 = out.moved.iter().map(|(_, _, n)| n).sum();
+            let moved_bytes: u64 = out.moved.iter().map(|(_, e, _)| e.len() as u64).sum();
+            let out_events = b.count + moved;
+            PluginStats::add(&st.dropped, u64::from(before.saturating_sub(out_events)));
+            PluginStats::add(&st.events_out, u64::from(out_events));
+            PluginStats::add(
+                &st.bytes_out,
+                b.parts.iter().map(|p| p.len() as u64).sum::<u64>() + moved_bytes,
+            );
             if out.errors > 0 {
                 PluginStats::add(&st.errors, out.errors);
                 tracing::debug!(filter = %stage.name, tag = %b.tag, events = out.errors,
                     "events the filter could not treat were kept, marked");
+            }
+            for (tag, entries, count) in out.moved {
+                let route = self.route(&tag);
+                let parts = vec![entries];
+                todo.push((
+                    Batch {
+                        tag,
+                        route,
+                        parts,
+                        count,
+                    },
+                    next,
+                ));
             }
             if let Some(t) = out.tag {
                 b.route = self.route(&t);
@@ -208,7 +255,7 @@ impl Router {
                 i = 0;
             }
         }
-        Some(b)
+        done.push(b);
     }
 }
 
@@ -263,6 +310,7 @@ mod tests {
                 batch: Some((Bytes::from(v), if self.drop { 0 } else { count })),
                 tag: self.retag.map(String::from),
                 errors: u64::from(self.mark == b'e'),
+                moved: Vec::new(),
             }
         }
     }
@@ -292,7 +340,9 @@ mod tests {
     fn run(r: &Router, tag: &str) -> Option<(String, Vec<u8>, u32)> {
         let route = r.route(tag);
         r.filter(&route, tag, &[Bytes::from_static(b">")], 3)
-            .map(|b| {
+            .map(|mut bs| {
+                assert_eq!(bs.len(), 1, "one batch");
+                let b = bs.remove(0);
                 let bytes = b.parts.iter().flat_map(|p| p.iter().copied()).collect();
                 (b.tag, bytes, b.count)
             })
@@ -336,5 +386,82 @@ mod tests {
             crate::stats::PluginStats::get(&stages[1].stats.events_in),
             0
         );
+    }
+
+    /// A test filter that moves every event to the tag `to` (as rewrite_tag
+    /// does event by event), marking the bytes.
+    struct Move {
+        to: &'static str,
+    }
+
+    impl crate::filters::Filter for Move {
+        fn filter(&self, _tag: &str, parts: &[Bytes], count: u32) -> crate::filters::Filtered {
+            let mut v: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+            v.push(b'm');
+            crate::filters::Filtered {
+                batch: Some((Bytes::new(), 0)),
+                moved: vec![(self.to.to_string(), Bytes::from(v), count)],
+                ..Default::default()
+            }
+        }
+    }
+
+    #[test]
+    fn events_moved_to_other_tags_go_on_with_later_filters_only() {
+        let reg = crate::stats::Registry::default();
+        let mark = |m: u8| -> Box<dyn crate::filters::Filter> {
+            Box::new(Mark {
+                mark: m,
+                retag: None,
+                drop: false,
+            })
+        };
+        let filters: Vec<(&str, Box<dyn crate::filters::Filter>)> = vec![
+            ("in", Box::new(Move { to: "moved" })),
+            ("in moved", mark(b'2')),
+            // Would loop back to the first filter if earlier filters ran again.
+            ("moved", Box::new(Move { to: "in" })),
+            ("in", mark(b'4')),
+        ];
+        let stages: Vec<Arc<Stage>> = filters
+            .into_iter()
+            .enumerate()
+            .map(|(index, (p, filter))| {
+                Arc::new(Stage {
+                    index,
+                    name: format!("f#{index}"),
+                    patterns: Pattern::parse_list(p).unwrap(),
+                    filter,
+                    stats: reg.register("filter", &format!("f#{index}"), "f"),
+                })
+            })
+            .collect();
+        let r = Router::new(Vec::new(), stages.clone());
+        let route = r.route("in");
+        let got: Vec<(String, Vec<u8>, u32)> = r
+            .filter(&route, "in", &[Bytes::from_static(b">")], 3)
+            .unwrap()
+            .into_iter()
+            .map(|b| {
+                let bytes = b.parts.iter().flat_map(|p| p.iter().copied()).collect();
+                (b.tag, bytes, b.count)
+            })
+            .collect();
+        // The batches the moves emptied, then the events, moved twice and
+        // marked by the later filters of each tag only.
+        assert_eq!(
+            got,
+            [
+                ("in".to_string(), vec![], 0),
+                ("moved".to_string(), vec![], 0),
+                ("in".to_string(), b">m2m4".to_vec(), 3)
+            ]
+        );
+        use crate::stats::PluginStats as S;
+        for st in &stages {
+            assert_eq!(S::get(&st.stats.events_in), 3, "{}", st.name);
+            assert_eq!(S::get(&st.stats.events_out), 3, "{}", st.name);
+            assert_eq!(S::get(&st.stats.dropped), 0, "{}", st.name);
+        }
     }
 }

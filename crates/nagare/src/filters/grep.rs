@@ -1,0 +1,308 @@
+//! `grep`: keeps or drops events by regular expressions on their fields,
+//! like Fluentd's filter_grep (`<regexp>`, `<exclude>`, `<and>`, `<or>`).
+//!
+//! Each rule finds its field by walking the record's maps (no record is
+//! decoded) and matches the field's bytes with a bytes regex, so a str
+//! field is never checked or copied as UTF-8. A batch whose events all
+//! pass goes on as it came (no copy); otherwise the events that pass are
+//! copied, entry by entry, into one new batch.
+
+use bytes::Bytes;
+use regex::bytes::Regex;
+use serde::Deserialize;
+
+use super::record::{value_text, FieldPath};
+use super::{Filter, Filtered};
+use crate::plugin::{BuildContext, FilterPlugin, OptionError};
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrepConfig {
+    /// `[[filter.regex]]`: rules an event must pass to be kept (Fluentd's
+    /// `<regexp>`): its field exists and its text matches the pattern. By
+    /// default every rule must pass (see `regex_combine`).
+    #[serde(default)]
+    pub regex: Vec<GrepRule>,
+    /// `[[filter.exclude]]`: rules that drop an event (Fluentd's
+    /// `<exclude>`): its field exists and its text matches the pattern. By
+    /// default one matching rule drops it (see `exclude_combine`).
+    #[serde(default)]
+    pub exclude: Vec<GrepRule>,
+    /// How the `regex` rules combine: "and" (every rule passes; Fluentd's
+    /// default and its `<and>`) or "or" (one rule is enough; Fluentd's `<or>`).
+    #[serde(default = "Combine::and")]
+    pub regex_combine: Combine,
+    /// How the `exclude` rules combine: "or" (one matching rule drops the
+    /// event; Fluentd's default and its `<or>`) or "and" (every rule must
+    /// match; Fluentd's `<and>`).
+    #[serde(default = "Combine::or")]
+    pub exclude_combine: Combine,
+}
+
+/// One rule: a field and a regular expression its text must match.
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrepRule {
+    /// The field: `name` (a top-level key, as written) or `$.a.b` (a nested
+    /// one). A str or bin value is matched as its bytes, nil as "", any
+    /// other value as its JSON text (`42`, `true`). Required.
+    pub key: String,
+    /// A regular expression (Rust regex syntax, unanchored: write `^…$` to
+    /// match the whole value). Required.
+    pub pattern: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Combine {
+    /// Every rule.
+    And,
+    /// At least one rule.
+    Or,
+}
+
+impl Combine {
+    fn and() -> Combine {
+        Combine::And
+    }
+    fn or() -> Combine {
+        Combine::Or
+    }
+}
+
+impl FilterPlugin for GrepConfig {
+    const TYPE: &'static str = "grep";
+    const DOC: &'static str = "Keeps the events whose fields match `[[filter.regex]]` rules and drops those that match `[[filter.exclude]]` rules, like Fluentd's filter_grep. Dropped events count as `dropped_events_total` of the filter.";
+
+    fn build(self, _cx: &mut BuildContext) -> Result<Box<dyn Filter>, OptionError> {
+        if self.regex.is_empty() && self.exclude.is_empty() {
+            return Err(OptionError::new(
+                "",
+                "a grep filter needs at least one [[filter.regex]] or [[filter.exclude]] rule",
+            ));
+        }
+        Ok(Box::new(Grep {
+            regex: rules("regex", &self.regex)?,
+            exclude: rules("exclude", &self.exclude)?,
+            regex_combine: self.regex_combine,
+            exclude_combine: self.exclude_combine,
+        }))
+    }
+}
+
+fn rules(what: &str, rules: &[GrepRule]) -> Result<Vec<Rule>, OptionError> {
+    rules
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let key = FieldPath::parse(&r.key)
+                .map_err(|e| OptionError::new(format!("{what}[{i}].key"), e))?;
+            let pattern = Regex::new(&r.pattern).map_err(|e| {
+                OptionError::new(format!("{what}[{i}].pattern"), format!("bad regex: {e}"))
+            })?;
+            Ok(Rule { key, pattern })
+        })
+        .collect()
+}
+
+struct Rule {
+    key: FieldPath,
+    pattern: Regex,
+}
+
+impl Rule {
+    /// The record has the field and its text matches.
+    fn matches(&self, record: &[u8], scratch: &mut Vec<u8>) -> bool {
+        match self.key.find(record) {
+            Some((a, b)) => self.pattern.is_match(value_text(&record[a..b], scratch)),
+            None => false,
+        }
+    }
+}
+
+struct Grep {
+    regex: Vec<Rule>,
+    exclude: Vec<Rule>,
+    regex_combine: Combine,
+    exclude_combine: Combine,
+}
+
+impl Grep {
+    fn keeps(&self, record: &[u8], scratch: &mut Vec<u8>) -> bool {
+        let mut hit = |r: &Rule| r.matches(record, scratch);
+        let passes = self.regex.is_empty()
+            || match self.regex_combine {
+                Combine::And => self.regex.iter().all(&mut hit),
+                Combine::Or => self.regex.iter().any(&mut hit),
+            };
+        let excluded = passes
+            && !self.exclude.is_empty()
+            && match self.exclude_combine {
+                Combine::And => self.exclude.iter().all(&mut hit),
+                Combine::Or => self.exclude.iter().any(&mut hit),
+            };
+        passes && !excluded
+    }
+}
+
+impl Filter for Grep {
+    fn filter(&self, _tag: &str, parts: &[Bytes], _count: u32) -> Filtered {
+        let mut scratch = Vec::new();
+        // Made at the first dropped event, with every entry before it.
+        let mut out: Option<Vec<u8>> = None;
+        let mut kept = 0u32;
+        for (i, part) in parts.iter().enumerate() {
+            let mut offset = 0;
+            for (r, end) in super::record::entries(part) {
+                let (record, entry) = (&part[r..end], &part[offset..end]);
+                if self.keeps(record, &mut scratch) {
+                    kept += 1;
+                    if let Some(o) = &mut out {
+                        o.extend_from_slice(entry);
+                    }
+                } else if out.is_none() {
+                    let len = parts.iter().map(|p| p.len()).sum();
+                    let mut o = Vec::with_capacity(len);
+                    parts[..i].iter().for_each(|p| o.extend_from_slice(p));
+                    o.extend_from_slice(&part[..offset]);
+                    out = Some(o);
+                }
+                offset = end;
+            }
+        }
+        Filtered {
+            batch: out.map(|o| (Bytes::from(o), kept)),
+            ..Filtered::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nagare_forward::{write_entry, EventTime};
+    use rmpv::Value;
+
+    fn grep(toml_text: &str) -> Box<dyn Filter> {
+        let cfg: GrepConfig = toml::from_str(toml_text).unwrap();
+        cfg.build(&mut BuildContext::default()).unwrap()
+    }
+
+    fn build_err(toml_text: &str) -> OptionError {
+        let cfg: GrepConfig = toml::from_str(toml_text).unwrap();
+        cfg.build(&mut BuildContext::default()).err().unwrap()
+    }
+
+    /// Runs records through (split in two parts); returns the seq of each
+    /// kept record, or None when the batch went on unchanged.
+    fn kept(f: &dyn Filter, records: &[Value]) -> Option<Vec<i64>> {
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        for (i, r) in records.iter().enumerate() {
+            let mut bytes = Vec::new();
+            rmpv::encode::write_value(&mut bytes, r).unwrap();
+            let half = if i < records.len() / 2 { &mut a } else { &mut b };
+            write_entry(half, EventTime::new(1, 0), &bytes);
+        }
+        let out = f.filter("t", &[Bytes::from(a), Bytes::from(b)], records.len() as u32);
+        let (bytes, n) = out.batch?;
+        let seqs: Vec<i64> = crate::formats::entries(&bytes)
+            .map(|(_, r, _)| {
+                let v = rmpv::decode::read_value(&mut &r[..]).unwrap();
+                v.as_map().unwrap()[0].1.as_i64().unwrap()
+            })
+            .collect();
+        assert_eq!(seqs.len(), n as usize);
+        Some(seqs)
+    }
+
+    fn ev(seq: i64, pairs: &[(&str, Value)]) -> Value {
+        let mut m = vec![("seq".into(), seq.into())];
+        m.extend(pairs.iter().map(|(k, v)| (Value::from(*k), v.clone())));
+        Value::Map(m)
+    }
+
+    #[test]
+    fn regex_rules_all_pass_and_excludes_drop() {
+        let f = grep(
+            r#"
+[[regex]]
+key = "level"
+pattern = "^(warn|error)$"
+[[regex]]
+key = "$.http.code"
+pattern = "^5"
+[[exclude]]
+key = "path"
+pattern = "healthz"
+"#,
+        );
+        let http = |c: i64| Value::Map(vec![("code".into(), c.into())]);
+        let records = [
+            ev(0, &[("level", "warn".into()), ("http", http(503))]),
+            ev(1, &[("level", "info".into()), ("http", http(503))]),
+            ev(2, &[("level", "error".into()), ("http", http(200))]),
+            ev(3, &[("level", "error".into()), ("http", http(500)), ("path", "/healthz".into())]),
+            ev(4, &[("level", "error".into())]),
+            ev(5, &[("level", Value::Binary(b"error".to_vec())), ("http", http(502))]),
+        ];
+        assert_eq!(kept(&*f, &records), Some(vec![0, 5]));
+        // Every event passes: the batch goes on as it came.
+        assert_eq!(kept(&*f, &records[..1]), None);
+    }
+
+    #[test]
+    fn or_groups_and_only_excludes() {
+        let f = grep(
+            r#"
+regex_combine = "or"
+exclude_combine = "and"
+[[regex]]
+key = "a"
+pattern = "x"
+[[regex]]
+key = "b"
+pattern = "y"
+[[exclude]]
+key = "a"
+pattern = "^xx$"
+[[exclude]]
+key = "b"
+pattern = "^yy$"
+"#,
+        );
+        let records = [
+            ev(0, &[("a", "x".into())]),
+            ev(1, &[("b", "y".into())]),
+            ev(2, &[("c", "x".into())]),
+            ev(3, &[("a", "xx".into()), ("b", "yy".into())]),
+            ev(4, &[("a", "xx".into()), ("b", "y".into())]),
+        ];
+        assert_eq!(kept(&*f, &records), Some(vec![0, 1, 4]));
+        // Excludes alone: a missing field excludes nothing; nil reads as "".
+        let f = grep("[[exclude]]\nkey = \"level\"\npattern = \"^(debug|)$\"\n");
+        let records = [
+            ev(0, &[("level", "debug".into())]),
+            ev(1, &[("msg", "no level".into())]),
+            ev(2, &[("level", Value::Nil)]),
+            ev(3, &[("level", 7.into())]),
+        ];
+        assert_eq!(kept(&*f, &records), Some(vec![1, 3]));
+        // Everything dropped: an empty batch.
+        let f = grep("[[regex]]\nkey = \"seq\"\npattern = \"^9$\"\n");
+        assert_eq!(kept(&*f, &records), Some(vec![]));
+    }
+
+    #[test]
+    fn bad_rules_are_refused_with_their_key() {
+        let e = build_err("[[regex]]\nkey = \"a\"\npattern = \"(x\"\n");
+        assert_eq!(e.key, "regex[0].pattern");
+        assert!(e.message.starts_with("bad regex"), "{e}");
+        let e = build_err(
+            "[[regex]]\nkey = \"a\"\npattern = \"x\"\n[[exclude]]\nkey = \"$.a..b\"\npattern = \"x\"\n",
+        );
+        assert_eq!(e.key, "exclude[0].key");
+        assert!(build_err("").message.contains("at least one"));
+        assert!(toml::from_str::<GrepConfig>("regex_combine = \"xor\"\n").is_err());
+    }
+}

@@ -1,0 +1,283 @@
+//! Field paths and field values in msgpack records, shared by the filters
+//! that read fields (grep, modify): a field is found by walking the
+//! record's maps, without decoding the values it passes over.
+//!
+//! Path syntax (Fluentd's record_accessor): `name` is the top-level key
+//! `name` as written, dots included; `$.a.b` is the key `b` inside the map
+//! under the top-level key `a`.
+
+use nagare_forward::msgpack::{read_map_len, read_str_or_bin, skip_value};
+
+// The walks below run for every event a field filter sees: the common
+// scalar and string forms are read here, inline; the rest (nested maps
+// and arrays, ext, long strings) by the general msgpack scanner.
+
+/// Where the value at `pos` ends.
+#[inline]
+pub fn skip(buf: &[u8], pos: usize) -> Option<usize> {
+    let b = *buf.get(pos)?;
+    let end = match b {
+        0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => pos + 1,
+        0xa0..=0xbf => pos + 1 + (b & 0x1f) as usize,
+        0xcc | 0xd0 => pos + 2,
+        0xcd | 0xd1 => pos + 3,
+        0xca | 0xce | 0xd2 => pos + 5,
+        0xcb | 0xcf | 0xd3 => pos + 9,
+        // fixext 8: an EventTime.
+        0xd7 => pos + 10,
+        0xc4 | 0xd9 => pos + 2 + *buf.get(pos + 1)? as usize,
+        _ => return skip_value(buf, pos).ok(),
+    };
+    (end <= buf.len()).then_some(end)
+}
+
+/// The key text (start, end) of a str or bin key at `pos`, or `None` for
+/// another type.
+#[inline]
+fn str_at(buf: &[u8], pos: usize) -> Option<(usize, usize)> {
+    match *buf.get(pos)? {
+        b @ 0xa0..=0xbf => {
+            let end = pos + 1 + (b & 0x1f) as usize;
+            (end <= buf.len()).then_some((pos + 1, end))
+        }
+        _ => read_str_or_bin(buf, pos).ok().flatten(),
+    }
+}
+
+/// The number of pairs and the first key's position of the map at `pos`.
+#[inline]
+pub fn map_at(buf: &[u8], pos: usize) -> Option<(usize, usize)> {
+    match *buf.get(pos)? {
+        b @ 0x80..=0x8f => Some(((b & 0x0f) as usize, pos + 1)),
+        _ => read_map_len(buf, pos).ok(),
+    }
+}
+
+/// One pair of a map: its key's text when it is a str or bin, where its
+/// value starts and ends.
+#[derive(Debug, Clone, Copy)]
+pub struct PairAt {
+    pub key: Option<(usize, usize)>,
+    pub value: usize,
+    pub end: usize,
+}
+
+/// The pair at `pos` of a map.
+#[inline]
+pub fn pair_at(buf: &[u8], pos: usize) -> Option<PairAt> {
+    let key = str_at(buf, pos);
+    let value = match key {
+        Some((_, e)) => e,
+        None => skip(buf, pos)?,
+    };
+    Some(PairAt {
+        key,
+        value,
+        end: skip(buf, value)?,
+    })
+}
+
+/// The PackedForward entries of a batch part: (record start, entry end)
+/// of each `[time, record]` (entry start is the previous end).
+pub fn entries(part: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
+    let mut pos = 0;
+    std::iter::from_fn(move || {
+        if pos >= part.len() {
+            return None;
+        }
+        // Entries were checked on the way in: 0x92, time, record.
+        let record = skip(part, pos + 1)?;
+        pos = match map_at(part, record) {
+            Some((n, mut p)) => {
+                for _ in 0..n {
+                    p = pair_at(part, p)?.end;
+                }
+                p
+            }
+            None => skip(part, record)?,
+        };
+        let p = pos;
+        Some((record, p))
+    })
+}
+
+/// A field of a record: the keys from the top-level map down.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldPath {
+    pub keys: Vec<Vec<u8>>,
+}
+
+impl FieldPath {
+    /// Reads `name` or `$.a.b`; the error says what is wrong in the user's terms.
+    pub fn parse(s: &str) -> Result<FieldPath, String> {
+        let keys: Vec<Vec<u8>> = match s.strip_prefix("$.") {
+            Some(rest) => rest.split('.').map(|k| k.as_bytes().to_vec()).collect(),
+            None if s == "$" || s.starts_with("$[") => {
+                return Err(format!(
+                "{s:?}: write a nested field as `$.a.b` (`$` alone and `$[…]` are not supported)"
+            ))
+            }
+            None => vec![s.as_bytes().to_vec()],
+        };
+        if keys.iter().any(|k| k.is_empty()) {
+            return Err(format!(
+                "{s:?} is not a field: write `name` for a top-level key or `$.a.b` for a nested one"
+            ));
+        }
+        Ok(FieldPath { keys })
+    }
+
+    /// Where the field's value is in `record` (start, end), if it has one.
+    pub fn find(&self, record: &[u8]) -> Option<(usize, usize)> {
+        let mut span = (0, record.len());
+        for key in &self.keys {
+            span = find_key(record, span.0, key)?;
+        }
+        Some(span)
+    }
+}
+
+/// The value (start, end) of the string key `key` in the map at `pos` of
+/// `buf`; `None` when there is no such key or the value at `pos` is not a map.
+pub fn find_key(buf: &[u8], pos: usize, key: &[u8]) -> Option<(usize, usize)> {
+    let (n, mut p) = map_at(buf, pos)?;
+    for _ in 0..n {
+        let pair = pair_at(buf, p)?;
+        if pair.key.is_some_and(|(a, b)| &buf[a..b] == key) {
+            return Some((pair.value, pair.end));
+        }
+        p = pair.end;
+    }
+    None
+}
+
+/// The text of a msgpack value, as a string match or a template sees it:
+/// a str or bin as its bytes, nil as "" (Fluentd's `nil.to_s`), anything
+/// else as JSON (`42`, `true`, `[1,"a"]`). Text that is not a str or bin is
+/// written to `scratch`.
+pub fn value_text<'a>(value: &'a [u8], scratch: &'a mut Vec<u8>) -> &'a [u8] {
+    if let Ok(Some((a, b))) = read_str_or_bin(value, 0) {
+        return &value[a..b];
+    }
+    if value.first() == Some(&0xc0) {
+        return b"";
+    }
+    scratch.clear();
+    crate::formats::json::write_value(scratch, value);
+    scratch
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmpv::Value;
+
+    fn enc(v: &Value) -> Vec<u8> {
+        let mut out = Vec::new();
+        rmpv::encode::write_value(&mut out, v).unwrap();
+        out
+    }
+
+    #[test]
+    fn paths_find_top_level_and_nested_fields() {
+        let rec = enc(&Value::Map(vec![
+            ("a.b".into(), "dotted".into()),
+            (
+                "a".into(),
+                Value::Map(vec![(1.into(), 2.into()), ("b".into(), 7.into())]),
+            ),
+            ("s".into(), "x".into()),
+        ]));
+        let get = |p: &str| {
+            FieldPath::parse(p)
+                .unwrap()
+                .find(&rec)
+                .map(|(a, b)| rmpv::decode::read_value(&mut &rec[a..b]).unwrap())
+        };
+        assert_eq!(get("a.b"), Some("dotted".into()));
+        assert_eq!(get("$.a.b"), Some(7.into()));
+        assert_eq!(get("$.a.c"), None);
+        assert_eq!(get("$.s.x"), None, "a string has no fields");
+        assert_eq!(get("zz"), None);
+        for bad in ["", "$", "$.", "$.a..b", "$['a']"] {
+            assert!(FieldPath::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn values_read_as_text() {
+        let mut s = Vec::new();
+        for (v, want) in [
+            (Value::from("abc"), "abc"),
+            (Value::Binary(b"raw".to_vec()), "raw"),
+            (Value::Nil, ""),
+            (Value::from(-42), "-42"),
+            (Value::from(true), "true"),
+            (Value::Array(vec![1.into(), "a".into()]), "[1,\"a\"]"),
+        ] {
+            assert_eq!(value_text(&enc(&v), &mut s), want.as_bytes());
+        }
+    }
+
+    #[test]
+    fn entries_are_walked_as_the_general_scanner_walks_them() {
+        let values = [
+            Value::from(200u8),
+            Value::from(300u16),
+            Value::from(70_000u32),
+            Value::from(1u64 << 40),
+            Value::from(-3i64),
+            Value::from(-100i64),
+            Value::from(-1000i64),
+            Value::from(-100_000i64),
+            Value::from(-(1i64 << 40)),
+            Value::F32(1.5),
+            Value::F64(-2.25),
+            Value::Nil,
+            Value::Boolean(true),
+            Value::Binary(vec![0; 300]),
+            Value::Binary(vec![1, 2]),
+            Value::from("y".repeat(40)),
+            Value::from("z".repeat(300)),
+            Value::Ext(5, vec![1, 2, 3, 4]),
+            Value::Ext(0, vec![0; 8]),
+            Value::Array(vec![1.into(), "a".into()]),
+            Value::Map(vec![("k".into(), Value::Array(vec![]))]),
+        ];
+        let mut part = Vec::new();
+        for (i, v) in values.iter().enumerate() {
+            let rec = Value::Map(vec![
+                (format!("k{i}").into(), v.clone()),
+                (7.into(), v.clone()),
+                ("last".into(), i.into()),
+            ]);
+            nagare_forward::write_entry(
+                &mut part,
+                nagare_forward::EventTime::new(1, 2),
+                &enc(&rec),
+            );
+        }
+        // A record that is not a map is stepped over too.
+        nagare_forward::write_entry(
+            &mut part,
+            nagare_forward::EventTime::new(1, 2),
+            &enc(&"s".into()),
+        );
+        let fast: Vec<(usize, usize)> = entries(&part).collect();
+        let mut general = Vec::new();
+        let mut at = 0;
+        for (_, record, entry) in crate::formats::entries(&part) {
+            at += entry.len();
+            general.push((at - record.len(), at));
+        }
+        assert_eq!(fast, general);
+        for (i, (r, end)) in fast.iter().take(values.len()).enumerate() {
+            let rec = &part[*r..*end];
+            let (a, b) = FieldPath::parse("last").unwrap().find(rec).unwrap();
+            assert_eq!(
+                rmpv::decode::read_value(&mut &rec[a..b]).unwrap(),
+                Value::from(i)
+            );
+        }
+    }
+}

@@ -1,0 +1,446 @@
+//! `rewrite_tag`: gives events new tags by ordered rules on their fields,
+//! like Fluentd's rewrite_tag_filter. The first rule that applies to an
+//! event names its new tag (`$1` captures, `${tag}`, `${tag_parts[N]}`).
+//!
+//! Events are grouped by new tag into one batch each, entry bytes copied as
+//! they are; the router sends each group on through the filters after this
+//! one that select its tag, and to its output (router/mod.rs,
+//! `Router::filter`). A batch whose events all keep their tag goes on
+//! uncopied.
+
+use bytes::Bytes;
+use regex::bytes::Regex;
+use serde::Deserialize;
+
+use super::record::{value_text, FieldPath};
+use super::{Filter, Filtered};
+use crate::plugin::{BuildContext, FilterPlugin, OptionError};
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RewriteTagConfig {
+    /// `[[filter.rule]]`, in order: the first rule that applies to an event
+    /// gives it its new tag. Required (at least one).
+    pub rule: Vec<RewriteRule>,
+    /// What happens to an event no rule applies to: "keep" (it goes on
+    /// with its tag) or "drop" (Fluentd's rewrite_tag_filter drops it).
+    #[serde(default)]
+    pub unmatched: Unmatched,
+}
+
+/// One rule: a field, a regular expression and the new tag.
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RewriteRule {
+    /// The field: `name` (a top-level key, as written) or `$.a.b` (a nested
+    /// one); a missing field reads as "". Required.
+    pub key: String,
+    /// A regular expression (Rust regex syntax, unanchored) the field's
+    /// text is matched with. Required.
+    pub pattern: String,
+    /// The new tag: `$1`…`$9` are the pattern's capture groups, `${tag}`
+    /// and `${tag_parts[N]}` the event's tag and its parts. Required.
+    pub tag: String,
+    /// The rule applies when the pattern does NOT match (then `$N` cannot
+    /// be used, and an empty or missing field does not apply).
+    #[serde(default)]
+    pub invert: bool,
+}
+
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Unmatched {
+    /// The event goes on with its tag.
+    #[default]
+    Keep,
+    /// The event is dropped (counted in the filter's `dropped_events_total`).
+    Drop,
+}
+
+impl FilterPlugin for RewriteTagConfig {
+    const TYPE: &'static str = "rewrite_tag";
+    const DOC: &'static str = "Gives events new tags by ordered `[[filter.rule]]` rules on their fields, like Fluentd's rewrite_tag_filter; the events go on through the later filters and to the output their new tag selects.";
+
+    fn build(self, _cx: &mut BuildContext) -> Result<Box<dyn Filter>, OptionError> {
+        if self.rule.is_empty() {
+            return Err(OptionError::new("rule", "needs at least one [[filter.rule]]"));
+        }
+        let rules = self
+            .rule
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Rule::new(r).map_err(|(k, e)| OptionError::new(format!("rule[{i}].{k}"), e)))
+            .collect::<Result<_, _>>()?;
+        Ok(Box::new(RewriteTag {
+            rules,
+            unmatched: self.unmatched,
+        }))
+    }
+}
+
+enum Part {
+    Text(String),
+    Capture(usize),
+    Tag,
+    TagIndex(i64),
+}
+
+struct Rule {
+    key: FieldPath,
+    pattern: Regex,
+    invert: bool,
+    tag: Vec<Part>,
+    captures: bool,
+}
+
+impl Rule {
+    fn new(r: &RewriteRule) -> Result<Rule, (&'static str, String)> {
+        let key = FieldPath::parse(&r.key).map_err(|e| ("key", e))?;
+        let pattern = Regex::new(&r.pattern).map_err(|e| ("pattern", format!("bad regex: {e}")))?;
+        let tag = tag_template(&r.tag).map_err(|e| ("tag", e))?;
+        let groups = pattern.captures_len() - 1;
+        let mut captures = false;
+        for p in &tag {
+            if let Part::Capture(n) = p {
+                if r.invert {
+                    return Err(("tag", format!("${n}: an inverted rule has no captures")));
+                }
+                if *n > groups {
+                    return Err((
+                        "tag",
+                        format!("${n}: the pattern has {groups} capture group(s)"),
+                    ));
+                }
+                captures = true;
+            }
+        }
+        if tag.is_empty() {
+            return Err(("tag", "must not be empty".into()));
+        }
+        Ok(Rule {
+            key,
+            pattern,
+            invert: r.invert,
+            tag,
+            captures,
+        })
+    }
+
+    /// Writes the new tag into `out` when the rule applies to `record`.
+    fn apply(&self, tag: &str, record: &[u8], json: &mut Vec<u8>, out: &mut String) -> bool {
+        let text: &[u8] = match self.key.find(record) {
+            Some((a, b)) => value_text(&record[a..b], json),
+            None => b"",
+        };
+        if self.invert {
+            if text.is_empty() || self.pattern.is_match(text) {
+                return false;
+            }
+            render(&self.tag, tag, None, out);
+            return true;
+        }
+        if !self.captures {
+            if !self.pattern.is_match(text) {
+                return false;
+            }
+            render(&self.tag, tag, None, out);
+            return true;
+        }
+        match self.pattern.captures(text) {
+            Some(c) => {
+                render(&self.tag, tag, Some(&c), out);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+fn render(parts: &[Part], tag: &str, caps: Option<&regex::bytes::Captures>, out: &mut String) {
+    out.clear();
+    for p in parts {
+        match p {
+            Part::Text(t) => out.push_str(t),
+            Part::Tag => out.push_str(tag),
+            Part::TagIndex(n) => out.push_str(super::modify::tag_part(tag, *n)),
+            Part::Capture(n) => {
+                if let Some(m) = caps.and_then(|c| c.get(*n)) {
+                    out.push_str(&String::from_utf8_lossy(m.as_bytes()));
+                }
+            }
+        }
+    }
+}
+
+/// Reads a tag template: `$1`…`$9`, `${tag}`, `${tag_parts[N]}`, text.
+fn tag_template(s: &str) -> Result<Vec<Part>, String> {
+    let mut parts = Vec::new();
+    let mut text = String::new();
+    let mut rest = s;
+    while let Some(at) = rest.find('$') {
+        text.push_str(&rest[..at]);
+        rest = &rest[at..];
+        let b = rest.as_bytes();
+        let part = if b.get(1).is_some_and(|c| c.is_ascii_digit()) {
+            let n = (b[1] - b'0') as usize;
+            if n == 0 {
+                return Err("$0 is not a capture group (they start at $1)".into());
+            }
+            rest = &rest[2..];
+            Part::Capture(n)
+        } else if b.get(1) == Some(&b'{') {
+            let Some(end) = rest.find('}') else {
+                return Err(format!("{s:?}: `${{` without a closing `}}`"));
+            };
+            let name = &rest[2..end];
+            rest = &rest[end + 1..];
+            if name == "tag" {
+                Part::Tag
+            } else if let Some(n) = name
+                .strip_prefix("tag_parts[")
+                .and_then(|r| r.strip_suffix(']'))
+            {
+                Part::TagIndex(
+                    n.parse()
+                        .map_err(|_| format!("`${{{name}}}`: the index must be an integer"))?,
+                )
+            } else {
+                return Err(format!(
+                    "unknown template variable `${{{name}}}` (known: $1…$9, ${{tag}}, ${{tag_parts[N]}})"
+                ));
+            }
+        } else {
+            text.push('$');
+            rest = &rest[1..];
+            continue;
+        };
+        if !text.is_empty() {
+            parts.push(Part::Text(std::mem::take(&mut text)));
+        }
+        parts.push(part);
+    }
+    text.push_str(rest);
+    if !text.is_empty() {
+        parts.push(Part::Text(text));
+    }
+    Ok(parts)
+}
+
+struct RewriteTag {
+    rules: Vec<Rule>,
+    unmatched: Unmatched,
+}
+
+/// The events of one new tag.
+struct Group {
+    tag: String,
+    entries: Vec<u8>,
+    count: u32,
+}
+
+impl Filter for RewriteTag {
+    fn filter(&self, tag: &str, parts: &[Bytes], _count: u32) -> Filtered {
+        let mut json = Vec::new();
+        let mut new_tag = String::new();
+        // Events that stay: made at the first event that does not, with
+        // every entry before it.
+        let mut stay: Option<Vec<u8>> = None;
+        let mut stayed = 0u32;
+        let mut groups: Vec<Group> = Vec::new();
+        for (i, part) in parts.iter().enumerate() {
+            let mut offset = 0;
+            for (r, end) in super::record::entries(part) {
+                let (record, entry) = (&part[r..end], &part[offset..end]);
+                let to = self
+                    .rules
+                    .iter()
+                    .find(|r| r.apply(tag, record, &mut json, &mut new_tag));
+                let goes = match to {
+                    Some(_) if new_tag != tag => Some(new_tag.as_str()),
+                    Some(_) => None,
+                    None if self.unmatched == Unmatched::Drop => Some(""),
+                    None => None,
+                };
+                match goes {
+                    None => {
+                        stayed += 1;
+                        if let Some(s) = &mut stay {
+                            s.extend_from_slice(entry);
+                        }
+                    }
+                    Some(to) => {
+                        if stay.is_none() {
+                            let mut s = Vec::new();
+                            parts[..i].iter().for_each(|p| s.extend_from_slice(p));
+                            s.extend_from_slice(&part[..offset]);
+                            stay = Some(s);
+                        }
+                        // "" (drop, or a tag that came out empty) goes nowhere.
+                        if !to.is_empty() {
+                            let g = match groups.iter().position(|g| g.tag == to) {
+                                Some(g) => &mut groups[g],
+                                None => {
+                                    groups.push(Group {
+                                        tag: to.to_string(),
+                                        entries: Vec::new(),
+                                        count: 0,
+                                    });
+                                    groups.last_mut().expect("just pushed")
+                                }
+                            };
+                            g.entries.extend_from_slice(entry);
+                            g.count += 1;
+                        }
+                    }
+                }
+                offset = end;
+            }
+        }
+        Filtered {
+            batch: stay.map(|s| (Bytes::from(s), stayed)),
+            moved: groups
+                .into_iter()
+                .map(|g| (g.tag, Bytes::from(g.entries), g.count))
+                .collect(),
+            ..Filtered::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nagare_forward::{write_entry, EventTime};
+    use rmpv::Value;
+
+    fn build(toml_text: &str) -> Result<Box<dyn Filter>, OptionError> {
+        let cfg: RewriteTagConfig = toml::from_str(toml_text).unwrap();
+        cfg.build(&mut BuildContext::default())
+    }
+
+    fn ev(seq: i64, pairs: &[(&str, Value)]) -> Vec<u8> {
+        let mut m = vec![("seq".into(), seq.into())];
+        m.extend(pairs.iter().map(|(k, v)| (Value::from(*k), v.clone())));
+        let mut out = Vec::new();
+        rmpv::encode::write_value(&mut out, &Value::Map(m)).unwrap();
+        out
+    }
+
+    fn seqs(entries: &[u8]) -> Vec<i64> {
+        crate::formats::entries(entries)
+            .map(|(_, r, _)| {
+                let v = rmpv::decode::read_value(&mut &r[..]).unwrap();
+                v.as_map().unwrap()[0].1.as_i64().unwrap()
+            })
+            .collect()
+    }
+
+    /// The seqs that stay (None when the batch is unchanged), and those
+    /// moved, by new tag.
+    type Outcome = (Option<Vec<i64>>, Vec<(String, Vec<i64>)>);
+
+    fn run(f: &dyn Filter, tag: &str, records: &[Vec<u8>]) -> Outcome {
+        let mut e = Vec::new();
+        for r in records {
+            write_entry(&mut e, EventTime::new(1, 0), r);
+        }
+        let out = f.filter(tag, &[Bytes::from(e)], records.len() as u32);
+        let stay = out.batch.map(|(b, n)| {
+            let s = seqs(&b);
+            assert_eq!(s.len(), n as usize);
+            s
+        });
+        let moved = out
+            .moved
+            .into_iter()
+            .map(|(t, b, n)| {
+                let s = seqs(&b);
+                assert_eq!(s.len(), n as usize);
+                (t, s)
+            })
+            .collect();
+        (stay, moved)
+    }
+
+    const RULES: &str = r#"
+[[rule]]
+key = "level"
+pattern = "^(warn|error)$"
+tag = "alert.$1.${tag_parts[1]}"
+[[rule]]
+key = "$.http.code"
+pattern = "^5\\d\\d$"
+tag = "http5xx.${tag}"
+[[rule]]
+key = "level"
+pattern = "^debug$"
+invert = true
+tag = "kept.${tag_parts[-1]}"
+"#;
+
+    #[test]
+    fn first_rule_that_applies_gives_the_tag() {
+        let f = build(RULES).unwrap();
+        let http = |c: i64| Value::Map(vec![("code".into(), c.into())]);
+        let (stay, moved) = run(
+            &*f,
+            "app.api",
+            &[
+                ev(0, &[("level", "warn".into())]),
+                ev(1, &[("level", "debug".into()), ("http", http(503))]),
+                ev(2, &[("level", "debug".into())]),
+                ev(3, &[("level", "error".into()), ("http", http(500))]),
+                ev(4, &[("level", "info".into())]),
+                ev(5, &[]),
+                ev(6, &[("level", "warn".into())]),
+            ],
+        );
+        // No rule applies to 2 (debug) and 5 (no level: an inverted rule skips it).
+        assert_eq!(stay, Some(vec![2, 5]));
+        assert_eq!(
+            moved,
+            [
+                ("alert.warn.api".to_string(), vec![0, 6]),
+                ("http5xx.app.api".to_string(), vec![1]),
+                ("alert.error.api".to_string(), vec![3]),
+                ("kept.api".to_string(), vec![4]),
+            ]
+        );
+        // Nothing moves: the batch goes on as it came.
+        assert_eq!(run(&*f, "app.api", &[ev(0, &[("level", "debug".into())])]), (None, vec![]));
+    }
+
+    #[test]
+    fn unmatched_events_may_be_dropped_and_the_same_tag_stays() {
+        let f = build(&format!("unmatched = \"drop\"\n{RULES}")).unwrap();
+        let (stay, moved) = run(
+            &*f,
+            "app.api",
+            &[ev(0, &[("level", "debug".into())]), ev(1, &[("level", "warn".into())])],
+        );
+        assert_eq!(stay, Some(vec![]));
+        assert_eq!(moved, [("alert.warn.api".to_string(), vec![1])]);
+        // A rule whose tag is the event's own keeps it in the batch.
+        let f = build("[[rule]]\nkey = \"a\"\npattern = \"x\"\ntag = \"${tag}\"\n").unwrap();
+        assert_eq!(run(&*f, "t", &[ev(0, &[("a", "x".into())])]), (None, vec![]));
+    }
+
+    #[test]
+    fn bad_rules_name_their_key() {
+        let err = |t: &str| build(t).err().unwrap();
+        let e = err("[[rule]]\nkey = \"a\"\npattern = \"(x\"\ntag = \"t\"\n");
+        assert_eq!(e.key, "rule[0].pattern");
+        let e = err("[[rule]]\nkey = \"a\"\npattern = \"(x)\"\ntag = \"t.$2\"\n");
+        assert_eq!(e.key, "rule[0].tag");
+        assert!(e.message.contains("1 capture group"), "{e}");
+        let e = err("[[rule]]\nkey = \"a\"\npattern = \"(x)\"\ninvert = true\ntag = \"t.$1\"\n");
+        assert!(e.message.contains("inverted"), "{e}");
+        let e = err("[[rule]]\nkey = \"a\"\npattern = \"x\"\ntag = \"${tags}\"\n");
+        assert!(e.message.contains("unknown template variable `${tags}`"), "{e}");
+        let e = err("[[rule]]\nkey = \"$.\"\npattern = \"x\"\ntag = \"t\"\n");
+        assert_eq!(e.key, "rule[0].key");
+        assert_eq!(err("rule = []\n").key, "rule");
+    }
+}
