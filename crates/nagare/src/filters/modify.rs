@@ -517,9 +517,12 @@ impl Filter for Modify {
                 for (slot, path) in sources.iter_mut().zip(&self.sources) {
                     *slot = path.find(record);
                 }
-                if let (true, Some((t, _, _))) =
-                    (self.uses_time, crate::formats::entries(entry).next())
-                {
+                // Only when asked: reading the time walks the entry again.
+                let t = self
+                    .uses_time
+                    .then(|| crate::formats::entries(entry).next())
+                    .flatten();
+                if let Some((t, _, _)) = t {
                     time.clear();
                     let dt = chrono::DateTime::from_timestamp(t.secs as i64, t.nanos.min(999_999_999))
                         .unwrap_or_default();

@@ -128,33 +128,27 @@ impl Rule {
         })
     }
 
-    /// Writes the new tag into `out` when the rule applies to `record`.
+    /// Whether the rule applies to `record`; with captures in its tag,
+    /// writes the new tag into `out` (the others' tags are made once per
+    /// batch, see `RewriteTag::filter`).
     fn apply(&self, tag: &str, record: &[u8], json: &mut Vec<u8>, out: &mut String) -> bool {
         let text: &[u8] = match self.key.find(record) {
             Some((a, b)) => value_text(&record[a..b], json),
             None => b"",
         };
         if self.invert {
-            if text.is_empty() || self.pattern.is_match(text) {
-                return false;
-            }
-            render(&self.tag, tag, None, out);
-            return true;
+            return !text.is_empty() && !self.pattern.is_match(text);
         }
-        if !self.captures {
-            if !self.pattern.is_match(text) {
-                return false;
-            }
-            render(&self.tag, tag, None, out);
-            return true;
+        // is_match first: most events match no rule, and it is the cheap test.
+        if !self.pattern.is_match(text) {
+            return false;
         }
-        match self.pattern.captures(text) {
-            Some(c) => {
+        if self.captures {
+            if let Some(c) = self.pattern.captures(text) {
                 render(&self.tag, tag, Some(&c), out);
-                true
             }
-            None => false,
         }
+        true
     }
 }
 
@@ -244,6 +238,18 @@ impl Filter for RewriteTag {
     fn filter(&self, tag: &str, parts: &[Bytes], _count: u32) -> Filtered {
         let mut json = Vec::new();
         let mut new_tag = String::new();
+        // The new tag of each rule without captures: the same for the batch.
+        let fixed: Vec<Option<String>> = self
+            .rules
+            .iter()
+            .map(|r| {
+                (!r.captures).then(|| {
+                    let mut t = String::new();
+                    render(&r.tag, tag, None, &mut t);
+                    t
+                })
+            })
+            .collect();
         // Events that stay: made at the first event that does not, with
         // every entry before it.
         let mut stay: Option<Vec<u8>> = None;
@@ -256,9 +262,11 @@ impl Filter for RewriteTag {
                 let to = self
                     .rules
                     .iter()
-                    .find(|r| r.apply(tag, record, &mut json, &mut new_tag));
+                    .zip(&fixed)
+                    .find(|(r, _)| r.apply(tag, record, &mut json, &mut new_tag))
+                    .map(|(_, f)| f.as_deref().unwrap_or(&new_tag));
                 let goes = match to {
-                    Some(_) if new_tag != tag => Some(new_tag.as_str()),
+                    Some(t) if t != tag => Some(t),
                     Some(_) => None,
                     None if self.unmatched == Unmatched::Drop => Some(""),
                     None => None,
