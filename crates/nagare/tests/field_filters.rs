@@ -6,55 +6,7 @@
 mod common;
 
 use common::*;
-use nagare_forward::{encode_packed_forward, write_entry, Compression, EventTime};
 use rmpv::Value;
-
-/// A msgpack map with string keys, in order.
-fn m(pairs: &[(&str, Value)]) -> Value {
-    Value::Map(
-        pairs
-            .iter()
-            .map(|(k, v)| (Value::from(*k), v.clone()))
-            .collect(),
-    )
-}
-
-fn encode(v: &Value) -> Vec<u8> {
-    let mut out = Vec::new();
-    rmpv::encode::write_value(&mut out, v).unwrap();
-    out
-}
-
-const T0: EventTime = EventTime {
-    secs: 1_700_000_000,
-    nanos: 7,
-};
-
-/// Sends one PackedForward frame of `records` (time T0) with a chunk id and
-/// waits for its ack; returns the entries sent.
-fn send_acked(s: &mut Sender, tag: &str, records: &[Value], id: &str) -> Vec<u8> {
-    let mut e = Vec::new();
-    for r in records {
-        write_entry(&mut e, T0, &encode(r));
-    }
-    let mut f = Vec::new();
-    encode_packed_forward(
-        &mut f,
-        tag,
-        &e,
-        records.len() as u32,
-        Some(id.as_bytes()),
-        Compression::None,
-    )
-    .unwrap();
-    s.raw(&f);
-    assert_eq!(
-        s.read_ack(),
-        ack_bytes(&mp_str(id.as_bytes())),
-        "ack for {id}"
-    );
-    e
-}
 
 /// A daemon: forward input, `filters`, forward output to `sink`, monitor.
 fn daemon(dir: &std::path::Path, filters: &str, sink: u16) -> (Daemon, u16, u16) {
@@ -141,11 +93,11 @@ pattern = "^/healthz"
         m(&[("seq", 4.into()), ("level", "error".into())]),
         m(&[("seq", 5.into()), ("level", "warning".into())]),
     ];
-    send_acked(&mut s, "app.api", &records, "c1");
+    send_records_acked(&mut s, "app.api", &records, "c1");
     // Every event passes: the batch arrives as it was sent.
-    let passing = send_acked(&mut s, "app.api", &records[4..5], "c2");
+    let passing = send_records_acked(&mut s, "app.api", &records[4..5], "c2");
     // A tag the filter does not select: nothing is dropped.
-    let other = send_acked(&mut s, "db.slow", &records[..1], "c3");
+    let other = send_records_acked(&mut s, "db.slow", &records[..1], "c3");
     sink.wait_records(4);
     d.wait_metric("events_in_total", "grep#0", 7);
     assert_eq!(
@@ -232,8 +184,8 @@ msg = "message"
         ]),
         m(&[("seq", 1.into()), ("env", "dev".into())]),
     ];
-    send_acked(&mut s, "app.api", &records, "c1");
-    let other = send_acked(&mut s, "db.slow", &records, "c2");
+    send_records_acked(&mut s, "app.api", &records, "c1");
+    let other = send_records_acked(&mut s, "db.slow", &records, "c2");
     sink.wait_records(4);
     let got = of_tag(&sink, "app.api");
     let want = vec![
@@ -367,7 +319,7 @@ via = "${tag}"
         m(&[seq(5), ("level", "error".into())]),
         m(&[seq(6), ("level", "warn".into())]),
     ];
-    send_acked(&mut s, "app.api", &records, "c1");
+    send_records_acked(&mut s, "app.api", &records, "c1");
     sink.wait_records(5);
     d.wait_metric("events_in_total", "modify#2", 4);
     let with_via = |r: &Value, tag: &str| {

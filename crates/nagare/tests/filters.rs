@@ -7,60 +7,12 @@
 mod common;
 
 use common::*;
-use nagare_forward::{encode_packed_forward, write_entry, Compression, EventTime};
+use nagare_forward::EventTime;
 use rmpv::Value;
-
-/// A msgpack map with string keys, in order.
-fn m(pairs: &[(&str, Value)]) -> Value {
-    Value::Map(
-        pairs
-            .iter()
-            .map(|(k, v)| (Value::from(*k), v.clone()))
-            .collect(),
-    )
-}
-
-fn encode(v: &Value) -> Vec<u8> {
-    let mut out = Vec::new();
-    rmpv::encode::write_value(&mut out, v).unwrap();
-    out
-}
 
 fn utc(s: &str) -> EventTime {
     let t = chrono::DateTime::parse_from_rfc3339(s).unwrap();
     EventTime::new(t.timestamp() as u32, t.timestamp_subsec_nanos())
-}
-
-/// The time every sent event carries.
-const T0: EventTime = EventTime {
-    secs: 1_700_000_000,
-    nanos: 7,
-};
-
-/// Sends one PackedForward frame of `records` (time T0) with a chunk id and
-/// waits for its ack.
-fn send_acked(s: &mut Sender, tag: &str, records: &[Value], id: &str) -> Vec<u8> {
-    let mut e = Vec::new();
-    for r in records {
-        write_entry(&mut e, T0, &encode(r));
-    }
-    let mut f = Vec::new();
-    encode_packed_forward(
-        &mut f,
-        tag,
-        &e,
-        records.len() as u32,
-        Some(id.as_bytes()),
-        Compression::None,
-    )
-    .unwrap();
-    s.raw(&f);
-    assert_eq!(
-        s.read_ack(),
-        ack_bytes(&mp_str(id.as_bytes())),
-        "ack for chunk {id}"
-    );
-    e
 }
 
 fn forward_output(sink: u16) -> String {
@@ -132,22 +84,22 @@ type = "apache2"
         .collect();
     app_records.push(m(&[("host", "h2".into())]));
     app_records.push(m(&[("log", 42.into()), ("host", "h3".into())]));
-    send_acked(&mut s, "app.api", &app_records, "c-app");
+    send_records_acked(&mut s, "app.api", &app_records, "c-app");
 
     // web.access: Apache lines under "message", and one that is not one.
     let web = sample("apache2_access.log");
     let mut web_records: Vec<Value> = web.lines().map(|l| m(&[("message", l.into())])).collect();
     web_records.push(m(&[("message", "not an access line".into())]));
-    send_acked(&mut s, "web.access", &web_records, "c-web");
+    send_records_acked(&mut s, "web.access", &web_records, "c-web");
 
     // Tags no filter selects ("web.error" is close to "web.access").
-    let other = send_acked(
+    let other = send_records_acked(
         &mut s,
         "db.slow",
         &[m(&[("log", "{\"a\":1}".into()), ("seq", 1.into())])],
         "c-db",
     );
-    let near = send_acked(
+    let near = send_records_acked(
         &mut s,
         "web.error",
         &[m(&[("message", web.lines().next().unwrap().into())])],

@@ -1246,3 +1246,52 @@ pub fn json_input(range: std::ops::Range<u64>) -> String {
         .map(|s| format!("{{\"seq\":{s},\"message\":\"{}\"}}\n", message_for(s)))
         .collect()
 }
+
+/// A msgpack map with string keys, in order.
+pub fn m(pairs: &[(&str, rmpv::Value)]) -> rmpv::Value {
+    rmpv::Value::Map(
+        pairs
+            .iter()
+            .map(|(k, v)| (rmpv::Value::from(*k), v.clone()))
+            .collect(),
+    )
+}
+
+/// A value as msgpack bytes.
+pub fn encode(v: &rmpv::Value) -> Vec<u8> {
+    let mut out = Vec::new();
+    rmpv::encode::write_value(&mut out, v).unwrap();
+    out
+}
+
+/// The time every event of `send_records_acked` carries.
+pub const T0: EventTime = EventTime {
+    secs: 1_700_000_000,
+    nanos: 7,
+};
+
+/// Sends one PackedForward frame of `records` (time T0) with a chunk id and
+/// waits for its ack; returns the entries sent.
+pub fn send_records_acked(s: &mut Sender, tag: &str, records: &[rmpv::Value], id: &str) -> Vec<u8> {
+    let mut e = Vec::new();
+    for r in records {
+        write_entry(&mut e, T0, &encode(r));
+    }
+    let mut f = Vec::new();
+    encode_packed_forward(
+        &mut f,
+        tag,
+        &e,
+        records.len() as u32,
+        Some(id.as_bytes()),
+        Compression::None,
+    )
+    .unwrap();
+    s.raw(&f);
+    assert_eq!(
+        s.read_ack(),
+        ack_bytes(&mp_str(id.as_bytes())),
+        "ack for chunk {id}"
+    );
+    e
+}
