@@ -81,8 +81,7 @@ EOF
   local hwm
   hwm=$(awk '/^VmHWM:/ {print $2}' "/proc/$pid/status")
   kill -9 "$pid"
-  [ -n "$sender" ] && kill "$sender" 2>/dev/null
-  [ -n "$sink" ] && kill "$sink"
+  for p in $sender $sink; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   python3 - "$1" "$2" "$3" "$4" "$hwm" <<'PY'
 import sys
