@@ -56,7 +56,7 @@ fn sections() -> Vec<(String, String, String)> {
             ("type", "string", "required", &format!("The output type: {}.", type_list(outputs::REGISTRY))),
             ("match", "string", "required", "Tag patterns separated by spaces: `*` one part, `**` any parts (also none), `{a,b}` either. The first output that matches an event's tag gets it."),
             ("buffer", "table", "memory buffer", "`[output.buffer]`, see below."),
-            ("secondary", "table", "none", "`[output.secondary]`: an output (with `type` and its options, no `match`) that receives chunks whose retries ran out."),
+            ("secondary", "table", "none", "`[output.secondary]`: an output (with `type` and its options, no `match`) that receives chunks whose retries ran out, and at once those the output refused for good (a permanent error)."),
         ]),
     ));
     s.push((
