@@ -117,7 +117,11 @@ pub fn expand_env(value: &mut Spanned<DeValue<'_>>, unset: &mut Vec<UnsetVar>) {
 /// The expanded text (None when nothing was a variable), or the name of an
 /// unset variable without a default.
 fn expand(s: &str) -> Result<Option<String>, String> {
-    let re = regex::Regex::new(r"\$\{([A-Z_][A-Z0-9_]*)(?::-([^}]*))?\}").expect("static regex");
+    // Compiled once, not once per string value that holds "${".
+    static VARIABLE: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"\$\{([A-Z_][A-Z0-9_]*)(?::-([^}]*))?\}").expect("static regex")
+    });
+    let re = &*VARIABLE;
     if !re.is_match(s) {
         return Ok(None);
     }
