@@ -91,58 +91,23 @@ pub enum FieldType {
     String,
 }
 
-/// The options of a parser, flat, as the parser code reads them; users write
-/// one table per type (see `options`), which is read into this.
+/// The options of a parser, flat, as the parser code reads them. Users write
+/// one table per type; `options` documents and reads those into this (the
+/// fields mean what the options of the same names there say).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ParserConfig {
-    /// "none" (default), "json", "regex", "ltsv", "csv", "tsv", "apache2",
-    /// "apache_error", "nginx" or "syslog".
-    #[serde(rename = "type", default)]
     pub kind: ParserType,
-    /// The field the whole line goes to with "none", and where a line that
-    /// does not parse is kept (next to "parse_error") (default "message").
-    #[serde(default = "default_message_key")]
     pub message_key: String,
-    /// "regex": the regular expression (Rust regex syntax); its named captures
-    /// `(?<name>…)` become the fields. Required for "regex".
-    #[serde(default)]
     pub expression: Option<String>,
-    /// The field holding the event's time (default "time", as in Fluentd).
-    /// Without such a field the event gets the time of reading; a time that
-    /// does not match `time_format` makes the line a parse error.
-    #[serde(default)]
     pub time_key: Option<String>,
-    /// strftime format of the time field (chrono syntax; Ruby's `%L` and `%N`
-    /// are understood). Without one: RFC 3339 or seconds since the epoch.
-    /// Times without a zone are local time.
-    #[serde(default)]
     pub time_format: Option<String>,
-    /// Keep the time field in the record (default false: it becomes the event's time).
-    #[serde(default)]
     pub keep_time_key: bool,
-    /// Field conversions: `{ code = "integer", ratio = "float", ok = "bool" }`
-    /// (not for "json").
-    #[serde(default)]
     pub types: BTreeMap<String, FieldType>,
-    /// "csv" and "tsv": the field names, in column order. Required for those.
-    #[serde(default)]
     pub keys: Vec<String>,
-    /// "csv", "tsv", "ltsv": the field separator (default "," for csv, a tab otherwise).
-    #[serde(default)]
     pub delimiter: Option<String>,
-    /// "ltsv": the separator between label and value (default ":").
-    #[serde(default)]
     pub label_delimiter: Option<String>,
-    /// "syslog": "rfc3164", "rfc5424" or "auto" (default).
-    #[serde(default)]
     pub message_format: SyslogFormat,
-    /// "multiline": a line matching this regular expression starts an event.
-    /// Required for "multiline".
-    #[serde(default)]
     pub format_firstline: Option<String>,
-    /// "multiline": the last event of a file is emitted when no line came for
-    /// this long (default "2s").
-    #[serde(default = "default_multiline_flush")]
     pub multiline_flush_interval: Dur,
 }
 
