@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::plugin::InputContext;
 use crate::router::Router;
 use crate::stats::Registry;
-use crate::{filters, monitor, outputs};
+use crate::{filters, monitor, outputs, shutdown};
 
 pub fn worker_count(cfg: &Config) -> usize {
     if cfg.system.workers > 0 {
@@ -97,28 +97,23 @@ async fn run_async(cfg: Config, workers: usize, source: Option<PathBuf>) -> anyh
     let timeout = system
         .shutdown_timeout
         .map_or(Duration::from_secs(60), |d| d.0);
-    let deadline = tokio::time::Instant::now() + timeout;
-    for t in input_tasks {
-        if tokio::time::timeout_at(deadline, t).await.is_err() {
-            tracing::error!("inputs did not finish within shutdown_timeout");
-            break;
-        }
-    }
-    for b in &buffers {
-        b.close();
-    }
-    for t in flushers {
-        if tokio::time::timeout_at(deadline, t).await.is_err() {
-            let held: usize = buffers.iter().map(|b| b.held_bytes()).sum();
-            anyhow::bail!(
-                "buffers not drained within shutdown_timeout ({}); {held} bytes of events were not delivered",
-                humantime::format_duration(timeout)
-            );
-        }
-    }
+    let dead_letters = system.dead_letter_dir.map_or_else(
+        || std::env::temp_dir().join("nagare-dead-letters"),
+        PathBuf::from,
+    );
+    let drained = shutdown::drain(
+        input_tasks,
+        &buffers,
+        flushers,
+        timeout,
+        dead_letters,
+        &mut stop_signals,
+    )
+    .await;
     if let Some(m) = monitor {
         let _ = tokio::time::timeout(Duration::from_secs(1), m).await;
     }
+    drained?;
     tracing::info!("stopped; every buffer drained");
     Ok(())
 }
@@ -146,13 +141,13 @@ fn hangup(source: Option<&Path>) {
     }
 }
 
-enum Signal {
+pub(crate) enum Signal {
     Stop,
     Hangup,
 }
 
 /// SIGTERM, SIGINT and SIGHUP, listened to from the start.
-struct StopSignals {
+pub(crate) struct StopSignals {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
@@ -168,7 +163,7 @@ impl StopSignals {
         })
     }
 
-    async fn wait(&mut self) -> Signal {
+    pub(crate) async fn wait(&mut self) -> Signal {
         tokio::select! {
             _ = self.term.recv() => Signal::Stop,
             _ = self.int.recv() => Signal::Stop,

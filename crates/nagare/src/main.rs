@@ -15,6 +15,7 @@ mod outputs;
 mod parsers;
 mod plugin;
 mod router;
+mod shutdown;
 mod stats;
 
 use std::process::ExitCode;

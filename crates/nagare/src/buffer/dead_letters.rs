@@ -4,7 +4,7 @@
 
 use std::fs::{self, OpenOptions};
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,27 +18,8 @@ impl Buffer {
     /// Hands over a chunk whose output gave up on it (retries exhausted, or
     /// an error that a retry cannot fix).
     pub(super) async fn to_secondary(&self, chunk: &Chunk) {
-        if let Some((out, stats)) = &self.secondary {
-            // The secondary gets a few quick tries of its own.
-            for attempt in 0..3u32 {
-                match out.write(chunk).await {
-                    Ok(()) => {
-                        PluginStats::add(&self.stats.to_secondary, chunk.count as u64);
-                        PluginStats::add(&stats.events_in, chunk.count as u64);
-                        PluginStats::add(&stats.events_out, chunk.count as u64);
-                        return;
-                    }
-                    Err(e) => {
-                        PluginStats::add(&stats.errors, 1);
-                        tracing::error!(output = %stats.name, chunk = %chunk.id_hex(), attempt, error = %e, "secondary output failed");
-                        if let FlushError::Permanent(_) = e {
-                            PluginStats::add(&stats.permanent_errors, 1);
-                            break;
-                        }
-                        tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
-                    }
-                }
-            }
+        if self.try_secondary(chunk).await {
+            return;
         }
         // A file buffer's default secondary: a dead-letter file `nagare replay` can send.
         if let Some(store) = &self.store {
@@ -57,6 +38,34 @@ impl Buffer {
         tracing::error!(output = %self.name, chunk = %chunk.id_hex(), events = chunk.count,
             "chunk discarded: its output gave up on it and no secondary output took it");
     }
+
+    /// Gives a chunk to the secondary output, if there is one (a few quick
+    /// tries); returns whether it took it.
+    pub(super) async fn try_secondary(&self, chunk: &Chunk) -> bool {
+        if let Some((out, stats)) = &self.secondary {
+            // The secondary gets a few quick tries of its own.
+            for attempt in 0..3u32 {
+                match out.write(chunk).await {
+                    Ok(()) => {
+                        PluginStats::add(&self.stats.to_secondary, chunk.count as u64);
+                        PluginStats::add(&stats.events_in, chunk.count as u64);
+                        PluginStats::add(&stats.events_out, chunk.count as u64);
+                        return true;
+                    }
+                    Err(e) => {
+                        PluginStats::add(&stats.errors, 1);
+                        tracing::error!(output = %stats.name, chunk = %chunk.id_hex(), attempt, error = %e, "secondary output failed");
+                        if let FlushError::Permanent(_) = e {
+                            PluginStats::add(&stats.permanent_errors, 1);
+                            break;
+                        }
+                        tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                    }
+                }
+            }
+        }
+        false
+    }
 }
 
 impl FileStore {
@@ -69,24 +78,35 @@ impl FileStore {
         segments: &[Bytes],
         count: u32,
     ) -> io::Result<PathBuf> {
-        let dir = self.dir().join("dead-letters");
-        fs::create_dir_all(&dir)?;
-        let path = dir.join(format!("{}.chunk", hex::encode(id)));
-        let file = OpenOptions::new()
-            .create_new(true)
-            .read(true)
-            .write(true)
-            .open(&path)?;
-        let slot = Slot::new(file, path.clone());
-        let written = start_chunk(slot.clone(), id, tag)
-            .and_then(|mut f| f.append(segments, count, &[]))
-            .and_then(|()| slot.file.sync_data());
-        if let Err(e) = written {
-            let _ = fs::remove_file(&path);
-            return Err(e);
-        }
-        Ok(path)
+        write_dead_letter(&self.dir().join("dead-letters"), id, tag, segments, count)
     }
+}
+
+/// Writes a chunk to `dir` (created when missing), in the chunk file format
+/// (`nagare replay` sends such files); returns the file.
+pub(super) fn write_dead_letter(
+    dir: &Path,
+    id: &[u8; 16],
+    tag: &str,
+    segments: &[Bytes],
+    count: u32,
+) -> io::Result<PathBuf> {
+    fs::create_dir_all(dir)?;
+    let path = dir.join(format!("{}.chunk", hex::encode(id)));
+    let file = OpenOptions::new()
+        .create_new(true)
+        .read(true)
+        .write(true)
+        .open(&path)?;
+    let slot = Slot::new(file, path.clone());
+    let written = start_chunk(slot.clone(), id, tag)
+        .and_then(|mut f| f.append(segments, count, &[]))
+        .and_then(|()| slot.file.sync_data());
+    if let Err(e) = written {
+        let _ = fs::remove_file(&path);
+        return Err(e);
+    }
+    Ok(path)
 }
 
 #[cfg(test)]

@@ -20,11 +20,17 @@ impl Buffer {
             let b = self.clone();
             tasks.push(tokio::spawn(async move {
                 while let Some(chunk) = b.next_chunk().await {
-                    let Some(chunk) = b.read_back(chunk).await else {
-                        continue;
-                    };
-                    let delivered = b.deliver(&chunk).await;
-                    b.commit(&chunk, delivered);
+                    let events = chunk.count as u64;
+                    b.in_flight.fetch_add(events, Relaxed);
+                    if b.giving_up.load(Relaxed) {
+                        b.keep_at_shutdown(chunk).await;
+                    } else if let Some(chunk) = b.read_back(chunk).await {
+                        match b.deliver(&chunk).await {
+                            Some(delivered) => b.commit(&chunk, delivered),
+                            None => b.keep_at_shutdown(chunk).await,
+                        }
+                    }
+                    b.in_flight.fetch_sub(events, Relaxed);
                 }
             }));
         }
@@ -82,6 +88,12 @@ impl Buffer {
     /// Frees a chunk that was delivered or given up on.
     pub(super) fn commit(&self, chunk: &Chunk, delivered: bool) {
         self.free_file(chunk.file.clone());
+        self.forget(chunk, delivered);
+    }
+
+    /// Answers the inputs waiting for a chunk and frees its memory (its
+    /// file, if any, is the caller's business).
+    fn forget(&self, chunk: &Chunk, delivered: bool) {
         let mut st = self.state.lock().expect("buffer state");
         for w in st.waiters.remove(&chunk.id).unwrap_or_default() {
             let _ = w.send(delivered);
@@ -93,19 +105,81 @@ impl Buffer {
         self.space.notify_waiters();
     }
 
+    /// Where a chunk goes when shutdown gave up waiting for its output: a
+    /// file buffer's chunk stays in its file (sent after the next start);
+    /// a memory buffer's goes to the secondary, else to a dead-letter file.
+    async fn keep_at_shutdown(&self, chunk: Chunk) {
+        let events = chunk.count as u64;
+        if chunk.file.is_some() {
+            PluginStats::add(&self.shutdown.kept_on_disk, events);
+            // The file is not freed: recovery at the next start queues it.
+            self.forget(&chunk, false);
+            return;
+        }
+        let handed_over = self.try_secondary(&chunk).await
+            || {
+                let dir = self.shutdown_dead_letters.get().map(|d| d.join(&self.name));
+                match dir.map(|dir| {
+                    (
+                        super::dead_letters::write_dead_letter(
+                            &dir,
+                            &chunk.id,
+                            &chunk.tag,
+                            &chunk.segments,
+                            chunk.count,
+                        ),
+                        dir,
+                    )
+                }) {
+                    Some((Ok(path), _)) => {
+                        PluginStats::add(&self.stats.to_secondary, events);
+                        tracing::error!(output = %self.name, chunk = %chunk.id_hex(), events,
+                        file = %path.display(), "undelivered at shutdown: written to the dead-letter file (send it again with `nagare replay`)");
+                        true
+                    }
+                    Some((Err(e), dir)) => {
+                        tracing::error!(output = %self.name, chunk = %chunk.id_hex(), events,
+                        path = %dir.display(), error = %e, "undelivered at shutdown: cannot write the dead-letter file");
+                        false
+                    }
+                    None => false,
+                }
+            };
+        if handed_over {
+            PluginStats::add(&self.shutdown.handed_over, events);
+        } else {
+            PluginStats::add(&self.shutdown.lost, events);
+            PluginStats::add(&self.stats.lost, events);
+            tracing::error!(output = %self.name, chunk = %chunk.id_hex(), events,
+                "undelivered at shutdown and nowhere to keep it: lost");
+        }
+        self.forget(&chunk, false);
+    }
+
     /// Writes one chunk, retrying with backoff; after the retry limit, or at
     /// once on an error that a retry cannot fix, the chunk goes to the
     /// secondary output.
-    /// Returns whether the output itself took the chunk.
-    async fn deliver(&self, chunk: &Chunk) -> bool {
+    /// Returns whether the output itself took the chunk; `None` when
+    /// shutdown gave up waiting (`give_up`) before either happened.
+    async fn deliver(&self, chunk: &Chunk) -> Option<bool> {
         let started = Instant::now();
         let mut attempt: u32 = 0;
         loop {
-            let err = match self.output.write(chunk).await {
+            let stop = self.give_up_now.notified();
+            tokio::pin!(stop);
+            stop.as_mut().enable();
+            if self.giving_up.load(Relaxed) {
+                return None;
+            }
+            let written = tokio::select! {
+                r = self.output.write(chunk) => r,
+                _ = &mut stop => return None,
+            };
+            let err = match written {
                 Ok(()) => {
                     PluginStats::add(&self.stats.events_out, chunk.count as u64);
                     PluginStats::add(&self.stats.bytes_out, chunk.len as u64);
-                    return true;
+                    return Some(true);
                 }
                 Err(e) => e,
             };
@@ -118,7 +192,7 @@ impl Buffer {
                         events = chunk.count, error = %msg,
                         "giving up on chunk: a retry cannot fix this error");
                     self.to_secondary(chunk).await;
-                    return false;
+                    return Some(false);
                 }
             };
             let exhausted = self.cfg.retry_max_times.is_some_and(|m| attempt >= m)
@@ -127,14 +201,17 @@ impl Buffer {
                 tracing::error!(output = %self.name, chunk = %chunk.id_hex(), tag = %chunk.tag,
                     events = chunk.count, retries = attempt, error = %msg, "giving up on chunk");
                 self.to_secondary(chunk).await;
-                return false;
+                return Some(false);
             }
             let wait = self.cfg.backoff(attempt);
             attempt += 1;
             PluginStats::add(&self.stats.retries, 1);
             tracing::warn!(output = %self.name, chunk = %chunk.id_hex(), retry = attempt,
                 wait_ms = wait.as_millis() as u64, error = %msg, "flush failed; will retry");
-            tokio::time::sleep(wait).await;
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = &mut stop => return None,
+            }
         }
     }
 }

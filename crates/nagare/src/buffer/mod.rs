@@ -29,8 +29,9 @@ mod recovery;
 mod testing;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use tokio::sync::{oneshot, Notify};
@@ -80,6 +81,29 @@ pub struct Buffer {
     store: Option<FileStore>,
     /// Senders' chunk ids found in recovered chunks, for the inputs' dedup windows.
     recovered_ids: Mutex<Vec<Bytes>>,
+    /// Events of chunks the flush workers hold (being written or retried).
+    in_flight: AtomicU64,
+    /// Set when shutdown stops waiting (`give_up`): chunks no longer go to
+    /// the output but to where they are kept (see flush.rs).
+    giving_up: AtomicBool,
+    /// Wakes flush workers out of a write or a retry wait when giving up.
+    give_up_now: Notify,
+    /// Where a memory buffer without a secondary writes its chunks when
+    /// giving up (`[system] dead_letter_dir`).
+    shutdown_dead_letters: OnceLock<PathBuf>,
+    /// What giving up did with the chunks left, in events.
+    pub shutdown: ShutdownTally,
+}
+
+/// Where the events undelivered at shutdown went.
+#[derive(Debug, Default)]
+pub struct ShutdownTally {
+    /// To the secondary output or a dead-letter file (replayable).
+    pub handed_over: AtomicU64,
+    /// Left in the file buffer's chunk files, sent after the next start.
+    pub kept_on_disk: AtomicU64,
+    /// Nowhere could take them.
+    pub lost: AtomicU64,
 }
 
 impl Buffer {
@@ -113,6 +137,11 @@ impl Buffer {
             last_disk_log: AtomicU64::new(0),
             store,
             recovered_ids: Mutex::new(recovered_ids),
+            in_flight: AtomicU64::new(0),
+            giving_up: AtomicBool::new(false),
+            give_up_now: Notify::new(),
+            shutdown_dead_letters: OnceLock::new(),
+            shutdown: ShutdownTally::default(),
         })
     }
 
@@ -135,8 +164,33 @@ impl Buffer {
         std::mem::take(&mut *self.recovered_ids.lock().expect("recovered ids"))
     }
 
-    /// Events still held (staged, queued or in flight).
+    /// Bytes still held (staged, queued or in flight).
+    #[cfg(test)]
     pub fn held_bytes(&self) -> usize {
         self.state.lock().expect("buffer state").bytes
+    }
+
+    /// (events, chunks) not delivered yet: staged, queued and in flight.
+    pub fn pending(&self) -> (u64, usize) {
+        let st = self.state.lock().expect("buffer state");
+        let staged = st.staged.values().map(|s| s.count as u64).sum::<u64>();
+        let queued = st.queue.iter().map(|c| c.count as u64).sum::<u64>();
+        let chunks = st.staged.len() + st.queue.len();
+        (staged + queued + self.in_flight.load(Relaxed), chunks)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Shutdown stops waiting for the output: the chunk being written and
+    /// every chunk still queued go, without more tries of the output, to the
+    /// file buffer's chunk files (sent after the next start), else the
+    /// secondary output, else a dead-letter file under `dead_letters`
+    /// (`nagare replay` sends it). Call after `close`.
+    pub fn give_up(&self, dead_letters: PathBuf) {
+        let _ = self.shutdown_dead_letters.set(dead_letters);
+        self.giving_up.store(true, Relaxed);
+        self.give_up_now.notify_waiters();
     }
 }

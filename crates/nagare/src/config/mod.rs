@@ -69,8 +69,17 @@ pub struct SystemConfig {
     #[serde(default)]
     pub log_level: Option<String>,
     /// How long shutdown waits for buffers to drain before giving up (default "60s").
+    /// Then (or at a second SIGTERM/SIGINT) what is left is kept, not
+    /// dropped: file buffers keep their chunks for the next start, memory
+    /// buffers hand theirs to the secondary output or to `dead_letter_dir`.
     #[serde(default)]
     pub shutdown_timeout: Option<units::Dur>,
+    /// Where memory buffers without a secondary output write the chunks
+    /// still undelivered when shutdown gives up, one folder per output, as
+    /// files `nagare replay` sends (default: "nagare-dead-letters" in the
+    /// system's temporary directory).
+    #[serde(default)]
+    pub dead_letter_dir: Option<String>,
 }
 
 #[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]

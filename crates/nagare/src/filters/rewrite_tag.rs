@@ -494,8 +494,7 @@ tag = "kept.${tag_parts[-1]}"
             for i in 0..3 {
                 write_entry(&mut e, EventTime::new(1, 0), &warn(i));
             }
-            let batch = Bytes::from(e);
-            let out = f.filter("app.api", &[batch.clone()], 3);
+            let out = f.filter("app.api", &[Bytes::from(e)], 3);
             (out.tag, out.batch.is_none(), out.moved.len())
         };
         assert_eq!(out, (Some("alert.warn.api".to_string()), true, 0));
