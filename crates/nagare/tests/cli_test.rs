@@ -116,12 +116,15 @@ fn passing_tests_exit_0_and_are_listed() {
         "{text}"
     );
     assert!(text.contains("2 passed, 0 failed"), "{text}");
-    // The same tests from a file beside the config; check accepts both.
+    // check accepts (and counts) them.
+    let check = common::run_check(dir.path().join("nagare.toml"));
+    assert_eq!(check.status.code(), Some(0));
+    let said = String::from_utf8_lossy(&check.stdout);
+    assert!(said.contains("3 filters, 2 outputs, 2 tests"), "{said}");
+    // The same tests from a file beside the config.
     let (out, text) = nagare_test(dir.path(), CONFIG, &[("more.toml", PASSING)]);
     assert_eq!(out.status.code(), Some(0), "{text}");
     assert!(text.contains("2 passed, 0 failed"), "{text}");
-    let check = common::run_check(dir.path().join("nagare.toml"));
-    assert_eq!(check.status.code(), Some(0));
 }
 
 #[test]
