@@ -23,7 +23,7 @@ use crate::plugin::{BuildContext, FilterPlugin, OptionError};
 
 impl FilterPlugin for ParserFilterConfig {
     const TYPE: &'static str = "parser";
-    const DOC: &'static str = "Parses one string field of each record with a parser, like Fluentd's filter_parser; `[filter.parser]` takes the options of `[input.parser]` (any type but `multiline`). A record whose field is missing, not a string or does not parse is kept as it was with a `parse_error` field.";
+    const DOC: &'static str = "Parses one string field of each record with a parser, like Fluentd's filter_parser; `[filter.parser]` takes the options of `[input.parser]` (any type but `multiline`). A record whose field is missing, not a string or does not parse is kept as it was with a `parse_error` field (or, with `[system] error_label`, sent so to that label).";
 
     fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Filter>, OptionError> {
         let mut f = ParserFilter::new(&self)?;

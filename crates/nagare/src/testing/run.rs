@@ -348,3 +348,57 @@ fn set(record: &mut Value, keys: &[String], value: Option<Value>) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{ExpectSpec, Names};
+
+    fn expect(toml_text: &str) -> Expect {
+        let spec: ExpectSpec = toml::from_str(toml_text).unwrap();
+        let names = Names {
+            outputs: vec!["stdout#0".into()],
+            ..Names::default()
+        };
+        spec.check("expect[0]", &names).unwrap()
+    }
+
+    fn event(record: Value) -> Event {
+        Event {
+            tag: "t".into(),
+            time: EventTime::new(1, 0),
+            record,
+        }
+    }
+
+    #[test]
+    fn nested_fields_numbers_and_absence_are_checked() {
+        let ev = event(serde_json::json!({"http": {"status": 503, "path": "/a"}, "n": 1}));
+        let ok = expect(
+            "output = \"stdout#0\"\nequals = { \"$.http.status\" = 503 }\nmatches = { \"$.http.status\" = \"^5\\\\d\\\\d$\" }\nabsent = [\"$.http.secret\", \"secret\"]\n",
+        );
+        assert_eq!(evaluate(&ok, std::slice::from_ref(&ev)), None);
+        let bad = expect(
+            "output = \"stdout#0\"\nequals = { \"$.http.status\" = \"503\" }\nabsent = [\"$.http.path\"]\n",
+        );
+        let why = evaluate(&bad, std::slice::from_ref(&ev)).unwrap();
+        assert!(
+            why.contains("field `$.http.status`: expected \"503\", got 503"),
+            "{why}"
+        );
+        assert!(
+            why.contains("field `$.http.path`: expected absent, got \"/a\""),
+            "{why}"
+        );
+        assert!(
+            why.contains(r#"- expected: {"http":{"status":"503"},"n":1}"#),
+            "{why}"
+        );
+        // Checks with no event to check fail; count = 0 with one event fails.
+        assert_eq!(evaluate(&ok, &[]).as_deref(), Some("no event arrived"));
+        let none = expect("output = \"stdout#0\"\ncount = 0\n");
+        assert!(evaluate(&none, &[ev])
+            .unwrap()
+            .starts_with("expected 0 events, got 1"));
+    }
+}
