@@ -340,6 +340,8 @@ struct Loader<'a> {
     writes: Vec<(Place, std::path::PathBuf)>,
     /// Every `label` written, for the checks across sections.
     labels: Vec<LabelUse>,
+    /// (start, kind) of the sections without a label.
+    unlabelled: Vec<(usize, &'static str)>,
     /// `[system] error_label` and where it was written.
     error_label: Option<(String, usize)>,
     /// Set while a filter is built: its failures go to the error label.
@@ -369,6 +371,7 @@ impl<'a> Loader<'a> {
             listens: Vec::new(),
             writes: Vec::new(),
             labels: Vec::new(),
+            unlabelled: Vec::new(),
             error_label: None,
             failures_routed: false,
         }
@@ -681,8 +684,14 @@ impl<'a> Loader<'a> {
 
     /// Takes `label` (a section's label; `kind` is "input", "filter" or
     /// "output"); None when absent, Err when reported.
-    fn label(&mut self, table: &mut DeTable<'a>, kind: &'static str) -> Result<Option<String>, ()> {
+    fn label(
+        &mut self,
+        table: &mut DeTable<'a>,
+        kind: &'static str,
+        section: usize,
+    ) -> Result<Option<String>, ()> {
         let Some(v) = table.remove("label") else {
+            self.unlabelled.push((section, kind));
             return Ok(None);
         };
         let at = v.span().start;
@@ -756,6 +765,21 @@ impl<'a> Loader<'a> {
         for (at, key, message) in found {
             self.error_at(at, key, message);
         }
+        // Every input has a label: sections without one get nothing.
+        let inputs_all_labelled = self.labels.iter().any(|u| u.kind == "input")
+            && !self.unlabelled.iter().any(|(_, kind)| *kind == "input");
+        if inputs_all_labelled {
+            for (at, kind) in self.unlabelled.clone() {
+                self.warnings.push(ConfigError {
+                    file: self.file.to_string(),
+                    line: self.lines.line(at),
+                    key: String::new(),
+                    message: format!(
+                        "every [[input]] has a label: this [[{kind}]] without one gets no events"
+                    ),
+                });
+            }
+        }
     }
 
     /// Records what building the plugin learned (listeners, written
@@ -824,7 +848,7 @@ impl<'a> Loader<'a> {
         let (mut table, span) = into_table(v);
         self.keys = KeySpans::of(&table);
         let reg = self.registration(&mut table, at, "", "input", self.registries.inputs)?;
-        let label = self.label(&mut table, "input").ok()?;
+        let label = self.label(&mut table, "input", at).ok()?;
         let name = format!("{}#{index}", reg.type_name);
         let input = self.build(reg, table, span, &name, "", |e, _| e)?;
         Some(InputSection {
@@ -843,7 +867,7 @@ impl<'a> Loader<'a> {
         let patterns = self.patterns(&mut table, "").ok()?;
         let patterns =
             patterns.unwrap_or_else(|| Pattern::parse_list("**").expect("static pattern"));
-        let label = self.label(&mut table, "filter").ok()?;
+        let label = self.label(&mut table, "filter", at).ok()?;
         let name = format!("{}#{index}", reg.type_name);
         // A filter in the error label keeps its failures: sending them to
         // its own label again could loop.
@@ -901,7 +925,7 @@ impl<'a> Loader<'a> {
             None => Vec::new(),
         };
         let label = if top {
-            self.label(&mut table, "output").ok()?
+            self.label(&mut table, "output", at).ok()?
         } else if table.contains_key("label") {
             let key = join(prefix, "label");
             let pos = self.keys.find(&key).map_or(at, |s| s.start);

@@ -189,6 +189,18 @@ fn labels_must_connect_inputs_to_outputs() {
         "d.toml",
     );
     assert_eq!((e[0].line, e[0].key.as_str()), (7, "label"), "{e:?}");
+    // Every input labelled: a section without a label gets nothing (a warning).
+    let text = format!("{}[[output]]\ntype = \"null\"\nmatch = \"**\"\nlabel = \"audit\"\n[[output]]\ntype = \"null\"\nmatch = \"**\"\n", TWO_INPUTS.replacen("bind = \"127.0.0.1:1\"\n", "bind = \"127.0.0.1:1\"\nlabel = \"audit\"\n", 1));
+    let c = parse(&text, "w.toml").unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    assert_eq!(c.warnings[0].line, 13, "{:?}", c.warnings);
+    assert!(
+        c.warnings[0]
+            .message
+            .contains("every [[input]] has a label"),
+        "{:?}",
+        c.warnings
+    );
     // Only a top-level output takes a label.
     let text = ok.replace("type = \"null\"\nmatch = \"**\"\nlabel = \"audit\"\n", "type = \"copy\"\nmatch = \"**\"\nlabel = \"audit\"\n[[output.store]]\ntype = \"null\"\nlabel = \"x\"\n");
     let e = errors(&text, "e.toml");
