@@ -1,6 +1,7 @@
 //! `nagare run`: builds the pipeline from a config, runs it, and drains it on
-//! SIGTERM/SIGINT.
+//! SIGTERM/SIGINT; SIGHUP only checks the config file again.
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,20 +22,21 @@ pub fn worker_count(cfg: &Config) -> usize {
 }
 
 /// Runs until a stop signal; returns once every buffer is drained.
-pub fn run(cfg: Config) -> anyhow::Result<()> {
+/// `source` is the config file, read again on SIGHUP.
+pub fn run(cfg: Config, source: Option<PathBuf>) -> anyhow::Result<()> {
     let workers = worker_count(&cfg);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
         .thread_name("nagare-worker")
         .enable_all()
         .build()?;
-    rt.block_on(run_async(cfg, workers))
+    rt.block_on(run_async(cfg, workers, source))
 }
 
 /// Starts a built configuration: opens the outputs' buffers, makes the
 /// route table, serves the monitor and starts the inputs. `nagare check`
 /// stops after building; this is the part that does I/O.
-async fn run_async(cfg: Config, workers: usize) -> anyhow::Result<()> {
+async fn run_async(cfg: Config, workers: usize, source: Option<PathBuf>) -> anyhow::Result<()> {
     // Before anything starts: a SIGTERM during start-up must stop nagare
     // cleanly, not kill it with the signal's default action.
     let mut stop_signals = StopSignals::install()?;
@@ -89,7 +91,6 @@ async fn run_async(cfg: Config, workers: usize) -> anyhow::Result<()> {
             name: i.name,
             // The input routes in its label only.
             router: Arc::new(router.in_label(i.label.as_deref())),
-            workers,
             stored_ids: stored_ids.clone(),
             shutdown: stop_rx.clone(),
         };
@@ -101,7 +102,9 @@ async fn run_async(cfg: Config, workers: usize) -> anyhow::Result<()> {
         "nagare started"
     );
 
-    stop_signals.wait().await;
+    while let Signal::Hangup = stop_signals.wait().await {
+        hangup(source.as_deref());
+    }
     tracing::info!("stopping: no new connections; draining inputs and buffers");
     let _ = stop_tx.send(true);
     let timeout = system
@@ -133,10 +136,39 @@ async fn run_async(cfg: Config, workers: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// SIGTERM and SIGINT, listened to from the start.
+/// SIGHUP: the configuration is read and checked again. Reloading it into
+/// the running pipeline is not done yet (issue 15): until then the signal
+/// says whether the file is good and what to do, and never stops nagare —
+/// logrotate and closed terminals send SIGHUP, and its default action would
+/// lose the events acked into memory buffers.
+fn hangup(source: Option<&Path>) {
+    let Some(path) = source else {
+        tracing::warn!("SIGHUP: running the embedded default configuration; nothing to reload");
+        return;
+    };
+    match crate::config::load(path) {
+        Ok(_) => tracing::warn!(config = %path.display(),
+            "SIGHUP: the configuration file is valid, but reloading a running nagare is not supported yet; restart nagare to apply it (the running pipeline is unchanged)"),
+        Err(errors) => {
+            for e in errors {
+                tracing::error!("SIGHUP: {e}");
+            }
+            tracing::error!(config = %path.display(),
+                "SIGHUP: the configuration file has errors; the running pipeline is unchanged");
+        }
+    }
+}
+
+enum Signal {
+    Stop,
+    Hangup,
+}
+
+/// SIGTERM, SIGINT and SIGHUP, listened to from the start.
 struct StopSignals {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
 }
 
 impl StopSignals {
@@ -145,13 +177,15 @@ impl StopSignals {
         Ok(StopSignals {
             term: signal(SignalKind::terminate())?,
             int: signal(SignalKind::interrupt())?,
+            hup: signal(SignalKind::hangup())?,
         })
     }
 
-    async fn wait(&mut self) {
+    async fn wait(&mut self) -> Signal {
         tokio::select! {
-            _ = self.term.recv() => {}
-            _ = self.int.recv() => {}
+            _ = self.term.recv() => Signal::Stop,
+            _ = self.int.recv() => Signal::Stop,
+            _ = self.hup.recv() => Signal::Hangup,
         }
     }
 }

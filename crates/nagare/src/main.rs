@@ -8,6 +8,7 @@ mod dedup;
 mod filters;
 mod formats;
 mod forward_io;
+mod holder;
 mod inputs;
 mod monitor;
 mod outputs;

@@ -124,8 +124,6 @@ pub struct InputContext {
     pub name: String,
     pub router: Arc<Router>,
     pub stats: Arc<PluginStats>,
-    /// Runtime worker threads (listeners make one socket per worker).
-    pub workers: usize,
     /// Chunk ids already stored in file buffers, for a dedup window.
     pub stored_ids: Arc<Vec<Bytes>>,
     /// Turns true when the daemon stops.

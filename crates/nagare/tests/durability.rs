@@ -223,10 +223,8 @@ fn two_processes_cannot_share_a_buffer_path() {
     let st = second.wait_exit(WAIT);
     assert_eq!(st.code(), Some(1));
     let err = second.stderr();
-    assert!(
-        err.contains("is in use by another nagare process") && err.contains("buf"),
-        "{err}"
-    );
+    let holder = format!("is in use by pid {} (nagare)", first.child.id());
+    assert!(err.contains(&holder) && err.contains("buf"), "{err}");
     first.terminate();
 }
 

@@ -38,6 +38,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 
 use super::recovery::Recovered;
+use crate::holder::{LockError, PidLock};
 
 pub(super) const MAGIC: &[u8; 7] = b"NAGAREB";
 /// Replaces MAGIC in a slot whose chunk was delivered.
@@ -51,7 +52,7 @@ const MAX_FREE_SLOTS: usize = 64;
 pub struct FileStore {
     dir: PathBuf,
     /// Held open for the flock that keeps a second process out.
-    _lock: File,
+    _lock: PidLock,
     /// Slots whose chunks were delivered, ready for new chunks.
     free: Mutex<Vec<Arc<Slot>>>,
     /// How many free slots to keep (about as many as chunks fit the buffer).
@@ -184,22 +185,14 @@ impl FileStore {
         fs::create_dir_all(dir)
             .map_err(|e| format!("{output}: cannot create buffer path {}: {e}", dir.display()))?;
         let lock_path = dir.join("buffer.lock");
-        let lock = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&lock_path)
-            .map_err(|e| format!("{output}: cannot open {}: {e}", lock_path.display()))?;
-        use std::os::fd::AsRawFd;
-        // SAFETY: flock on a descriptor we own; no memory is involved.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            return Err(format!(
-                "{output}: buffer path {} is in use by another nagare process (lock {}); give each output its own path",
+        let lock = PidLock::acquire(&lock_path).map_err(|e| match e {
+            LockError::Io(e) => format!("{output}: cannot open {}: {e}", lock_path.display()),
+            held => format!(
+                "{output}: buffer path {} is {held} (lock {}); give each output its own path",
                 dir.display(),
                 lock_path.display()
-            ));
-        }
+            ),
+        })?;
         let store = FileStore {
             dir: dir.to_path_buf(),
             _lock: lock,

@@ -30,7 +30,7 @@ pub fn main(a: RunArgs) -> ExitCode {
         }
     };
     init_logging(cfg.system.log_level.as_deref());
-    match daemon::run(cfg) {
+    match daemon::run(cfg, a.config.clone()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // The log goes to stderr already: one line, not two.

@@ -1,6 +1,6 @@
 //! Checks across plugins, made after every plugin was built: two listeners
-//! on one address (SO_REUSEPORT would let the second take connections from
-//! the first in silence), and directories the config writes to that cannot
+//! on one address (caught before anything binds, with both config lines),
+//! and directories the config writes to that cannot
 //! be created or written. Nothing here binds a socket or writes a file.
 
 use std::collections::HashMap;

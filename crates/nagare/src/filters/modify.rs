@@ -68,8 +68,11 @@ impl FilterPlugin for ModifyConfig {
 enum Value {
     /// A value given in the config, as msgpack.
     Fixed(Vec<u8>),
-    /// A template with at least one `${…}`.
+    /// A template with at least one `${…}` that depends on the event.
     Template(Vec<Part>),
+    /// A template that depends only on the tag (`${tag}`, `${tag_parts[N]}`):
+    /// rendered once per batch, into `Event::per_tag[i]`.
+    PerTag(usize),
     /// The value of `sources[i]` in the record as it arrived (copy, rename,
     /// and a template that is only `${record.…}`): absent when it is.
     Field(usize),
@@ -109,6 +112,8 @@ struct Modify {
     sources: Vec<FieldPath>,
     time_format: Vec<Item<'static>>,
     uses_time: bool,
+    /// The templates of `Value::PerTag`.
+    per_tag: Vec<Vec<Part>>,
 }
 
 impl Modify {
@@ -155,6 +160,7 @@ impl Modify {
         }
         Ok(Modify {
             uses_time: b.uses_time,
+            per_tag: b.per_tag,
             root: b.root,
             sources: b.sources,
             time_format,
@@ -168,6 +174,7 @@ struct Builder {
     sources: Vec<FieldPath>,
     hostname: String,
     uses_time: bool,
+    per_tag: Vec<Vec<Part>>,
 }
 
 impl Builder {
@@ -225,6 +232,10 @@ impl Builder {
             [Part::Text(t)] => Value::Fixed(str_value(t)),
             // A value that is one field keeps the field's type.
             [Part::Field(i)] => Value::Field(*i),
+            _ if parts.iter().all(|p| matches!(p, Part::Text(_) | Part::Tag | Part::TagIndex(_))) => {
+                self.per_tag.push(parts);
+                Value::PerTag(self.per_tag.len() - 1)
+            }
             _ => Value::Template(parts),
         })
     }
@@ -318,6 +329,8 @@ struct Event<'a> {
     time: &'a [u8],
     /// The value span of each source in `record`.
     sources: &'a [Option<(usize, usize)>],
+    /// The batch's rendering of each `Value::PerTag` template, as msgpack.
+    per_tag: &'a [Vec<u8>],
 }
 
 /// What happens to one pair of a map being rewritten.
@@ -456,6 +469,7 @@ fn creates(op: &Op, ev: &Event) -> bool {
 fn write_value(value: &Value, ev: &Event, out: &mut Vec<u8>, s: &mut Scratch) {
     match value {
         Value::Fixed(v) => out.extend_from_slice(v),
+        Value::PerTag(i) => out.extend_from_slice(&ev.per_tag[*i]),
         Value::Field(i) => {
             if let Some((a, b)) = ev.sources[*i] {
                 out.extend_from_slice(&ev.record[a..b]);
@@ -465,20 +479,28 @@ fn write_value(value: &Value, ev: &Event, out: &mut Vec<u8>, s: &mut Scratch) {
             s.text.clear();
             for part in parts {
                 match part {
-                    Part::Text(t) => s.text.extend_from_slice(t),
-                    Part::Tag => s.text.extend_from_slice(ev.tag.as_bytes()),
-                    Part::TagIndex(n) => s.text.extend_from_slice(tag_part(ev.tag, *n).as_bytes()),
-                    Part::Time => s.text.extend_from_slice(ev.time),
                     Part::Field(i) => {
                         if let Some((a, b)) = ev.sources[*i] {
                             let text = value_text(&ev.record[a..b], &mut s.json);
                             s.text.extend_from_slice(text);
                         }
                     }
+                    Part::Time => s.text.extend_from_slice(ev.time),
+                    tag_or_text => s.text.extend_from_slice(tag_text(tag_or_text, ev.tag)),
                 }
             }
             write_str(out, &s.text);
         }
+    }
+}
+
+/// The text of a template part that depends on nothing but the tag.
+fn tag_text<'a>(part: &'a Part, tag: &'a str) -> &'a [u8] {
+    match part {
+        Part::Text(t) => t,
+        Part::Tag => tag.as_bytes(),
+        Part::TagIndex(n) => tag_part(tag, *n).as_bytes(),
+        Part::Time | Part::Field(_) => b"",
     }
 }
 
@@ -499,6 +521,16 @@ impl Filter for Modify {
         let mut s = Scratch::default();
         let mut sources = vec![None; self.sources.len()];
         let mut time = Vec::new();
+        let per_tag: Vec<Vec<u8>> = self
+            .per_tag
+            .iter()
+            .map(|parts| {
+                let text: Vec<u8> = parts.iter().flat_map(|p| tag_text(p, tag)).copied().collect();
+                let mut v = Vec::new();
+                write_str(&mut v, &text);
+                v
+            })
+            .collect();
         let mut count = 0u32;
         for part in parts {
             let mut start = 0;
@@ -534,6 +566,7 @@ impl Filter for Modify {
                     tag,
                     time: &time,
                     sources: &sources,
+                    per_tag: &per_tag,
                 };
                 self.root.write(&ev, Some(0), &mut out, &mut s);
             }

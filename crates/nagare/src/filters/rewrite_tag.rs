@@ -255,6 +255,11 @@ impl Filter for RewriteTag {
         let mut stay: Option<Vec<u8>> = None;
         let mut stayed = 0u32;
         let mut groups: Vec<Group> = Vec::new();
+        // While every event so far goes to one new tag (or is dropped, ""),
+        // nothing is copied: if the whole batch does, it goes on as it came
+        // under that tag. This is (tag, events so far).
+        let mut uniform: Option<(String, u32)> = None;
+        let mut first = true;
         for (i, part) in parts.iter().enumerate() {
             let mut offset = 0;
             for (r, end) in super::record::entries(part) {
@@ -271,6 +276,34 @@ impl Filter for RewriteTag {
                     None if self.unmatched == Unmatched::Drop => Some(""),
                     None => None,
                 };
+                if std::mem::take(&mut first) {
+                    if let Some(to) = goes {
+                        uniform = Some((to.to_string(), 1));
+                        offset = end;
+                        continue;
+                    }
+                }
+                if let Some((u, n)) = &mut uniform {
+                    if goes == Some(u.as_str()) {
+                        *n += 1;
+                        offset = end;
+                        continue;
+                    }
+                    // The first event that goes elsewhere: those before it
+                    // become the group of their tag, and none stayed.
+                    if !u.is_empty() {
+                        let mut entries = Vec::new();
+                        parts[..i].iter().for_each(|p| entries.extend_from_slice(p));
+                        entries.extend_from_slice(&part[..offset]);
+                        groups.push(Group {
+                            tag: std::mem::take(u),
+                            entries,
+                            count: *n,
+                        });
+                    }
+                    stay = Some(Vec::new());
+                    uniform = None;
+                }
                 match goes {
                     None => {
                         stayed += 1;
@@ -306,13 +339,25 @@ impl Filter for RewriteTag {
                 offset = end;
             }
         }
-        Filtered {
-            batch: stay.map(|s| (Bytes::from(s), stayed)),
-            moved: groups
-                .into_iter()
-                .map(|g| (g.tag, Bytes::from(g.entries), g.count))
-                .collect(),
-            ..Filtered::default()
+        match uniform {
+            // Every event was dropped.
+            Some((to, _)) if to.is_empty() => Filtered {
+                batch: Some((Bytes::new(), 0)),
+                ..Filtered::default()
+            },
+            // Every event got one new tag: the batch goes on uncopied.
+            Some((to, _)) => Filtered {
+                tag: Some(to),
+                ..Filtered::default()
+            },
+            None => Filtered {
+                batch: stay.map(|s| (Bytes::from(s), stayed)),
+                moved: groups
+                    .into_iter()
+                    .map(|g| (g.tag, Bytes::from(g.entries), g.count))
+                    .collect(),
+                ..Filtered::default()
+            },
         }
     }
 }
@@ -354,7 +399,12 @@ mod tests {
         for r in records {
             write_entry(&mut e, EventTime::new(1, 0), r);
         }
-        let out = f.filter(tag, &[Bytes::from(e)], records.len() as u32);
+        let out = f.filter(tag, &[Bytes::from(e.clone())], records.len() as u32);
+        if let Some(t) = out.tag {
+            // The whole batch, uncopied, under a new tag.
+            assert!(out.batch.is_none() && out.moved.is_empty());
+            return (Some(vec![]), vec![(t, seqs(&e))]);
+        }
         let stay = out.batch.map(|(b, n)| {
             let s = seqs(&b);
             assert_eq!(s.len(), n as usize);
@@ -433,6 +483,42 @@ tag = "kept.${tag_parts[-1]}"
         // A rule whose tag is the event's own keeps it in the batch.
         let f = build("[[rule]]\nkey = \"a\"\npattern = \"x\"\ntag = \"${tag}\"\n").unwrap();
         assert_eq!(run(&*f, "t", &[ev(0, &[("a", "x".into())])]), (None, vec![]));
+    }
+
+    #[test]
+    fn a_batch_that_goes_whole_to_one_tag_is_not_copied() {
+        let f = build(RULES).unwrap();
+        let warn = |i| ev(i, &[("level", "warn".into())]);
+        let out = {
+            let mut e = Vec::new();
+            for i in 0..3 {
+                write_entry(&mut e, EventTime::new(1, 0), &warn(i));
+            }
+            let batch = Bytes::from(e);
+            let out = f.filter("app.api", &[batch.clone()], 3);
+            (out.tag, out.batch.is_none(), out.moved.len())
+        };
+        assert_eq!(out, (Some("alert.warn.api".to_string()), true, 0));
+        // One tag for a while, then another: the first ones become a group.
+        let debug = |i| ev(i, &[("level", "debug".into())]);
+        assert_eq!(
+            run(&*f, "app.api", &[warn(0), warn(1), debug(2), warn(3), ev(4, &[("level", "info".into())])]),
+            (
+                Some(vec![2]),
+                vec![
+                    ("alert.warn.api".to_string(), vec![0, 1, 3]),
+                    ("kept.api".to_string(), vec![4])
+                ]
+            )
+        );
+        // Every event dropped: an empty batch.
+        let f = build(&format!("unmatched = \"drop\"\n{RULES}")).unwrap();
+        let out = f.filter("app.api", &[{
+            let mut e = Vec::new();
+            write_entry(&mut e, EventTime::new(1, 0), &debug(0));
+            Bytes::from(e)
+        }], 1);
+        assert_eq!((out.tag, out.batch.map(|b| b.1)), (None, Some(0)));
     }
 
     #[test]

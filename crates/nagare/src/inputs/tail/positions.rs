@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::holder::{LockError, PidLock};
+
 /// While files are read in bulk, positions are saved at most this often.
 pub const SAVE_EVERY: Duration = Duration::from_secs(1);
 
@@ -51,17 +53,48 @@ pub struct Positions {
     dirty: bool,
     /// A save that is not urgent waits until then.
     next_save: Instant,
+    /// `<position_db>.lock`, held while running: two processes (or two
+    /// inputs) saving one position file would lose each other's offsets.
+    _lock: Option<PidLock>,
+}
+
+/// Takes `<position_db>.lock`, naming the process that holds it.
+fn lock(db: &Path, input: &str) -> anyhow::Result<PidLock> {
+    let mut lock_path = db.as_os_str().to_owned();
+    lock_path.push(".lock");
+    let lock_path = PathBuf::from(lock_path);
+    PidLock::acquire(&lock_path).map_err(|e| match e {
+        LockError::Io(e) => anyhow::anyhow!("{input}: cannot open {}: {e}", lock_path.display()),
+        held => anyhow::anyhow!(
+            "{input}: position_db {} is {held} (lock {}); give each tail input its own position_db",
+            db.display(),
+            lock_path.display()
+        ),
+    })
 }
 
 impl Positions {
-    /// Reads the position file (none yet is fine). Lines that cannot be read
-    /// are skipped with a warning naming file and line.
+    /// Takes the position file's lock and reads it (none yet is fine).
+    /// Lines that cannot be read are skipped with a warning naming file and
+    /// line.
     pub fn load(db: Option<&Path>, input: &str) -> anyhow::Result<Self> {
+        let lock = match db {
+            Some(db) => Some(lock(db, input)?),
+            None => None,
+        };
+        let mut p = Self::read(db, input)?;
+        p._lock = lock;
+        Ok(p)
+    }
+
+    /// Reads the position file without taking its lock.
+    fn read(db: Option<&Path>, input: &str) -> anyhow::Result<Self> {
         let mut p = Positions {
             db: db.map(Path::to_path_buf),
             by_inode: HashMap::new(),
             dirty: false,
             next_save: Instant::now(),
+            _lock: None,
         };
         let Some(db) = db else { return Ok(p) };
         let bytes = match std::fs::read(db) {
@@ -92,7 +125,7 @@ impl Positions {
         let Some(db) = &self.db else { return false };
         let p = path.as_os_str().as_bytes();
         p.strip_prefix(db.as_os_str().as_bytes())
-            .is_some_and(|rest| rest.is_empty() || rest == b".tmp")
+            .is_some_and(|rest| rest.is_empty() || rest == b".tmp" || rest == b".lock")
     }
 
     pub fn offset(&self, inode: u64) -> Option<u64> {
@@ -227,7 +260,7 @@ mod tests {
             "{text}"
         );
 
-        let q = Positions::load(Some(&db), "t").unwrap();
+        let q = Positions::read(Some(&db), "t").unwrap();
         for (i, path) in odd_paths().iter().enumerate() {
             let ino = 100 + i as u64;
             assert_eq!(q.by_inode[&ino], (path.clone(), 1000 * i as u64 + 7));
@@ -259,7 +292,7 @@ mod tests {
             text.lines().all(|l| l.starts_with('{')),
             "saved in the new format at once: {text}"
         );
-        let q = Positions::load(Some(&db), "t").unwrap();
+        let q = Positions::read(Some(&db), "t").unwrap();
         assert_eq!(q.by_inode, p.by_inode);
     }
 
@@ -276,9 +309,9 @@ mod tests {
         // Busy, and the last save is recent: it waits.
         p.next_save = Instant::now() + Duration::from_secs(3600);
         p.save(false).unwrap();
-        assert_eq!(Positions::load(Some(&db), "t").unwrap().offset(1), Some(10));
+        assert_eq!(Positions::read(Some(&db), "t").unwrap().offset(1), Some(10));
         p.save(true).unwrap();
-        assert_eq!(Positions::load(Some(&db), "t").unwrap().offset(1), Some(20));
+        assert_eq!(Positions::read(Some(&db), "t").unwrap().offset(1), Some(20));
         p.forget(1);
         p.save(true).unwrap();
         assert_eq!(std::fs::read_to_string(&db).unwrap(), "");
@@ -286,9 +319,10 @@ mod tests {
 
     #[test]
     fn own_files() {
-        let p = Positions::load(Some(Path::new("/x/tail.pos")), "t").unwrap();
+        let p = Positions::read(Some(Path::new("/x/tail.pos")), "t").unwrap();
         assert!(p.is_own_file(Path::new("/x/tail.pos")));
         assert!(p.is_own_file(Path::new("/x/tail.pos.tmp")));
+        assert!(p.is_own_file(Path::new("/x/tail.pos.lock")));
         assert!(!p.is_own_file(Path::new("/x/tail.pos2")));
         assert!(!p.is_own_file(Path::new("/x/app.log")));
     }
