@@ -48,17 +48,29 @@ async fn run_async(cfg: Config, workers: usize, source: Option<PathBuf>) -> anyh
         filters,
         outputs,
         warnings,
+        ..
     } = cfg;
     for w in warnings {
         tracing::warn!("{w}");
     }
+    // `outputs::open` makes one rule per output section, in order.
+    let output_labels: Vec<Option<String>> = outputs.iter().map(|o| o.label.clone()).collect();
+    let filter_labels: Vec<Option<String>> = filters.iter().map(|f| f.label.clone()).collect();
     let (rules, buffers) = outputs::open(outputs, &reg)?;
     let mut flushers = Vec::new();
     for b in &buffers {
         flushers.extend(b.start());
     }
     let stages = filters::stages(filters, &reg);
-    let router = Arc::new(Router::new(rules, stages));
+    let router = Router::with_labels(
+        output_labels
+            .into_iter()
+            .zip(rules)
+            .map(|(l, (p, o))| (l, p, o))
+            .collect(),
+        filter_labels.into_iter().zip(stages).collect(),
+        system.error_label.as_deref(),
+    );
     let (stop_tx, stop_rx) = watch::channel(false);
     let monitor = match &monitor {
         Some(m) => Some(monitor::serve(&m.bind, reg.clone(), stop_rx.clone()).await?),
@@ -77,7 +89,8 @@ async fn run_async(cfg: Config, workers: usize, source: Option<PathBuf>) -> anyh
         let cx = InputContext {
             stats: reg.register("input", &i.name, i.type_name),
             name: i.name,
-            router: router.clone(),
+            // The input routes in its label only.
+            router: Arc::new(router.in_label(i.label.as_deref())),
             stored_ids: stored_ids.clone(),
             shutdown: stop_rx.clone(),
         };

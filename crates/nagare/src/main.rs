@@ -17,6 +17,7 @@ mod plugin;
 mod router;
 mod shutdown;
 mod stats;
+mod testing;
 
 use std::process::ExitCode;
 
@@ -39,6 +40,8 @@ enum Command {
     Run(cli::run::RunArgs),
     /// Check a configuration file and exit 0 (valid) or 2 (errors listed).
     Check(cli::check::CheckArgs),
+    /// Run the [[test]] tables of a config (and of test files) through its filters and routes; exit 0, 1 (a test failed) or 2 (bad config).
+    Test(cli::test::TestArgs),
     /// List the input, filter and output types this binary has.
     Plugins(cli::plugins::PluginsArgs),
     /// Send JSON objects read from stdin, one per line, as events (like fluent-cat).
@@ -57,6 +60,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run(a) => cli::run::main(a),
         Command::Check(a) => cli::check::main(a),
+        Command::Test(a) => cli::test::main(a),
         Command::Plugins(a) => cli::plugins::main(a),
         Command::Cat(a) => cli::cat::main(a),
         Command::Replay(a) => cli::replay::main(a),

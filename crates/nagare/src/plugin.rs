@@ -82,6 +82,10 @@ pub struct BuildContext {
     pub writes: Vec<(String, PathBuf)>,
     /// (key, message) of things that work but are probably not meant.
     pub warnings: Vec<(String, String)>,
+    /// A filter: events it fails on go to the error label (`[system]
+    /// error_label` is set, and the filter is not in that label), so it
+    /// returns them in `Filtered::failed` instead of keeping them marked.
+    pub failures_routed: bool,
 }
 
 impl BuildContext {

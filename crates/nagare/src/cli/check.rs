@@ -23,8 +23,12 @@ pub fn main(a: CheckArgs) -> ExitCode {
                 0 => String::new(),
                 n => format!("{n} filters, "),
             };
+            let tests = match c.tests.len() {
+                0 => String::new(),
+                n => format!(", {n} tests (run them with nagare test)"),
+            };
             println!(
-                "{}: ok ({} inputs, {filters}{} outputs)",
+                "{}: ok ({} inputs, {filters}{} outputs{tests})",
                 a.config.display(),
                 c.inputs.len(),
                 c.outputs.len()

@@ -5,6 +5,7 @@ pub mod check;
 pub mod plugins;
 pub mod replay;
 pub mod run;
+pub mod test;
 
 /// Exit code for a bad configuration or bad usage.
 pub const EXIT_CONFIG: u8 = 2;

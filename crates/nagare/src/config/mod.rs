@@ -12,6 +12,7 @@
 mod checks;
 pub use checks::resolve;
 mod messages;
+pub use messages::closest;
 #[cfg(test)]
 mod reference;
 mod source;
@@ -30,6 +31,7 @@ use crate::filters::Filter;
 use crate::outputs::OutputTarget;
 use crate::plugin::{self, BuildContext, Input, Listen, OptionError, Registration, Registries};
 use crate::router::Pattern;
+use crate::testing::{Names, TestCase, TestSpec};
 use source::{join, KeySpans, Lines};
 
 /// The embedded default configuration used by `nagare run` without `-c`.
@@ -80,6 +82,12 @@ pub struct SystemConfig {
     /// system's temporary directory).
     #[serde(default)]
     pub dead_letter_dir: Option<String>,
+    /// The label that receives the events a filter failed on (a parser
+    /// filter's records that do not parse), marked with the reason, instead
+    /// of their going on with the others (Fluentd's `@ERROR`); outputs with
+    /// `label` = this name get them. Default none: they go on, marked.
+    #[serde(default)]
+    pub error_label: Option<String>,
 }
 
 #[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -100,11 +108,17 @@ pub struct Config {
     /// Things that work but are probably not meant (`nagare check` and
     /// `nagare run` print them).
     pub warnings: Vec<ConfigError>,
+    /// `[[test]]` tables, for `nagare test` (checked, never run by `run`).
+    pub tests: Vec<TestCase>,
+    /// The section names tests refer to.
+    pub names: Names,
 }
 
 pub struct InputSection {
     /// e.g. "forward#0": type and position among the inputs.
     pub name: String,
+    /// `label`: the filters and outputs that see this input's events.
+    pub label: Option<String>,
     pub type_name: &'static str,
     pub input: Box<dyn Input>,
 }
@@ -113,6 +127,7 @@ pub struct FilterSection {
     /// e.g. "parser#0": type and position among the filters.
     pub name: String,
     pub type_name: &'static str,
+    pub label: Option<String>,
     pub patterns: Vec<Pattern>,
     pub filter: Box<dyn Filter>,
 }
@@ -121,6 +136,8 @@ pub struct OutputSection {
     /// e.g. "file#1", "copy#0.stdout#1", "file#1.secondary".
     pub name: String,
     pub type_name: &'static str,
+    /// `label` of a top-level `[[output]]`: it gets only that label's events.
+    pub label: Option<String>,
     pub patterns: Vec<Pattern>,
     pub buffer: BufferConfig,
     pub target: OutputTarget,
@@ -253,6 +270,46 @@ pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
     parse(&text, &name)
 }
 
+/// Reads the `[[test]]` tables of a test file (a file of tests only, beside
+/// the config); `names` are the config's sections.
+pub fn load_tests(path: &Path, names: &Names) -> Result<Vec<TestCase>, Vec<ConfigError>> {
+    let file = path.display().to_string();
+    let error = |line, message: String| ConfigError {
+        file: file.clone(),
+        line,
+        key: String::new(),
+        message,
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| vec![error(0, format!("cannot read the file: {e}"))])?;
+    let mut loader = Loader::new(Registries::builtin(), &file, &text);
+    let mut table = match DeTable::parse(&text) {
+        Ok(r) => r.into_inner(),
+        Err(e) => {
+            let line = loader.lines.line(e.span().map_or(0, |s| s.start));
+            return Err(vec![error(
+                line,
+                format!("not valid TOML: {}", e.message().trim()),
+            )]);
+        }
+    };
+    for key in table.keys() {
+        if key.get_ref() != "test" {
+            loader.error_at(
+                key.span().start,
+                key.get_ref(),
+                "a test file holds only [[test]] tables (the config is given with -c)",
+            );
+        }
+    }
+    let tests = loader.tests(&mut table, names);
+    if loader.errors.is_empty() {
+        Ok(tests)
+    } else {
+        Err(loader.errors)
+    }
+}
+
 /// Reads and builds config text; `file` names it in errors.
 pub fn parse(text: &str, file: &str) -> Result<Config, Vec<ConfigError>> {
     parse_with(text, file, Registries::builtin())
@@ -264,16 +321,7 @@ pub fn parse_with(
     file: &str,
     registries: Registries,
 ) -> Result<Config, Vec<ConfigError>> {
-    let mut loader = Loader {
-        registries,
-        file,
-        lines: Lines::new(text),
-        errors: Vec::new(),
-        warnings: Vec::new(),
-        keys: KeySpans::default(),
-        listens: Vec::new(),
-        writes: Vec::new(),
-    };
+    let mut loader = Loader::new(registries, file, text);
     let config = loader.load(text);
     match config {
         Some(c) if loader.errors.is_empty() => Ok(c),
@@ -299,11 +347,68 @@ struct Loader<'a> {
     keys: KeySpans,
     listens: Vec<(Place, Listen)>,
     writes: Vec<(Place, std::path::PathBuf)>,
+    /// Every `label` written, for the checks across sections.
+    labels: Vec<LabelUse>,
+    /// (start, kind) of the sections without a label.
+    unlabelled: Vec<(usize, &'static str)>,
+    /// `[system] error_label` and where it was written.
+    error_label: Option<(String, usize)>,
+    /// Set while a filter is built: its failures go to the error label.
+    failures_routed: bool,
 }
 
-const TOP_KEYS: [&str; 5] = ["system", "monitor", "input", "filter", "output"];
+/// A `label` key of a section.
+struct LabelUse {
+    name: String,
+    /// Byte offset of the value (for the line).
+    at: usize,
+    /// "input", "filter" or "output".
+    kind: &'static str,
+}
+
+const TOP_KEYS: [&str; 6] = ["system", "monitor", "input", "filter", "output", "test"];
 
 impl<'a> Loader<'a> {
+    fn new(registries: Registries, file: &'a str, text: &str) -> Loader<'a> {
+        Loader {
+            registries,
+            file,
+            lines: Lines::new(text),
+            errors: Vec::new(),
+            warnings: Vec::new(),
+            keys: KeySpans::default(),
+            listens: Vec::new(),
+            writes: Vec::new(),
+            labels: Vec::new(),
+            unlabelled: Vec::new(),
+            error_label: None,
+            failures_routed: false,
+        }
+    }
+
+    /// Reads and checks the `[[test]]` tables of `root` against `names`.
+    fn tests(&mut self, root: &mut DeTable<'a>, names: &Names) -> Vec<TestCase> {
+        let mut tests = Vec::new();
+        for v in self.sections(root, "test") {
+            let at = v.span().start;
+            if let DeValue::Table(t) = v.get_ref() {
+                self.keys = KeySpans::of(t);
+            }
+            let checked = read::<TestSpec>(v).and_then(|s| Ok(s.check(names)?));
+            match checked {
+                Ok(t) => tests.push(t),
+                Err(e) => {
+                    let before = self.errors.len();
+                    self.section_error(at, "", e);
+                    for e in &mut self.errors[before..] {
+                        e.key = join("test", &e.key);
+                    }
+                }
+            }
+        }
+        tests
+    }
+
     fn error_at(&mut self, at: usize, key: &str, message: impl Into<String>) {
         self.errors.push(ConfigError {
             file: self.file.to_string(),
@@ -383,7 +488,7 @@ impl<'a> Loader<'a> {
                 self.error_at(
                     key.span().start,
                     k,
-                    format!("unknown section `{k}`.{hint} Known: [system], [monitor], [[input]], [[filter]], [[output]]"),
+                    format!("unknown section `{k}`.{hint} Known: [system], [monitor], [[input]], [[filter]], [[output]], [[test]]"),
                 );
             }
         }
@@ -391,6 +496,10 @@ impl<'a> Loader<'a> {
             Some(v) => self.plain::<SystemConfig>(v, "system").unwrap_or_default(),
             None => SystemConfig::default(),
         };
+        if let Some(e) = &system.error_label {
+            let at = self.keys.find("error_label").map_or(0, |s| s.start);
+            self.error_label = Some((e.clone(), at));
+        }
         let monitor = root
             .remove("monitor")
             .and_then(|v| self.plain::<MonitorConfig>(v, "monitor"));
@@ -426,7 +535,24 @@ impl<'a> Loader<'a> {
                 message: "no [[output]] section: every event received is dropped".into(),
             });
         }
+        self.check_labels();
         self.cross_checks();
+        let names = Names {
+            inputs: inputs
+                .iter()
+                .map(|i| (i.name.clone(), i.label.clone()))
+                .collect(),
+            filters: filters.iter().map(|f| f.name.clone()).collect(),
+            outputs: outputs
+                .iter()
+                .flat_map(|o| match &o.target {
+                    OutputTarget::Copy(stores) => stores.iter().map(|s| s.name.clone()).collect(),
+                    OutputTarget::One(_) => vec![o.name.clone()],
+                })
+                .collect(),
+            incomplete: !self.errors.is_empty(),
+        };
+        let tests = self.tests(&mut root, &names);
         Some(Config {
             system,
             monitor,
@@ -434,6 +560,8 @@ impl<'a> Loader<'a> {
             filters,
             outputs,
             warnings: std::mem::take(&mut self.warnings),
+            tests,
+            names,
         })
     }
 
@@ -563,6 +691,106 @@ impl<'a> Loader<'a> {
         }
     }
 
+    /// Takes `label` (a section's label; `kind` is "input", "filter" or
+    /// "output"); None when absent, Err when reported.
+    fn label(
+        &mut self,
+        table: &mut DeTable<'a>,
+        kind: &'static str,
+        section: usize,
+    ) -> Result<Option<String>, ()> {
+        let Some(v) = table.remove("label") else {
+            self.unlabelled.push((section, kind));
+            return Ok(None);
+        };
+        let at = v.span().start;
+        match v.get_ref().as_str().filter(|s| !s.trim().is_empty()) {
+            Some(name) => {
+                self.labels.push(LabelUse {
+                    name: name.to_string(),
+                    at,
+                    kind,
+                });
+                Ok(Some(name.to_string()))
+            }
+            None => {
+                self.error_at(at, "label", "expected a label name, e.g. label = \"audit\"");
+                Err(())
+            }
+        }
+    }
+
+    /// Labels must connect: every label an input sets has an output, and
+    /// every label of a filter or output is set by an input (or is the
+    /// error label); the error label has an output.
+    fn check_labels(&mut self) {
+        let error = self.error_label.as_ref().map(|(e, _)| e.clone());
+        let has = |l: &Self, kind: &str, name: &str| {
+            l.labels.iter().any(|u| u.kind == kind && u.name == name)
+        };
+        let mut found = Vec::new();
+        for u in &self.labels {
+            match u.kind {
+                "input" if !has(self, "output", &u.name) => found.push((
+                    u.at,
+                    "label",
+                    format!(
+                        "no [[output]] has label = \"{}\": this input's events would be discarded",
+                        u.name
+                    ),
+                )),
+                "filter" | "output"
+                    if !has(self, "input", &u.name) && error.as_ref() != Some(&u.name) =>
+                {
+                    let known = self
+                        .labels
+                        .iter()
+                        .filter(|k| k.kind == "input")
+                        .map(|k| k.name.as_str())
+                        .chain(error.as_deref());
+                    let hint = messages::closest(&u.name, known)
+                        .map_or_else(String::new, |k| format!(" Did you mean \"{k}\"?"));
+                    found.push((
+                        u.at,
+                        "label",
+                        format!(
+                            "no [[input]] has label = \"{}\" (nor is it [system] error_label): this {} would get no events.{hint}",
+                            u.name, u.kind
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        if let Some((e, at)) = &self.error_label {
+            if !has(self, "output", e) {
+                found.push((
+                    *at,
+                    "system.error_label",
+                    format!("no [[output]] has label = \"{e}\": the events filters fail on would be discarded"),
+                ));
+            }
+        }
+        for (at, key, message) in found {
+            self.error_at(at, key, message);
+        }
+        // Every input has a label: sections without one get nothing.
+        let inputs_all_labelled = self.labels.iter().any(|u| u.kind == "input")
+            && !self.unlabelled.iter().any(|(_, kind)| *kind == "input");
+        if inputs_all_labelled {
+            for (at, kind) in self.unlabelled.clone() {
+                self.warnings.push(ConfigError {
+                    file: self.file.to_string(),
+                    line: self.lines.line(at),
+                    key: String::new(),
+                    message: format!(
+                        "every [[input]] has a label: this [[{kind}]] without one gets no events"
+                    ),
+                });
+            }
+        }
+    }
+
     /// Records what building the plugin learned (listeners, written
     /// directories, warnings) with where it was configured.
     fn learned(&mut self, cx: BuildContext, at: usize, prefix: &str) {
@@ -606,6 +834,7 @@ impl<'a> Loader<'a> {
     ) -> Option<B> {
         let at = span.start;
         let mut cx = BuildContext::new(name);
+        cx.failures_routed = self.failures_routed;
         let section = Section {
             value: Spanned::new(span, DeValue::Table(table)),
             prefix: prefix.to_string(),
@@ -628,10 +857,12 @@ impl<'a> Loader<'a> {
         let (mut table, span) = into_table(v);
         self.keys = KeySpans::of(&table);
         let reg = self.registration(&mut table, at, "", "input", self.registries.inputs)?;
+        let label = self.label(&mut table, "input", at).ok()?;
         let name = format!("{}#{index}", reg.type_name);
         let input = self.build(reg, table, span, &name, "", |e, _| e)?;
         Some(InputSection {
             name,
+            label,
             type_name: reg.type_name,
             input,
         })
@@ -645,13 +876,22 @@ impl<'a> Loader<'a> {
         let patterns = self.patterns(&mut table, "").ok()?;
         let patterns =
             patterns.unwrap_or_else(|| Pattern::parse_list("**").expect("static pattern"));
+        let label = self.label(&mut table, "filter", at).ok()?;
         let name = format!("{}#{index}", reg.type_name);
-        let filter = self.build(reg, table, span, &name, "", |e, _| e)?;
+        // A filter in the error label keeps its failures: sending them to
+        // its own label again could loop.
+        self.failures_routed = self
+            .error_label
+            .as_ref()
+            .is_some_and(|(e, _)| label.as_ref() != Some(e));
+        let filter = self.build(reg, table, span, &name, "", |e, _| e);
+        self.failures_routed = false;
         Some(FilterSection {
             name,
             type_name: reg.type_name,
+            label,
             patterns,
-            filter,
+            filter: filter?,
         })
     }
 
@@ -693,6 +933,20 @@ impl<'a> Loader<'a> {
             }
             None => Vec::new(),
         };
+        let label = if top {
+            self.label(&mut table, "output", at).ok()?
+        } else if table.contains_key("label") {
+            let key = join(prefix, "label");
+            let pos = self.keys.find(&key).map_or(at, |s| s.start);
+            self.error_at(
+                pos,
+                &key,
+                "only a top-level [[output]] takes `label`; this one receives what its parent gets",
+            );
+            return None;
+        } else {
+            None
+        };
         let name = format!("{name_prefix}{}#{index}", reg.type_name);
         let buffer = match table.remove("buffer") {
             Some(b) => {
@@ -725,6 +979,7 @@ impl<'a> Loader<'a> {
         ok.then(|| OutputSection {
             name,
             type_name: reg.type_name,
+            label,
             patterns,
             buffer,
             target,

@@ -38,6 +38,14 @@ fn sections() -> Vec<(String, String, String)> {
             table::<MonitorConfig>(&[]),
         ),
     ];
+    s.push((
+        "`[[input]]` (every type)".into(),
+        "Keys every input takes besides its own.".into(),
+        rows(&[
+            ("type", "string", "required", &format!("The input type: {}.", type_list(inputs::REGISTRY))),
+            ("label", "string", "none", "The input's events go only to the filters and outputs with this `label` (Fluentd's `@label`); without it, only to those without a label. See [Labels](#labels)."),
+        ]),
+    ));
     plugin_sections(&mut s, "input", inputs::REGISTRY);
     s.extend(parser_sections());
     s.push((
@@ -46,6 +54,7 @@ fn sections() -> Vec<(String, String, String)> {
         rows(&[
             ("type", "string", "required", &format!("The filter type: {}.", type_list(filters::REGISTRY))),
             ("match", "string", "`\"**\"`", "Tag patterns separated by spaces, as for outputs. Filters apply in file order, each to the events whose tag it matches."),
+            ("label", "string", "none", "The filter sees only the events of inputs with this `label` (or, for the `[system] error_label`, the events filters failed on); without it, only unlabelled events."),
         ]),
     ));
     plugin_sections(&mut s, "filter", filters::REGISTRY);
@@ -55,6 +64,7 @@ fn sections() -> Vec<(String, String, String)> {
         rows(&[
             ("type", "string", "required", &format!("The output type: {}.", type_list(outputs::REGISTRY))),
             ("match", "string", "required", "Tag patterns separated by spaces: `*` one part, `**` any parts (also none), `{a,b}` either. The first output that matches an event's tag gets it."),
+            ("label", "string", "none", "The output gets only the events of inputs with this `label` (or, for the `[system] error_label`, the events filters failed on); without it, only unlabelled events."),
             ("buffer", "table", "memory buffer", "`[output.buffer]`, see below."),
             ("secondary", "table", "none", "`[output.secondary]`: an output (with `type` and its options, no `match`) that receives chunks whose retries ran out, and at once those the output refused for good (a permanent error)."),
         ]),

@@ -23,7 +23,21 @@ fn every_example_config_is_valid() {
     for e in std::fs::read_dir(dir).expect("examples/") {
         let p = e.expect("entry").path();
         if p.extension().is_some_and(|x| x == "toml") {
-            load(&p).unwrap_or_else(|e| panic!("{}: {e:?}", p.display()));
+            let c = load(&p).unwrap_or_else(|e| panic!("{}: {e:?}", p.display()));
+            // An example with tests passes them (as `nagare test` runs them).
+            if !c.tests.is_empty() {
+                let outcomes = crate::testing::run::run_files(&p, &[])
+                    .unwrap_or_else(|e| panic!("{}: {e:?}", p.display()));
+                for o in outcomes {
+                    assert!(
+                        o.failures.is_empty(),
+                        "{}: test {:?}: {:?}",
+                        p.display(),
+                        o.name,
+                        o.failures
+                    );
+                }
+            }
             n += 1;
         }
     }
@@ -135,6 +149,93 @@ fn a_buffer_option_among_output_options_is_pointed_to_the_buffer() {
     );
     assert!(
         e[0].message.contains("put it under [output.buffer]"),
+        "{e:?}"
+    );
+}
+
+const TWO_INPUTS: &str = "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:1\"\n[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:2\"\nlabel = \"audit\"\n";
+
+#[test]
+fn labels_must_connect_inputs_to_outputs() {
+    let ok = format!("{TWO_INPUTS}[[output]]\ntype = \"null\"\nmatch = \"**\"\n[[output]]\ntype = \"null\"\nmatch = \"**\"\nlabel = \"audit\"\n");
+    let c = parse(&ok, "ok.toml").unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(c.inputs[1].label.as_deref(), Some("audit"));
+    assert_eq!(c.outputs[1].label.as_deref(), Some("audit"));
+    // An input label no output has: its events would be discarded.
+    let text = format!("{TWO_INPUTS}[[output]]\ntype = \"null\"\nmatch = \"**\"\n");
+    let e = errors(&text, "a.toml");
+    assert_eq!((e[0].line, e[0].key.as_str()), (7, "label"), "{e:?}");
+    assert!(
+        e[0].message.contains("no [[output]] has label = \"audit\""),
+        "{e:?}"
+    );
+    // An output or filter label no input sets (a typo): named, with a hint.
+    let text = format!("{ok}[[filter]]\ntype = \"grep\"\nlabel = \"audt\"\n[[filter.exclude]]\nkey = \"a\"\npattern = \"b\"\n");
+    let e = errors(&text, "b.toml");
+    assert_eq!((e[0].line, e[0].key.as_str()), (17, "label"), "{e:?}");
+    assert!(e[0].message.contains("Did you mean \"audit\"?"), "{e:?}");
+    // The error label needs an output; a label is a non-empty string.
+    let e = errors(
+        &format!("[system]\nerror_label = \"errors\"\n{ok}"),
+        "c.toml",
+    );
+    assert_eq!(
+        (e[0].line, e[0].key.as_str()),
+        (2, "system.error_label"),
+        "{e:?}"
+    );
+    let e = errors(
+        &ok.replace("label = \"audit\"\n[[output]]", "label = 3\n[[output]]"),
+        "d.toml",
+    );
+    assert_eq!((e[0].line, e[0].key.as_str()), (7, "label"), "{e:?}");
+    // Every input labelled: a section without a label gets nothing (a warning).
+    let text = format!("{}[[output]]\ntype = \"null\"\nmatch = \"**\"\nlabel = \"audit\"\n[[output]]\ntype = \"null\"\nmatch = \"**\"\n", TWO_INPUTS.replacen("bind = \"127.0.0.1:1\"\n", "bind = \"127.0.0.1:1\"\nlabel = \"audit\"\n", 1));
+    let c = parse(&text, "w.toml").unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(c.warnings.len(), 1, "{:?}", c.warnings);
+    assert_eq!(c.warnings[0].line, 13, "{:?}", c.warnings);
+    assert!(
+        c.warnings[0]
+            .message
+            .contains("every [[input]] has a label"),
+        "{:?}",
+        c.warnings
+    );
+    // Only a top-level output takes a label.
+    let text = ok.replace("type = \"null\"\nmatch = \"**\"\nlabel = \"audit\"\n", "type = \"copy\"\nmatch = \"**\"\nlabel = \"audit\"\n[[output.store]]\ntype = \"null\"\nlabel = \"x\"\n");
+    let e = errors(&text, "e.toml");
+    assert_eq!(e[0].key, "store[0].label", "{e:?}");
+}
+
+#[test]
+fn test_tables_are_checked_with_the_config() {
+    let base = "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:1\"\n[[output]]\ntype = \"null\"\nmatch = \"**\"\n";
+    let test = |expect: &str| {
+        format!("{base}[[test]]\nname = \"t\"\n[[test.input]]\ntag = \"a\"\nrecords = [{{ x = 1 }}]\n[[test.expect]]\n{expect}")
+    };
+    let c = parse(&test("output = \"null#0\"\ncount = 1\n"), "ok.toml")
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(c.tests.len(), 1);
+    let e = errors(
+        &test("output = \"null#0\"\nmatches = { x = \"(\" }\n"),
+        "re.toml",
+    );
+    assert_eq!(
+        (e[0].line, e[0].key.as_str()),
+        (14, "test.expect[0].matches.x"),
+        "{e:?}"
+    );
+    let e = errors(&test("output = \"nul#0\"\n"), "name.toml");
+    assert_eq!(
+        (e[0].line, e[0].key.as_str()),
+        (13, "test.expect[0].output"),
+        "{e:?}"
+    );
+    assert!(e[0].message.contains("Did you mean \"null#0\"?"), "{e:?}");
+    let e = errors(&test("output = \"null#0\"\ncont = 1\n"), "key.toml");
+    assert_eq!(
+        (e[0].line, e[0].key.as_str()),
+        (14, "test.expect[0].cont"),
         "{e:?}"
     );
 }

@@ -18,7 +18,7 @@ use crate::plugin::{filter, registry, FilterRegistration};
 use crate::router::Pattern;
 use crate::stats::{PluginStats, Registry};
 
-mod record;
+pub(crate) mod record;
 
 registry! {
     FilterRegistration;
@@ -44,9 +44,17 @@ pub struct Filtered {
     /// entries, their count), each going on like a retagged batch. They are
     /// not in `batch`, which keeps the events that stay.
     pub moved: Vec<(String, Bytes, u32)>,
-    /// Events the filter could not treat as configured (kept, and marked):
-    /// counted as errors of the filter.
+    /// Events the filter could not treat as configured: counted as errors
+    /// of the filter. Without an error label they stay in `batch`, marked
+    /// (e.g. a `parse_error` field); see `failed`.
     pub errors: u64,
+    /// When the filter was built with `BuildContext::failures_routed`: the
+    /// events it failed on, as it would have kept them (marked), moved out
+    /// of `batch`, and their count (also counted in `errors`). The router
+    /// sends them, with their tag, to the error label (`[system]
+    /// error_label`). A filter built without `failures_routed` leaves this
+    /// `None` (should it not, the router puts them back in the batch).
+    pub failed: Option<(Bytes, u32)>,
 }
 
 /// A filter type. Synchronous: it runs on the input's task, on a batch

@@ -7,7 +7,9 @@
 //! record for `reserve_data`) into the one output buffer of the batch: no
 //! allocation per event. A record whose field is missing, not a string, or
 //! does not parse is kept as it was with a `parse_error` field (the reason)
-//! and counted as an error of the filter: never dropped silently.
+//! and counted as an error of the filter: never dropped silently. With an
+//! error label (`[system] error_label`) such records, marked the same way,
+//! go to that label instead of on with the others.
 
 use bytes::Bytes;
 use nagare_forward::msgpack::{
@@ -21,10 +23,12 @@ use crate::plugin::{BuildContext, FilterPlugin, OptionError};
 
 impl FilterPlugin for ParserFilterConfig {
     const TYPE: &'static str = "parser";
-    const DOC: &'static str = "Parses one string field of each record with a parser, like Fluentd's filter_parser; `[filter.parser]` takes the options of `[input.parser]` (any type but `multiline`). A record whose field is missing, not a string or does not parse is kept as it was with a `parse_error` field.";
+    const DOC: &'static str = "Parses one string field of each record with a parser, like Fluentd's filter_parser; `[filter.parser]` takes the options of `[input.parser]` (any type but `multiline`). A record whose field is missing, not a string or does not parse is kept as it was with a `parse_error` field (or, with `[system] error_label`, sent so to that label).";
 
-    fn build(self, _cx: &mut BuildContext) -> Result<Box<dyn Filter>, OptionError> {
-        Ok(Box::new(ParserFilter::new(&self)?))
+    fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Filter>, OptionError> {
+        let mut f = ParserFilter::new(&self)?;
+        f.failures_routed = cx.failures_routed;
+        Ok(Box::new(f))
     }
 }
 
@@ -60,6 +64,8 @@ pub struct ParserFilterConfig {
 pub struct ParserFilter {
     cfg: ParserFilterConfig,
     parser: Parser,
+    /// Records that do not parse go to the error label (`Filtered::failed`).
+    failures_routed: bool,
 }
 
 /// The field added to a record that could not be parsed.
@@ -81,6 +87,7 @@ impl ParserFilter {
         Ok(ParserFilter {
             cfg: cfg.clone(),
             parser,
+            failures_routed: false,
         })
     }
 
@@ -201,19 +208,31 @@ impl Filter for ParserFilter {
         let mut scratch = Scratch::default();
         let mut errors = 0u64;
         let mut count = 0u32;
+        // The marked records, when they go to the error label.
+        let mut failed = Vec::new();
         for part in parts {
             for (_, record, entry) in crate::formats::entries(part) {
                 // entry = 0x92, time, record
                 let time = &entry[1..entry.len() - record.len()];
-                if !self.one(time, record, &mut out, &mut scratch) {
-                    errors += 1;
+                let at = out.len();
+                if self.one(time, record, &mut out, &mut scratch) {
+                    count += 1;
+                    continue;
                 }
-                count += 1;
+                errors += 1;
+                if self.failures_routed {
+                    failed.extend_from_slice(&out[at..]);
+                    out.truncate(at);
+                } else {
+                    count += 1;
+                }
             }
         }
+        let failed_count = if self.failures_routed { errors as u32 } else { 0 };
         Filtered {
             batch: Some((Bytes::from(out), count)),
             errors,
+            failed: (failed_count > 0).then(|| (Bytes::from(failed), failed_count)),
             ..Filtered::default()
         }
     }
@@ -382,6 +401,34 @@ mod tests {
             ("host", "h1".into()),
             ("level", "info".into()),
         ])
+    }
+
+    #[test]
+    fn with_failures_routed_unparsed_records_leave_the_batch_marked() {
+        let mut f = filter(JSON);
+        f.failures_routed = true;
+        let bad = rec(&[("message", "not json".into()), ("seq", 1.into())]);
+        let mut entries = Vec::new();
+        for r in [input(), bad, input()] {
+            write_entry(&mut entries, T0, &r);
+        }
+        let out = f.filter("t", &[Bytes::from(entries)], 3);
+        let (kept, n) = out.batch.expect("a new batch");
+        assert_eq!((n, out.errors), (2, 1));
+        assert_eq!(crate::formats::entries(&kept).count(), 2);
+        let (failed, fn_) = out.failed.expect("the failed event");
+        assert_eq!(fn_, 1);
+        let evs: Vec<_> = crate::formats::entries(&failed)
+            .map(|(t, r, _)| (t, rmpv::decode::read_value(&mut &r[..]).unwrap()))
+            .collect();
+        assert_eq!(evs.len(), 1);
+        assert_eq!(evs[0].0, T0);
+        let pe = evs[0].1.as_map().unwrap().iter().find(|(k, _)| k.as_str() == Some("parse_error"));
+        assert!(pe.is_some(), "marked with parse_error: {:?}", evs[0].1);
+        // A batch that all parses has nothing failed.
+        let mut entries = Vec::new();
+        write_entry(&mut entries, T0, &input());
+        assert!(f.filter("t", &[Bytes::from(entries)], 1).failed.is_none());
     }
 
     #[test]

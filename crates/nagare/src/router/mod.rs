@@ -5,6 +5,14 @@
 //! several patterns separated by spaces. An event goes to the first output
 //! whose pattern matches (a `copy` output fans out inside itself), after the
 //! filters whose patterns match, in file order.
+//!
+//! Labels (Fluentd's `@label`): an input with `label = "NAME"` sends its
+//! events only to the filters and outputs with that label; sections without
+//! a label see only unlabelled events. Each label has its own rules, filters
+//! and per-tag cache; an input holds a `Router` that is a view of its label,
+//! so the lookup of an unlabelled tag costs what it cost without labels.
+//! Events a filter failed on (`Filtered::failed`) go to the error label
+//! (`[system] error_label`), through its filters, to its outputs.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -96,6 +104,9 @@ pub type Outputs = Arc<[OutputHandle]>;
 pub struct Routed {
     pub filters: Vec<Arc<Stage>>,
     pub outputs: Outputs,
+    /// The label the route belongs to (an index into `Tables::labels`): a
+    /// filter that retags an event keeps it in its label.
+    label: usize,
 }
 
 pub type Route = Arc<Routed>;
@@ -109,47 +120,144 @@ pub struct Batch {
     pub count: u32,
 }
 
+/// Routing rules in config order: an output's patterns and its outputs.
+pub type Rules = Vec<(Vec<Pattern>, Outputs)>;
+
+/// A view of the route tables for one label: inputs route through it.
+#[derive(Clone)]
 pub struct Router {
-    rules: Vec<(Vec<Pattern>, Outputs)>,
+    tables: Arc<Tables>,
+    /// The label this view routes events in (0: events without a label).
+    label: usize,
+}
+
+/// The routes of every label, shared by the views.
+struct Tables {
+    /// Index 0 holds the sections without a label.
+    labels: Vec<LabelTable>,
+    /// The label that receives the events filters failed on.
+    error: Option<usize>,
+}
+
+/// The outputs and filters of one label, and its per-tag route cache.
+struct LabelTable {
+    name: Option<String>,
+    rules: Rules,
     filters: Vec<Arc<Stage>>,
     cache: RwLock<HashMap<Arc<str>, Route>>,
-    unmatched: Outputs,
+}
+
+impl LabelTable {
+    fn new(name: Option<String>) -> LabelTable {
+        LabelTable {
+            name,
+            rules: Vec::new(),
+            filters: Vec::new(),
+            cache: RwLock::new(HashMap::new()),
+        }
+    }
 }
 
 /// Bound on distinct cached tags, so a peer inventing tags cannot grow memory.
 const CACHE_LIMIT: usize = 65_536;
 
 impl Router {
-    /// `rules`: the outputs' patterns in config order; `filters`: every
-    /// filter in file order.
-    pub fn new(rules: Vec<(Vec<Pattern>, Outputs)>, filters: Vec<Arc<Stage>>) -> Router {
+    /// A router without labels. `rules`: the outputs' patterns in config
+    /// order; `filters`: every filter in file order.
+    #[cfg(test)]
+    pub fn new(rules: Rules, filters: Vec<Arc<Stage>>) -> Router {
+        let rules = rules.into_iter().map(|(p, o)| (None, p, o)).collect();
+        let filters = filters.into_iter().map(|f| (None, f)).collect();
+        Router::with_labels(rules, filters, None)
+    }
+
+    /// A router with labels: each output rule and filter with its label
+    /// (None: unlabelled), in config order; `error_label` receives the
+    /// events filters failed on. Returns the view of unlabelled events (see
+    /// `in_label`).
+    pub fn with_labels(
+        rules: Vec<(Option<String>, Vec<Pattern>, Outputs)>,
+        filters: Vec<(Option<String>, Arc<Stage>)>,
+        error_label: Option<&str>,
+    ) -> Router {
+        let mut labels = vec![LabelTable::new(None)];
+        let index = |labels: &mut Vec<LabelTable>, name: Option<String>| match labels
+            .iter()
+            .position(|l| l.name == name)
+        {
+            Some(i) => i,
+            None => {
+                labels.push(LabelTable::new(name));
+                labels.len() - 1
+            }
+        };
+        for (label, patterns, outputs) in rules {
+            let i = index(&mut labels, label);
+            labels[i].rules.push((patterns, outputs));
+        }
+        for (label, stage) in filters {
+            let i = index(&mut labels, label);
+            labels[i].filters.push(stage);
+        }
+        let error = error_label.map(|e| index(&mut labels, Some(e.to_string())));
         Router {
-            rules,
-            filters,
-            cache: RwLock::new(HashMap::new()),
-            unmatched: Arc::from(Vec::new()),
+            tables: Arc::new(Tables { labels, error }),
+            label: 0,
         }
     }
 
-    /// The route for `tag`: cached after the first lookup.
+    /// The view that routes events of `label` (None: unlabelled events).
+    /// A label no output or filter has gets an empty route table: its events
+    /// match no output (the config loader refuses such a label).
+    pub fn in_label(&self, label: Option<&str>) -> Router {
+        let i = self
+            .tables
+            .labels
+            .iter()
+            .position(|l| l.name.as_deref() == label);
+        match i {
+            Some(label) => Router {
+                tables: self.tables.clone(),
+                label,
+            },
+            None => Router {
+                tables: Arc::new(Tables {
+                    labels: vec![LabelTable::new(label.map(String::from))],
+                    error: None,
+                }),
+                label: 0,
+            },
+        }
+    }
+
+    /// The route for `tag` in this view's label: cached after the first lookup.
     pub fn route(&self, tag: &str) -> Route {
-        if let Some(r) = self.cache.read().expect("route cache").get(tag) {
+        self.route_in(self.label, tag)
+    }
+
+    fn route_in(&self, label: usize, tag: &str) -> Route {
+        let table = &self.tables.labels[label];
+        if let Some(r) = table.cache.read().expect("route cache").get(tag) {
             return r.clone();
         }
-        let outputs = self
+        let outputs = table
             .rules
             .iter()
             .find(|(ps, _)| ps.iter().any(|p| p.matches(tag)))
             .map(|(_, r)| r.clone())
-            .unwrap_or_else(|| self.unmatched.clone());
-        let filters = self
+            .unwrap_or_else(|| Arc::from(Vec::new()));
+        let filters = table
             .filters
             .iter()
             .filter(|f| f.matches(tag))
             .cloned()
             .collect();
-        let route = Arc::new(Routed { filters, outputs });
-        let mut cache = self.cache.write().expect("route cache");
+        let route = Arc::new(Routed {
+            filters,
+            outputs,
+            label,
+        });
+        let mut cache = table.cache.write().expect("route cache");
         if cache.len() >= CACHE_LIMIT {
             cache.clear();
         }
@@ -224,20 +332,27 @@ impl Router {
             }
             let moved: u32 = out.moved.iter().map(|(_, _, n)| n).sum();
             let moved_bytes: u64 = out.moved.iter().map(|(_, e, _)| e.len() as u64).sum();
-            let out_events = b.count + moved;
+            let (failed, failed_bytes) = out
+                .failed
+                .as_ref()
+                .map_or((0, 0), |(e, n)| (*n, e.len() as u64));
+            let out_events = b.count + moved + failed;
             PluginStats::add(&st.dropped, u64::from(before.saturating_sub(out_events)));
             PluginStats::add(&st.events_out, u64::from(out_events));
             PluginStats::add(
                 &st.bytes_out,
-                b.parts.iter().map(|p| p.len() as u64).sum::<u64>() + moved_bytes,
+                b.parts.iter().map(|p| p.len() as u64).sum::<u64>() + moved_bytes + failed_bytes,
             );
             if out.errors > 0 {
                 PluginStats::add(&st.errors, out.errors);
                 tracing::debug!(filter = %stage.name, tag = %b.tag, events = out.errors,
                     "events the filter could not treat were kept, marked");
             }
+            if let Some((entries, count)) = out.failed.filter(|(_, n)| *n > 0) {
+                self.fail(&mut b, entries, count, todo);
+            }
             for (tag, entries, count) in out.moved {
-                let route = self.route(&tag);
+                let route = self.route_in(b.route.label, &tag);
                 let parts = vec![entries];
                 todo.push((
                     Batch {
@@ -250,12 +365,34 @@ impl Router {
                 ));
             }
             if let Some(t) = out.tag {
-                b.route = self.route(&t);
+                b.route = self.route_in(b.route.label, &t);
                 b.tag = t;
                 i = 0;
             }
         }
         done.push(b);
+    }
+
+    /// Sends the events a filter failed on to the error label, from its
+    /// first filter on, with their tag. Without an error label (or failed
+    /// in the error label itself, which would loop) they stay in `b`.
+    fn fail(&self, b: &mut Batch, entries: Bytes, count: u32, todo: &mut Vec<(Batch, usize)>) {
+        match self.tables.error {
+            Some(error) if error != b.route.label => {
+                let route = self.route_in(error, &b.tag);
+                let failed = Batch {
+                    tag: b.tag.clone(),
+                    route,
+                    parts: vec![entries],
+                    count,
+                };
+                todo.push((failed, 0));
+            }
+            _ => {
+                b.parts.push(entries);
+                b.count += count;
+            }
+        }
     }
 }
 
@@ -310,7 +447,7 @@ mod tests {
                 batch: Some((Bytes::from(v), if self.drop { 0 } else { count })),
                 tag: self.retag.map(String::from),
                 errors: u64::from(self.mark == b'e'),
-                moved: Vec::new(),
+                ..Default::default()
             }
         }
     }
@@ -463,5 +600,135 @@ mod tests {
             assert_eq!(S::get(&st.stats.events_out), 3, "{}", st.name);
             assert_eq!(S::get(&st.stats.dropped), 0, "{}", st.name);
         }
+    }
+
+    /// An output handle the tests can tell apart (by pointer).
+    fn handle(name: &str) -> OutputHandle {
+        struct Nowhere;
+        #[async_trait::async_trait]
+        impl crate::outputs::Output for Nowhere {
+            async fn write(
+                &self,
+                _: &crate::buffer::Chunk,
+            ) -> Result<(), crate::outputs::FlushError> {
+                Ok(())
+            }
+        }
+        let reg = crate::stats::Registry::default();
+        crate::buffer::Buffer::new(
+            name,
+            crate::buffer::BufferConfig::default(),
+            reg.register("output", name, "test"),
+            Arc::new(Nowhere),
+            None,
+            None,
+        )
+    }
+
+    /// A filter that fails on every event: it moves them all to `failed`,
+    /// marked with its mark.
+    struct FailAll;
+
+    impl crate::filters::Filter for FailAll {
+        fn filter(&self, _tag: &str, parts: &[Bytes], count: u32) -> crate::filters::Filtered {
+            let mut v: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
+            v.push(b'!');
+            crate::filters::Filtered {
+                batch: Some((Bytes::new(), 0)),
+                errors: u64::from(count),
+                failed: Some((Bytes::from(v), count)),
+                ..Default::default()
+            }
+        }
+    }
+
+    #[test]
+    fn labels_keep_their_events_apart_and_failures_go_to_the_error_label() {
+        let reg = crate::stats::Registry::default();
+        let (plain, audit, errors) = (handle("plain"), handle("audit"), handle("errors"));
+        let rule = |p: &str, h: &OutputHandle| {
+            (
+                Pattern::parse_list(p).unwrap(),
+                Outputs::from(vec![h.clone()]),
+            )
+        };
+        let stage = |index: usize, p: &str, filter: Box<dyn crate::filters::Filter>| {
+            Arc::new(Stage {
+                index,
+                name: format!("f#{index}"),
+                patterns: Pattern::parse_list(p).unwrap(),
+                filter,
+                stats: reg.register("filter", &format!("f#{index}"), "f"),
+            })
+        };
+        let mark = |m: u8| -> Box<dyn crate::filters::Filter> {
+            Box::new(Mark {
+                mark: m,
+                retag: None,
+                drop: false,
+            })
+        };
+        let label = |s: &str| Some(s.to_string());
+        let r = Router::with_labels(
+            vec![
+                (label("audit"), rule("**", &audit).0, rule("**", &audit).1),
+                (None, rule("**", &plain).0, rule("**", &plain).1),
+                (
+                    label("errors"),
+                    rule("**", &errors).0,
+                    rule("**", &errors).1,
+                ),
+            ],
+            vec![
+                (None, stage(0, "app", mark(b'p'))),
+                (label("audit"), stage(1, "app", mark(b'a'))),
+                (label("audit"), stage(2, "bad", Box::new(FailAll))),
+                // Later in the file than the failing filter: the error
+                // label's chain starts at its own first filter.
+                (label("errors"), stage(3, "**", mark(b'e'))),
+                (label("errors"), stage(4, "bad", Box::new(FailAll))),
+            ],
+            Some("errors"),
+        );
+        let same = |a: &Outputs, b: &OutputHandle| a.len() == 1 && Arc::ptr_eq(&a[0], b);
+        // Unlabelled events: the unlabelled output and filter only.
+        assert!(same(&r.route("app").outputs, &plain));
+        assert_eq!(r.route("app").filters.len(), 1);
+        let audit_view = r.in_label(Some("audit"));
+        assert!(same(&audit_view.route("app").outputs, &audit));
+        let got = |view: &Router, tag: &str| -> Vec<(String, Vec<u8>, u32, bool)> {
+            let route = view.route(tag);
+            view.filter(&route, tag, &[Bytes::from_static(b">")], 2)
+                .unwrap()
+                .into_iter()
+                .map(|b| {
+                    let bytes = b.parts.iter().flat_map(|p| p.iter().copied()).collect();
+                    (b.tag, bytes, b.count, same(&b.route.outputs, &errors))
+                })
+                .collect()
+        };
+        assert_eq!(got(&r, "app"), [("app".into(), b">p".to_vec(), 2, false)]);
+        assert_eq!(
+            got(&audit_view, "app"),
+            [("app".into(), b">a".to_vec(), 2, false)]
+        );
+        // Failed in the audit label: to the error label, through its
+        // filters; a failure there stays in the batch (no loop).
+        assert_eq!(
+            got(&audit_view, "bad"),
+            [
+                ("bad".into(), vec![], 0, false),
+                ("bad".into(), b">!e!".to_vec(), 2, true)
+            ]
+        );
+        // A label without sections routes nowhere.
+        assert!(r.in_label(Some("nope")).route("app").outputs.is_empty());
+        // Without an error label, failures stay in the batch.
+        let r = Router::with_labels(
+            vec![(None, rule("**", &plain).0, rule("**", &plain).1)],
+            vec![(None, stage(5, "**", Box::new(FailAll)))],
+            None,
+        );
+        assert_eq!(got(&r, "x"), [("x".into(), b">!".to_vec(), 2, false)]);
     }
 }
