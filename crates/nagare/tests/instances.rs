@@ -147,3 +147,56 @@ fn sighup_keeps_the_daemon_running_and_checks_the_file() {
     assert_exact_seqs(&seqs, 100);
     assert_eq!(d.terminate().code(), Some(0), "{}", d.stderr());
 }
+
+#[test]
+fn a_pid_file_names_the_running_process_and_is_removed_at_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("nagare.pid");
+    let (p1, p2) = (free_port(), free_port());
+    let start = |name: &str, port: u16| {
+        let cfg = dir.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &cfg,
+            forward_to_stdout(&format!("bind = \"127.0.0.1:{port}\"")),
+        )
+        .unwrap();
+        let mut cmd = std::process::Command::new(BIN);
+        cmd.arg("run")
+            .arg("-c")
+            .arg(&cfg)
+            .arg("--pid-file")
+            .arg(&pid_file);
+        Daemon::spawn(cmd, dir.path(), cfg, None)
+    };
+    let mut first = start("one", p1);
+    first.wait_port(p1);
+    assert_eq!(
+        std::fs::read_to_string(&pid_file).unwrap(),
+        first.child.id().to_string()
+    );
+    let mut second = start("two", p2);
+    assert_eq!(second.wait_exit(WAIT).code(), Some(1));
+    let want = format!("in use by pid {} (nagare)", first.child.id());
+    assert!(second.stderr().contains(&want), "{}", second.stderr());
+    assert_eq!(first.terminate().code(), Some(0), "{}", first.stderr());
+    assert!(!pid_file.exists(), "removed at a clean exit");
+}
+
+#[test]
+fn dry_run_checks_like_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("bad.toml");
+    std::fs::write(
+        &cfg,
+        "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:1\"\nbogus = 1\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(BIN)
+        .args(["run", "--dry-run", "-c"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.toml:4") && err.contains("bogus"), "{err}");
+}

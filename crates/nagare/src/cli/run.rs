@@ -5,6 +5,7 @@ use std::process::ExitCode;
 
 use tracing_subscriber::EnvFilter;
 
+use crate::holder::PidLock;
 use crate::{config, daemon};
 
 #[derive(clap::Args)]
@@ -13,9 +14,26 @@ pub struct RunArgs {
     /// forward on 127.0.0.1:24224, monitor on 127.0.0.1:24220, events to stdout.
     #[arg(short, long)]
     pub config: Option<PathBuf>,
+    /// Check the configuration as `nagare check` does, then exit (0 or 2).
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Write the process id to this file, locked while nagare runs: a second
+    /// nagare with the same pid file refuses to start, naming the first.
+    /// Removed at a clean exit.
+    #[arg(long)]
+    pub pid_file: Option<PathBuf>,
 }
 
 pub fn main(a: RunArgs) -> ExitCode {
+    if a.dry_run {
+        return match a.config {
+            Some(config) => super::check::main(super::check::CheckArgs { config }),
+            None => {
+                println!("<embedded default>: ok");
+                ExitCode::SUCCESS
+            }
+        };
+    }
     let parsed = match &a.config {
         Some(p) => config::load(p),
         None => config::parse(config::DEFAULT_CONFIG, "<embedded default>"),
@@ -30,7 +48,23 @@ pub fn main(a: RunArgs) -> ExitCode {
         }
     };
     init_logging(cfg.system.log_level.as_deref());
-    match daemon::run(cfg, a.config.clone()) {
+    let pid_lock = match &a.pid_file {
+        Some(path) => match PidLock::acquire(path) {
+            Ok(lock) => Some(lock),
+            Err(e) => {
+                tracing::error!("pid file {}: {e}", path.display());
+                return ExitCode::from(super::EXIT_RUNTIME);
+            }
+        },
+        None => None,
+    };
+    let result = daemon::run(cfg, a.config.clone());
+    if let (Some(path), Some(lock)) = (&a.pid_file, pid_lock) {
+        // Removed while still locked: no other process can have taken it.
+        let _ = std::fs::remove_file(path);
+        drop(lock);
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // The log goes to stderr already: one line, not two.
