@@ -26,6 +26,8 @@ registry! {
     grep => filter::<grep::GrepConfig>(),
     modify => filter::<modify::ModifyConfig>(),
     rewrite_tag => filter::<rewrite_tag::RewriteTagConfig>(),
+    throttle => filter::<throttle::ThrottleConfig>(),
+    sample => filter::<sample::SampleConfig>(),
 }
 
 /// What a filter made of a batch.
@@ -47,6 +49,9 @@ pub struct Filtered {
     /// Events the filter could not treat as configured (kept, and marked):
     /// counted as errors of the filter.
     pub errors: u64,
+    /// Events over a rate limit (throttle), dropped or in `moved`: counted
+    /// as the filter's `throttled_events_total`.
+    pub throttled: u64,
 }
 
 /// A filter type. Synchronous: it runs on the input's task, on a batch

@@ -236,6 +236,7 @@ impl Router {
                 tracing::debug!(filter = %stage.name, tag = %b.tag, events = out.errors,
                     "events the filter could not treat were kept, marked");
             }
+            PluginStats::add(&st.throttled, out.throttled);
             for (tag, entries, count) in out.moved {
                 let route = self.route(&tag);
                 let parts = vec![entries];
@@ -310,7 +311,7 @@ mod tests {
                 batch: Some((Bytes::from(v), if self.drop { 0 } else { count })),
                 tag: self.retag.map(String::from),
                 errors: u64::from(self.mark == b'e'),
-                moved: Vec::new(),
+                ..Default::default()
             }
         }
     }
