@@ -58,8 +58,10 @@ pub struct ThrottleConfig {
     /// to the output the new tag selects. Default: they are dropped.
     #[serde(default)]
     pub excess_tag: Option<String>,
-    /// Log a line when a group goes over its limit, and one when it passes
-    /// events again, with the number that were over.
+    /// Log a warning when a group goes over its limit, and a line when it
+    /// is back under it: at its first event after a whole `period` without
+    /// any over the limit, with the number that were over. So a group
+    /// logs at most two lines per period, and one that stays over logs one.
     #[serde(default = "yes")]
     pub log: bool,
 }
@@ -120,6 +122,7 @@ impl ThrottleConfig {
                 per_second: self.rate as f64 / self.period.0.as_secs_f64(),
                 burst: burst as f64,
                 text: format!("{} events per {}", self.rate, self.period),
+                period: self.period.0,
             },
             excess_tag,
             log: self.log,
@@ -139,7 +142,8 @@ fn excess_tag(t: &str) -> Result<Vec<Part>, String> {
         return Err("must not be empty".into());
     }
     if matches!(parts[..], [Part::Tag]) {
-        return Err("\"${tag}\" is the event's own tag: add a suffix, e.g. \"${tag}.throttled\"".into());
+        let hint = "add a suffix, e.g. \"${tag}.throttled\"";
+        return Err(format!("\"${{tag}}\" is the event's own tag: {hint}"));
     }
     Ok(parts)
 }
@@ -152,6 +156,9 @@ struct Limit {
     burst: f64,
     /// "10 events per 1h", for the log lines.
     text: String,
+    /// `period`: a group whose events have all passed for this long is no
+    /// longer throttled.
+    period: Duration,
 }
 
 /// One group's token bucket.
@@ -160,9 +167,11 @@ struct Bucket {
     tokens: f64,
     /// When `tokens` was last brought up to date.
     at: Instant,
-    /// Events over the limit since the group last passed one; 0 when it
-    /// is not being throttled.
+    /// Events over the limit since the group began to be throttled; 0
+    /// when it is not.
     over: u64,
+    /// When the last of them came (meaningful when `over` > 0).
+    last_over: Instant,
 }
 
 impl Bucket {
@@ -171,6 +180,7 @@ impl Bucket {
             tokens: limit.burst,
             at: now,
             over: 0,
+            last_over: now,
         }
     }
 
@@ -241,24 +251,38 @@ impl Throttle {
         format!("{{{}}}", fields.join(", "))
     }
 
-    /// Whether the event of group `key` passes at `now`; logs the group's
-    /// changes between passing and being throttled.
-    fn passes(&self, groups: &mut LruCache<Vec<u8>, Bucket>, key: &[u8], tag: &str, now: Instant) -> bool {
+    /// Whether the event of group `key` passes at `now`; logs when the
+    /// group begins and ends being throttled (see `ThrottleConfig::log`).
+    fn passes(
+        &self,
+        groups: &mut LruCache<Vec<u8>, Bucket>,
+        key: &[u8],
+        tag: &str,
+        now: Instant,
+    ) -> bool {
         let bucket = groups.get_or_insert_mut_ref(key, || Bucket::full(&self.limit, now));
         let passes = bucket.take(&self.limit, now);
-        if passes && bucket.over > 0 {
-            if self.log {
-                tracing::info!(filter = %self.name, tag, group = %self.describe(key), over = bucket.over,
-                    "throttle: group is under its limit again");
-            }
-            bucket.over = 0;
-        } else if !passes {
+        if !passes {
             if bucket.over == 0 && self.log {
-                let excess = if self.excess_tag.is_some() { "re-tagged" } else { "dropped" };
-                tracing::warn!(filter = %self.name, tag, group = %self.describe(key), limit = %self.limit.text,
+                let group = self.describe(key);
+                let excess = match self.excess_tag {
+                    Some(_) => "re-tagged",
+                    None => "dropped",
+                };
+                tracing::warn!(filter = %self.name, tag, %group, limit = %self.limit.text,
                     "throttle: group is over its limit; the excess is {excess}");
             }
             bucket.over += 1;
+            bucket.last_over = now;
+        } else if bucket.over > 0
+            && now.saturating_duration_since(bucket.last_over) >= self.limit.period
+        {
+            if self.log {
+                let group = self.describe(key);
+                tracing::info!(filter = %self.name, tag, %group, over = bucket.over,
+                    "throttle: group is under its limit again");
+            }
+            bucket.over = 0;
         }
         passes
     }
@@ -356,6 +380,7 @@ mod tests {
             per_second: 2.0,
             burst: 3.0,
             text: String::new(),
+            period: Duration::from_secs(1),
         };
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
@@ -400,6 +425,27 @@ mod tests {
         assert_eq!(out.throttled, 8);
         // 31 s later each group has one token again (2 per minute).
         assert_eq!(kept(&f, t0 + Duration::from_secs(31), &b), [0, 3, 4, 5, 8, 9]);
+    }
+
+    #[test]
+    fn a_group_is_throttled_until_a_whole_period_passes_without_excess() {
+        let f = build("rate = 1\nperiod = \"10s\"\n").unwrap();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let over = |f: &Throttle| f.groups.lock().unwrap().peek(&[][..]).unwrap().over;
+        let one = batch(&[(0, &[])]);
+        let two = batch(&[(0, &[]), (1, &[])]);
+        assert_eq!(kept(&f, at(0), &two), [0]);
+        assert_eq!(over(&f), 1);
+        assert_eq!(kept(&f, at(5), &one), Vec::<i64>::new());
+        assert_eq!(over(&f), 2);
+        // A token again, but the last excess was 7 s ago: still throttled.
+        assert_eq!(kept(&f, at(12), &one), [0]);
+        assert_eq!(over(&f), 2);
+        assert_eq!(kept(&f, at(13), &one), Vec::<i64>::new());
+        // A whole period since the last excess: the next passing event ends it.
+        assert_eq!(kept(&f, at(23), &one), [0]);
+        assert_eq!(over(&f), 0);
     }
 
     #[test]
