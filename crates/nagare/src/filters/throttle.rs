@@ -448,6 +448,60 @@ mod tests {
         assert_eq!(over(&f), 0);
     }
 
+    /// A writer for a test's log lines.
+    #[derive(Clone, Default)]
+    struct Lines(std::sync::Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Lines {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn one_line_when_a_group_goes_over_and_one_when_it_is_back() {
+        let lines = Lines::default();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let f = build("group_key = [\"app\"]\nrate = 1\nperiod = \"10s\"\n").unwrap();
+        let t0 = Instant::now();
+        let at = |s: u64| t0 + Duration::from_secs(s);
+        let app = [("app", Value::from("web"))];
+        let web = |n: i64| (n, &app[..]);
+        tracing::subscriber::with_default(subscriber, || {
+            // Over at 0 s and 5 s (one line), a pass at 12 s (7 s after the
+            // last excess: still throttled), back at 25 s, over again.
+            kept(&f, at(0), &batch(&[web(0), web(1), web(2)]));
+            kept(&f, at(5), &batch(&[web(3)]));
+            kept(&f, at(12), &batch(&[web(4)]));
+            kept(&f, at(25), &batch(&[web(5), web(6)]));
+        });
+        let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+        let logged: Vec<&str> = text.lines().collect();
+        assert_eq!(logged.len(), 3, "{text}");
+        assert!(
+            logged[0].contains("WARN")
+                && logged[0].contains("throttle: group is over its limit; the excess is dropped")
+                && logged[0].contains(r#"group={app="web"}"#)
+                && logged[0].contains("limit=1 events per 10s"),
+            "{text}"
+        );
+        assert!(
+            logged[1].contains("INFO")
+                && logged[1].contains("group is under its limit again")
+                && logged[1].contains("over=3"),
+            "{text}"
+        );
+        assert!(logged[2].contains("group is over its limit"), "{text}");
+    }
+
     #[test]
     fn the_least_recently_seen_group_is_evicted_past_max_groups() {
         let f = build("group_key = [\"g\"]\nrate = 1\nperiod = \"1h\"\nmax_groups = 2\n").unwrap();
@@ -496,19 +550,5 @@ mod tests {
         assert!(err("rate = 1\nexcess_tag = \"x.$1\"\n").message.contains("no capture"));
         assert!(err("rate = 1\nexcess_tag = \"${host}\"\n").message.contains("unknown template variable"));
         assert!(toml::from_str::<ThrottleConfig>("period = \"1s\"\n").is_err(), "rate is required");
-    }
-
-    #[test]
-    fn log_lines_show_the_group() {
-        let f = build("group_key = [\"app\", \"ns\"]\nrate = 1\n").unwrap();
-        let mut key = Vec::new();
-        let rec = {
-            let mut r = Vec::new();
-            let v = Value::Map(vec![("app".into(), "web".into())]);
-            rmpv::encode::write_value(&mut r, &v).unwrap();
-            r
-        };
-        f.group_of(&rec, &mut key, &mut Vec::new());
-        assert_eq!(f.describe(&key), "{app=\"web\", ns=missing}");
     }
 }
