@@ -55,7 +55,8 @@ pub struct ThrottleConfig {
     /// Instead of dropping the events over the limit, give them this tag
     /// (`${tag}` and `${tag_parts[N]}` are the event's tag and its parts,
     /// e.g. "${tag}.throttled"); they go on through the later filters and
-    /// to the output the new tag selects. Default: they are dropped.
+    /// to the output the new tag selects (a tag that comes out empty drops
+    /// them). Default: they are dropped.
     #[serde(default)]
     pub excess_tag: Option<String>,
     /// Log a warning when a group goes over its limit, and a line when it
@@ -306,14 +307,16 @@ impl Throttle {
             passes
         });
         drop(groups);
-        let moved = match &self.excess_tag {
-            Some(t) if over > 0 => {
-                let mut to = String::new();
-                render(t, tag, None, &mut to);
-                vec![(to, Bytes::from(excess), over)]
+        let mut moved = Vec::new();
+        if let Some(t) = self.excess_tag.as_ref().filter(|_| over > 0) {
+            let mut to = String::new();
+            render(t, tag, None, &mut to);
+            // A tag that came out empty (`${tag_parts[5]}` of a short tag)
+            // routes nowhere: the excess is dropped, as rewrite_tag does.
+            if !to.is_empty() {
+                moved.push((to, Bytes::from(excess), over));
             }
-            _ => Vec::new(),
-        };
+        }
         Filtered {
             batch,
             moved,
@@ -528,6 +531,12 @@ mod tests {
         assert_eq!(out.moved.len(), 1);
         let (tag, e, n) = &out.moved[0];
         assert_eq!((tag.as_str(), seqs(e), *n), ("app.web.over.app", vec![1, 2], 2));
+        assert_eq!(out.throttled, 2);
+        // An excess tag that comes out empty drops the excess.
+        let f2 = build("rate = 1\nexcess_tag = \"${tag_parts[3]}\"\n").unwrap();
+        let out = f2.filter_at(t0, "app.web", std::slice::from_ref(&b));
+        assert_eq!(out.batch.map(|(_, n)| n), Some(1));
+        assert!(out.moved.is_empty());
         assert_eq!(out.throttled, 2);
         // Nothing over: the batch goes on unchanged, nothing moved.
         let one = batch(&[(3, &[])]);
