@@ -20,6 +20,8 @@ pub struct PluginStats {
     /// Events dropped: by an output's overflow_action = "drop_oldest_chunk",
     /// or by a filter (a grep filter's rules).
     pub dropped: AtomicU64,
+    /// Events over a throttle filter's rate limit (dropped or re-tagged).
+    pub throttled: AtomicU64,
     /// Events refused by overflow_action = "throw".
     pub rejected: AtomicU64,
     /// Events handed to the secondary output: their retries ran out, or their

@@ -90,7 +90,8 @@ impl FilterPlugin for GrepConfig {
     }
 }
 
-fn rules(what: &str, rules: &[GrepRule]) -> Result<Vec<Rule>, OptionError> {
+/// The rules of `[[filter.<what>]]`, checked (shared with sample's `exclude`).
+pub(super) fn rules(what: &str, rules: &[GrepRule]) -> Result<Vec<Rule>, OptionError> {
     rules
         .iter()
         .enumerate()
@@ -105,14 +106,14 @@ fn rules(what: &str, rules: &[GrepRule]) -> Result<Vec<Rule>, OptionError> {
         .collect()
 }
 
-struct Rule {
+pub(super) struct Rule {
     key: FieldPath,
     pattern: Regex,
 }
 
 impl Rule {
     /// The record has the field and its text matches.
-    fn matches(&self, record: &[u8], scratch: &mut Vec<u8>) -> bool {
+    pub(super) fn matches(&self, record: &[u8], scratch: &mut Vec<u8>) -> bool {
         match self.key.find(record) {
             Some((a, b)) => self.pattern.is_match(value_text(&record[a..b], scratch)),
             None => false,
@@ -148,30 +149,8 @@ impl Grep {
 impl Filter for Grep {
     fn filter(&self, _tag: &str, parts: &[Bytes], _count: u32) -> Filtered {
         let mut scratch = Vec::new();
-        // Made at the first dropped event, with every entry before it.
-        let mut out: Option<Vec<u8>> = None;
-        let mut kept = 0u32;
-        for (i, part) in parts.iter().enumerate() {
-            let mut offset = 0;
-            for (r, end) in super::record::entries(part) {
-                let (record, entry) = (&part[r..end], &part[offset..end]);
-                if self.keeps(record, &mut scratch) {
-                    kept += 1;
-                    if let Some(o) = &mut out {
-                        o.extend_from_slice(entry);
-                    }
-                } else if out.is_none() {
-                    let len = parts.iter().map(|p| p.len()).sum();
-                    let mut o = Vec::with_capacity(len);
-                    parts[..i].iter().for_each(|p| o.extend_from_slice(p));
-                    o.extend_from_slice(&part[..offset]);
-                    out = Some(o);
-                }
-                offset = end;
-            }
-        }
         Filtered {
-            batch: out.map(|o| (Bytes::from(o), kept)),
+            batch: super::record::retain(parts, |record, _| self.keeps(record, &mut scratch)),
             ..Filtered::default()
         }
     }

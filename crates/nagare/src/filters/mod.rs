@@ -26,6 +26,8 @@ registry! {
     grep => filter::<grep::GrepConfig>(),
     modify => filter::<modify::ModifyConfig>(),
     rewrite_tag => filter::<rewrite_tag::RewriteTagConfig>(),
+    throttle => filter::<throttle::ThrottleConfig>(),
+    sample => filter::<sample::SampleConfig>(),
 }
 
 /// What a filter made of a batch.
@@ -55,6 +57,9 @@ pub struct Filtered {
     /// error_label`). A filter built without `failures_routed` leaves this
     /// `None` (should it not, the router puts them back in the batch).
     pub failed: Option<(Bytes, u32)>,
+    /// Events over a rate limit (throttle), dropped or in `moved`: counted
+    /// as the filter's `throttled_events_total`.
+    pub throttled: u64,
 }
 
 /// A filter type. Synchronous: it runs on the input's task, on a batch

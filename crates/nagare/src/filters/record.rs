@@ -1,11 +1,12 @@
 //! Field paths and field values in msgpack records, shared by the filters
-//! that read fields (grep, modify): a field is found by walking the
-//! record's maps, without decoding the values it passes over.
+//! that read fields (grep, modify, throttle, sample): a field is found by
+//! walking the record's maps, without decoding the values it passes over.
 //!
 //! Path syntax (Fluentd's record_accessor): `name` is the top-level key
 //! `name` as written, dots included; `$.a.b` is the key `b` inside the map
 //! under the top-level key `a`.
 
+use bytes::Bytes;
 use nagare_forward::msgpack::{read_map_len, read_str_or_bin, skip_value};
 
 // The walks below run for every event a field filter sees: the common
@@ -99,6 +100,34 @@ pub fn entries(part: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
         let p = pos;
         Some((record, p))
     })
+}
+
+/// The entries of a batch for which `keep(record, entry)` is true, as a
+/// new batch and its count; `None` when every entry is kept (the batch goes
+/// on as it came, uncopied). The new batch is made at the first entry not
+/// kept, with every entry before it, then entry by entry.
+pub fn retain(parts: &[Bytes], mut keep: impl FnMut(&[u8], &[u8]) -> bool) -> Option<(Bytes, u32)> {
+    let mut out: Option<Vec<u8>> = None;
+    let mut kept = 0u32;
+    for (i, part) in parts.iter().enumerate() {
+        let mut offset = 0;
+        for (r, end) in entries(part) {
+            let entry = &part[offset..end];
+            if keep(&part[r..end], entry) {
+                kept += 1;
+                if let Some(o) = &mut out {
+                    o.extend_from_slice(entry);
+                }
+            } else if out.is_none() {
+                let mut o = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+                parts[..i].iter().for_each(|p| o.extend_from_slice(p));
+                o.extend_from_slice(&part[..offset]);
+                out = Some(o);
+            }
+            offset = end;
+        }
+    }
+    out.map(|o| (Bytes::from(o), kept))
 }
 
 /// A field of a record: the keys from the top-level map down.

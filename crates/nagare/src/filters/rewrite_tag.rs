@@ -80,7 +80,8 @@ impl FilterPlugin for RewriteTagConfig {
     }
 }
 
-enum Part {
+/// A piece of a tag template (shared with throttle's `excess_tag`).
+pub(super) enum Part {
     Text(String),
     Capture(usize),
     Tag,
@@ -152,7 +153,7 @@ impl Rule {
     }
 }
 
-fn render(parts: &[Part], tag: &str, caps: Option<&regex::bytes::Captures>, out: &mut String) {
+pub(super) fn render(parts: &[Part], tag: &str, caps: Option<&regex::bytes::Captures>, out: &mut String) {
     out.clear();
     for p in parts {
         match p {
@@ -169,7 +170,7 @@ fn render(parts: &[Part], tag: &str, caps: Option<&regex::bytes::Captures>, out:
 }
 
 /// Reads a tag template: `$1`…`$9`, `${tag}`, `${tag_parts[N]}`, text.
-fn tag_template(s: &str) -> Result<Vec<Part>, String> {
+pub(super) fn tag_template(s: &str) -> Result<Vec<Part>, String> {
     let mut parts = Vec::new();
     let mut text = String::new();
     let mut rest = s;

@@ -49,6 +49,11 @@ const COUNTERS: &[(&str, &str, Counter)] = &[
         |s| PluginStats::get(&s.dropped),
     ),
     (
+        "throttled_events_total",
+        "Events over a throttle filter's rate limit (dropped, or re-tagged with excess_tag)",
+        |s| PluginStats::get(&s.throttled),
+    ),
+    (
         "rejected_events_total",
         "Events refused by overflow_action throw (not acked; the sender retries)",
         |s| PluginStats::get(&s.rejected),

@@ -351,6 +351,7 @@ impl Router {
             if let Some((entries, count)) = out.failed.filter(|(_, n)| *n > 0) {
                 self.fail(&mut b, entries, count, todo);
             }
+            PluginStats::add(&st.throttled, out.throttled);
             for (tag, entries, count) in out.moved {
                 let route = self.route_in(b.route.label, &tag);
                 let parts = vec![entries];
