@@ -802,6 +802,8 @@ pub fn read_msg<R: Read + ?Sized>(r: &mut R, buf: &mut Vec<u8>) -> Result<Vec<u8
         match r.read(&mut b) {
             Ok(0) => return Err("closed".into()),
             Ok(n) => buf.extend_from_slice(&b[..n]),
+            // A signal landed on this thread (seen under heavy load): read again.
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(e.to_string()),
         }
     }
