@@ -45,7 +45,7 @@ const COUNTERS: &[(&str, &str, Counter)] = &[
     ),
     (
         "dropped_events_total",
-        "Events dropped: by an output's overflow_action drop_oldest_chunk, or by a filter (grep)",
+        "Events dropped: by an output's overflow_action drop_oldest_chunk, or by a filter (grep, throttle, sample, rewrite_tag unmatched = drop, lua code -1, exec)",
         |s| PluginStats::get(&s.dropped),
     ),
     (
