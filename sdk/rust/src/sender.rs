@@ -85,7 +85,12 @@ struct Sender {
     rbuf: Vec<u8>,
     rng: rand::rngs::StdRng,
     hostname: String,
+    /// close() was called: retry the servers now and then every CLOSING_RETRY.
+    closing: bool,
 }
+
+/// While close() waits, a refused server is retried this often until its deadline.
+const CLOSING_RETRY: Duration = Duration::from_millis(100);
 
 pub(crate) fn run(sh: Arc<Shared>) {
     let hostname = sh.cfg.client_hostname.clone().unwrap_or_else(hostname);
@@ -103,6 +108,7 @@ pub(crate) fn run(sh: Arc<Shared>) {
         rbuf: Vec::new(),
         rng: rand::rngs::StdRng::from_entropy(),
         hostname,
+        closing: false,
     };
     s.run();
 }
@@ -133,6 +139,22 @@ impl Sender {
                         return;
                     }
                     let now = Instant::now();
+                    if st.closing && !self.closing {
+                        // reconnect now, not when the current backoff delay ends
+                        self.closing = true;
+                        self.next_attempt = self.next_attempt.min(now);
+                    }
+                    // spilled records reach the disk within SYNC_INTERVAL
+                    if let Some(sp) = st.spill.as_mut() {
+                        if sp.sync_due().is_some_and(|t| now >= t) {
+                            if let Err(e) = sp.persist() {
+                                spill_err = Some(Error::Spill {
+                                    path: sp.path().display().to_string(),
+                                    source: e,
+                                });
+                            }
+                        }
+                    }
                     let mut from_spill = false;
                     if st.pending_bytes == 0
                         && self.queue.is_empty()
@@ -179,6 +201,9 @@ impl Sender {
                     }
                     if !self.queue.is_empty() {
                         wait = wait.min(self.next_attempt.saturating_duration_since(now));
+                    }
+                    if let Some(t) = st.spill.as_ref().and_then(|s| s.sync_due()) {
+                        wait = wait.min(t.saturating_duration_since(now));
                     }
                     st.sender_waiting = true;
                     st = self
@@ -231,7 +256,12 @@ impl Sender {
             .min(cfg.backoff_max);
         // "Equal jitter": half fixed, half random, so delays still grow.
         let half = d / 2;
-        half + half.mul_f64(self.rng.gen::<f64>())
+        let d = half + half.mul_f64(self.rng.gen::<f64>());
+        if self.closing {
+            d.min(CLOSING_RETRY)
+        } else {
+            d
+        }
     }
 
     fn server_name(&self, i: usize) -> String {
@@ -470,22 +500,29 @@ impl Sender {
         left.extend(pending.into_iter().map(|(t, e, c)| (t, c, e)));
         let mut err = None;
         if let Some(sp) = st.spill.as_mut() {
-            let n: u64 = left.iter().map(|l| l.1 as u64).sum();
             let r = if left.is_empty() {
                 sp.persist()
             } else {
                 sp.prepend_and_persist(&left)
             };
             match r {
-                Ok(()) => {
-                    self.sh.counters.spilled.fetch_add(n, Relaxed);
-                }
+                Ok(()) => {}
                 Err(e) => {
                     err = Some(Error::Spill {
                         path: sp.path().display().to_string(),
                         source: e,
                     })
                 }
+            }
+        } else {
+            // No spill file: what close() could not deliver is gone. Count it
+            // as dropped (and no longer buffered), so the counters add up.
+            let n: u64 = left.iter().map(|l| l.1 as u64).sum();
+            if n > 0 {
+                st.completed += n;
+                st.lost_at_close = n;
+                self.sh.counters.dropped.fetch_add(n, Relaxed);
+                err = Some(Error::Timeout { remaining: n });
             }
         }
         st.exited = true;
