@@ -39,7 +39,12 @@ def main() -> None:
             elif cmd == "stats":
                 s = client.stats
                 # kept: events still in the spill file (after close: what it left there)
-                reply = {"sent": s.sent, "dropped": s.dropped, "kept": s.spilled, "buffered": s.buffered}
+                reply = {
+                    "sent": s.sent,
+                    "dropped": s.dropped,
+                    "kept": s.spilled,
+                    "buffered": s.buffered,
+                }
             elif cmd == "fork":
                 # the child emits and closes on its own; the parent goes on
                 tag, n = arg.split()

@@ -234,7 +234,9 @@ public final class NagareLogger implements AutoCloseable {
       return this;
     }
 
-    /** In BLOCK mode, how long emit() waits for room before dropping (default 10 s; 0 = forever). */
+    /**
+     * In BLOCK mode, how long emit() waits for room before dropping (default 10 s; 0 = forever).
+     */
     public Builder blockTimeout(Duration d) {
       this.blockTimeout = d;
       return this;
