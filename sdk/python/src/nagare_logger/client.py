@@ -721,9 +721,15 @@ class Client:
                 return  # could not open it: _report_drops tells on_error
             try:
                 spill.replace_with(records)
-                spill.discard()
+            except OSError as e:
+                self._spill_error = e
+                return
+            # the file was replaced: open the new one (what it holds is counted anew)
+            spill.discard()
+            try:
                 self._spill = SpillFile(spill.path, self.spill_max_bytes)
             except OSError as e:
+                self._spill = None
                 self._spill_error = e
                 return
             self._outbox.clear()
@@ -733,6 +739,8 @@ class Client:
             self._cond.notify_all()  # block-mode emitters: memory is free
 
     def _sync_spill(self) -> None:
+        # Under the lock, so close() cannot close the file meanwhile; it runs
+        # only while no server is reachable, when emit() waits on nothing else.
         with self._lock:
             spill = self._spill
             if spill is None or not spill.dirty:
