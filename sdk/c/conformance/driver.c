@@ -70,10 +70,12 @@ int main(void) {
       printf("{\"closed\":%s,\"ms\":%lld}\n", rc == NAGARE_OK ? "true" : "false", now_ms() - t0);
     } else if (strcmp(line, "stats") == 0) {
       nagare_stats s;
+      /* kept: events in the spill file, at most what was written to it */
       if (log && nagare_get_stats(log, &s) == NAGARE_OK)
         printf("{\"sent\":%llu,\"dropped\":%llu,\"kept\":%llu,\"buffered\":%llu}\n",
                (unsigned long long)s.sent, (unsigned long long)s.dropped,
-               (unsigned long long)s.buffered, (unsigned long long)s.buffered);
+               (unsigned long long)(s.spilled < s.buffered ? s.spilled : s.buffered),
+               (unsigned long long)s.buffered);
       else
         printf("{\"unavailable\":true}\n");
     } else if (strcmp(line, "quit") == 0) {

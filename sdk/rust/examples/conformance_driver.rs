@@ -30,6 +30,7 @@ fn configure(o: &Value) -> Result<Logger, String> {
 
 fn main() {
     let mut log: Option<Logger> = None;
+    let mut closed = false;
     let mut seqs: HashMap<String, u64> = HashMap::new();
     let stdout = std::io::stdout();
     for line in std::io::stdin().lock().lines() {
@@ -57,14 +58,21 @@ fn main() {
                 json!({ "accepted": accepted })
             }
             ("close", Some(l)) => {
+                closed = true;
                 let t0 = Instant::now();
                 let r = l.close(Duration::from_millis(arg.parse().unwrap_or(10_000)));
                 json!({ "closed": r.is_ok(), "ms": t0.elapsed().as_millis() as u64 })
             }
             ("stats", Some(l)) => {
                 let s = l.stats();
-                // kept: after close, buffered is what the spill file keeps
-                json!({ "sent": s.sent, "dropped": s.dropped, "kept": s.buffered, "buffered": s.buffered })
+                // kept: events in the spill file. After close, buffered is what
+                // the file keeps; before, at most what was written to it.
+                let kept = if closed {
+                    s.buffered
+                } else {
+                    s.spilled.min(s.buffered)
+                };
+                json!({ "sent": s.sent, "dropped": s.dropped, "kept": kept, "buffered": s.buffered })
             }
             ("quit", _) => break,
             (_, None) => json!({ "error": format!("{cmd} before configure") }),

@@ -91,3 +91,34 @@ fn spilled_events_are_on_disk_within_the_sync_interval() {
     let _ = log.close(Duration::from_millis(100));
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn events_go_to_the_spill_file_while_no_server_answers() {
+    let dir = std::env::temp_dir().join(format!("nagare-logger-{}-outage", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let port = free_port();
+    // memory has room for everything: the events are spilled because no
+    // server answers, not because memory is full
+    let cfg = to(port)
+        .backoff(Duration::from_millis(50), Duration::from_millis(200))
+        .overflow(Overflow::Spill)
+        .spill_path(dir.join("spill.bin"));
+    let log = Logger::new(cfg).unwrap();
+    emit_range(&log, "app.outage", 0..500);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while log.stats().spilled < 500 {
+        assert!(Instant::now() < deadline, "stats {:?}", log.stats());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // later events follow them into the file, in order
+    emit_range(&log, "app.outage", 500..1000);
+    let srv = Server::start_on(port, Opts::default());
+    log.close(Duration::from_secs(10)).unwrap();
+    assert!(srv.wait_for(1000, Duration::from_secs(10)));
+    let seqs: Vec<u64> = srv.events().iter().map(|e| e.seq()).collect();
+    assert_eq!(seqs, (0..1000).collect::<Vec<_>>());
+    let st = log.stats();
+    assert_eq!((st.sent, st.dropped, st.buffered), (1000, 0, 0));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
