@@ -75,7 +75,8 @@ suite "cargo test" cargo test --workspace --locked --no-fail-fast
 suite "cargo test (png plots)" cargo test -p nagare-bench --features png --locked --test bench
 
 # --- SDKs and interop (each directory brings its own runner) -----------------
-for d in sdk/python sdk/go sdk/java sdk/typescript tests/interop; do
+# sdk/conformance runs every SDK's driver: after the SDK suites set them up.
+for d in sdk/python sdk/go sdk/java sdk/typescript sdk/conformance tests/interop; do
   if [ -f "$d/ci.sh" ]; then
     suite "$d" bash "$d/ci.sh"
   fi

@@ -38,6 +38,9 @@ var (
 
 const maxTagLen = 65535
 
+// closingRetry is how often Close retries the servers until its deadline.
+const closingRetry = 100 * time.Millisecond
+
 // Server is one forward endpoint.
 type Server struct {
 	// Network is "tcp" (default) or "unix".
@@ -102,6 +105,9 @@ type Config struct {
 	PrimaryRetry time.Duration
 	// CloseTimeout bounds Close. Default 10s.
 	CloseTimeout time.Duration
+	// BlockTimeout bounds how long Emit waits for room with Overflow
+	// "block"; then the event is dropped (ErrBufferFull). Default 10s.
+	BlockTimeout time.Duration
 
 	// ErrorHandler receives connection, write and ack errors. It is called
 	// from the sender goroutine and must not block for long.
@@ -150,6 +156,7 @@ type Client struct {
 	bufPool     sync.Pool
 	wake        chan struct{}
 	abort       chan struct{}
+	closing     chan struct{}   // closed when Close starts: reconnect now, retry often
 	abortCtx    context.Context // canceled with abort: interrupts dials
 	cancelAbort context.CancelFunc
 	senderDone  chan struct{}
@@ -187,7 +194,8 @@ func New(cfg Config) (*Client, error) {
 	def(&cfg.DialTimeout, 5*time.Second)
 	def(&cfg.WriteTimeout, 10*time.Second)
 	def(&cfg.BackoffBase, 100*time.Millisecond)
-	def(&cfg.BackoffMax, 10*time.Second)
+	def(&cfg.BackoffMax, 30*time.Second)
+	def(&cfg.BlockTimeout, 10*time.Second)
 	def(&cfg.PrimaryRetry, 10*time.Second)
 	def(&cfg.CloseTimeout, 10*time.Second)
 	if cfg.BufferLimit <= 0 {
@@ -200,7 +208,7 @@ func New(cfg Config) (*Client, error) {
 		cfg.ChunkSize = cfg.BufferLimit / 2
 	}
 	if cfg.SpillLimit <= 0 {
-		cfg.SpillLimit = 1 << 30
+		cfg.SpillLimit = 256 << 20
 	}
 	switch cfg.Overflow {
 	case "":
@@ -222,6 +230,7 @@ func New(cfg Config) (*Client, error) {
 		staging:    make(map[string]*chunk),
 		wake:       make(chan struct{}, 1),
 		abort:      make(chan struct{}),
+		closing:    make(chan struct{}),
 		senderDone: make(chan struct{}),
 		hostname:   cfg.Hostname,
 	}
@@ -323,6 +332,7 @@ func (c *Client) add(tag string, entry []byte) error {
 		c.mu.Unlock()
 		return fmt.Errorf("%w (event of %d bytes, BufferLimit %d)", ErrBufferFull, n, c.cfg.BufferLimit)
 	}
+	var deadline time.Time // overflow "block": when waiting for room ends
 	for c.memBytes+n > c.cfg.BufferLimit {
 		switch c.cfg.Overflow {
 		case OverflowDrop:
@@ -330,6 +340,20 @@ func (c *Client) add(tag string, entry []byte) error {
 			c.mu.Unlock()
 			return ErrBufferFull
 		case OverflowBlock:
+			if deadline.IsZero() {
+				deadline = time.Now().Add(c.cfg.BlockTimeout)
+				// wakes this wait at the deadline if no room was freed before
+				wake := time.AfterFunc(c.cfg.BlockTimeout, func() {
+					c.mu.Lock()
+					c.cond.Broadcast()
+					c.mu.Unlock()
+				})
+				defer wake.Stop()
+			} else if !time.Now().Before(deadline) {
+				c.stats.Dropped++
+				c.mu.Unlock()
+				return fmt.Errorf("%w (no room within BlockTimeout %v)", ErrBufferFull, c.cfg.BlockTimeout)
+			}
 			c.queueAllStagedLocked() // send what is staged now
 			c.signal()
 			c.cond.Wait()
@@ -468,6 +492,7 @@ func (c *Client) CloseContext(ctx context.Context) error {
 		return nil
 	}
 	c.closed = true
+	close(c.closing)
 	c.cond.Broadcast() // wake blocked emitters
 	c.queueAllStagedLocked()
 	werr := c.waitLocked(ctx, c.nextSerial)
@@ -784,9 +809,19 @@ func (c *Client) ensureConn() net.Conn {
 		}
 		d := c.backoff(c.backoffN)
 		c.backoffN++
+		closing := c.closing
+		select {
+		case <-c.closing:
+			// Close is waiting: keep trying until its deadline, a short delay apart
+			d = min(d, closingRetry)
+			closing = nil
+		default:
+		}
 		t := time.NewTimer(d)
 		select {
 		case <-t.C:
+		case <-closing: // Close was called: retry now, not after the backoff
+			t.Stop()
 		case <-c.abort:
 			t.Stop()
 			return nil

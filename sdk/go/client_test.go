@@ -637,3 +637,68 @@ func TestSpillLimitDropsAndCounts(t *testing.T) {
 	}
 	checkSeqs(t, s.waitEvents(2000-full, 5*time.Second), 2000-full)
 }
+
+// Close reconnects at once instead of waiting out the backoff delay (issue 17).
+func TestCloseReconnectsAtOnceAfterLongBackoff(t *testing.T) {
+	addr := freeAddr(t)
+	failed := make(chan struct{}, 1)
+	c, err := New(Config{
+		Servers: []Server{{Address: addr}}, BackoffBase: 20 * time.Second, BackoffMax: 30 * time.Second,
+		ErrorHandler: func(error) {
+			select {
+			case failed <- struct{}{}:
+			default:
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	emitN(t, c, "app.late", 0, 1000)
+	select {
+	case <-failed: // the sender now waits 15-25 s before its next round
+	case <-time.After(10 * time.Second):
+		t.Fatal("no connect attempt failed")
+	}
+	s := newTestServer(t, "tcp", addr)
+	s.start()
+	t.Cleanup(s.stop)
+	t0 := time.Now()
+	if err := c.CloseContext(ctxTimeout(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d >= 5*time.Second {
+		t.Fatalf("close took %v", d)
+	}
+	checkSeqs(t, s.waitEvents(1000, 5*time.Second), 1000)
+	if st := c.Stats(); st.Sent != 1000 || st.Dropped != 0 || st.Buffered != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// Block mode gives up after BlockTimeout (default 10s) instead of waiting for ever.
+func TestOverflowBlockTimesOut(t *testing.T) {
+	c := newClient(t, Config{
+		Servers: []Server{{Address: freeAddr(t)}}, Overflow: OverflowBlock,
+		BufferLimit: 8 << 10, ChunkSize: 1 << 10, BlockTimeout: 300 * time.Millisecond,
+	})
+	var err error
+	i := 0
+	for ; i < 10_000 && err == nil; i++ {
+		err = c.Emit("app.block", record(i))
+	}
+	if !errors.Is(err, ErrBufferFull) {
+		t.Fatalf("emit %d: %v", i, err)
+	}
+	if st := c.Stats(); st.Dropped != 1 || st.Buffered != uint64(i-1) {
+		t.Fatalf("after %d emits: stats %+v", i, st)
+	}
+	def, err := New(Config{Servers: []Server{{Address: freeAddr(t)}}, Overflow: OverflowBlock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer def.CloseContext(ctxTimeout(t, 10*time.Millisecond))
+	if def.cfg.BlockTimeout != 10*time.Second {
+		t.Fatalf("default BlockTimeout %v", def.cfg.BlockTimeout)
+	}
+}

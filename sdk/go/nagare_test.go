@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -147,6 +148,28 @@ func TestAgainstNagareBinary(t *testing.T) {
 			t.Fatal(err)
 		}
 		p.collect(t, "go.sdk", n)
+	})
+	t.Run("time.Time as an RFC 3339 string", func(t *testing.T) {
+		addr := freeAddr(t)
+		p := startNagare(t, fmt.Sprintf("bind = %q", addr))
+		waitListening(t, "tcp", addr)
+		c := newClient(t, Config{Servers: []Server{{Address: addr}}})
+		at := time.Date(2026, 11, 24, 9, 30, 15, 250_000_000, time.UTC)
+		if err := c.Emit("go.sdk.time", map[string]any{"at": at, "big": uint64(1<<63 + 1)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case line := <-p.lines:
+			want := `"record":{"at":"2026-11-24T09:30:15.250Z","big":9223372036854775809}`
+			if !strings.Contains(line, want) {
+				t.Fatalf("got %s, want it to hold %s", line, want)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("no event from nagare")
+		}
 	})
 	t.Run("unix-shared-key-ack", func(t *testing.T) {
 		dir, err := os.MkdirTemp("", "ngo")

@@ -93,7 +93,7 @@ pub type ErrorHandler = Arc<dyn Fn(&Error) + Send + Sync>;
 pub struct Config {
     /// Servers in order of preference; the first is the primary. Default `127.0.0.1:24224`.
     pub servers: Vec<Endpoint>,
-    /// Most bytes of encoded events held in memory (pending + in flight). Default 64 MiB.
+    /// Most bytes of encoded events held in memory (pending + in flight). Default 32 MiB.
     pub buffer_limit: usize,
     /// A batch is sent once this many bytes are pending for it. Default 1 MiB.
     pub batch_bytes: usize,
@@ -105,15 +105,15 @@ pub struct Config {
     pub overflow: Overflow,
     /// Spill file for `Overflow::Spill`; also where unsent events go at close. Default none.
     pub spill_path: Option<PathBuf>,
-    /// Largest size of the spill file in bytes. Default 1 GiB.
+    /// Largest size of the spill file in bytes. Default 256 MiB.
     pub spill_limit: u64,
-    /// With `Overflow::Block`: longest wait in `emit` before the event is dropped; `None` waits forever.
+    /// With `Overflow::Block`: longest wait in `emit` before the event is dropped (default 10 s); `None` waits forever.
     pub block_timeout: Option<Duration>,
     /// At-least-once: send a `chunk` id with every frame and resend frames not acked in `ack_timeout`.
     pub require_ack: bool,
     /// How long to wait for an ack before reconnecting and resending. Default 10 s.
     pub ack_timeout: Duration,
-    /// Connect timeout per server. Default 3 s.
+    /// Connect timeout per server. Default 5 s.
     pub connect_timeout: Duration,
     /// Write timeout; a write that stalls longer breaks the connection. Default 10 s.
     pub write_timeout: Duration,
@@ -131,7 +131,7 @@ pub struct Config {
     pub password: String,
     /// Hostname sent in PING. Default: this machine's hostname.
     pub client_hostname: Option<String>,
-    /// Time to deliver buffered events when the logger is dropped. Default 5 s.
+    /// Time to deliver buffered events when the logger is dropped. Default 10 s.
     pub close_timeout: Duration,
     /// Called with every error the sender meets (connect, write, handshake, ack timeout, drop).
     pub error_handler: Option<ErrorHandler>,
@@ -161,17 +161,17 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             servers: vec![Endpoint::Tcp("127.0.0.1:24224".into())],
-            buffer_limit: 64 << 20,
+            buffer_limit: 32 << 20,
             batch_bytes: 1 << 20,
             flush_interval: Duration::from_millis(100),
             compress: Compress::None,
             overflow: Overflow::Spill,
             spill_path: None,
-            spill_limit: 1 << 30,
-            block_timeout: None,
+            spill_limit: 256 << 20,
+            block_timeout: Some(Duration::from_secs(10)),
             require_ack: false,
             ack_timeout: Duration::from_secs(10),
-            connect_timeout: Duration::from_secs(3),
+            connect_timeout: Duration::from_secs(5),
             write_timeout: Duration::from_secs(10),
             backoff_base: Duration::from_millis(100),
             backoff_max: Duration::from_secs(30),
@@ -180,7 +180,7 @@ impl Default for Config {
             username: String::new(),
             password: String::new(),
             client_hostname: None,
-            close_timeout: Duration::from_secs(5),
+            close_timeout: Duration::from_secs(10),
             error_handler: None,
             #[cfg(feature = "tls")]
             tls: None,

@@ -97,7 +97,8 @@ pub struct Stats {
     pub buffered: u64,
     /// Bytes of encoded events held in memory.
     pub buffered_bytes: u64,
-    /// Events written to the spill file (in total).
+    /// Events written to the spill file (in total; records still in its
+    /// write buffer, at most `SYNC_INTERVAL` = 200 ms old, are not counted).
     pub spilled: u64,
     /// Events dropped (buffer full with `overflow = drop`, spill file full, block timeout).
     pub dropped: u64,
@@ -123,6 +124,8 @@ pub(crate) struct State {
     spill: Option<Spill>,
     accepted: u64,
     completed: u64,
+    /// Events close() could not deliver and had no spill file for (dropped).
+    lost_at_close: u64,
     sender_waiting: bool,
     flush_waiters: usize,
     blocked: usize,
@@ -204,7 +207,6 @@ impl State {
 #[derive(Default)]
 pub(crate) struct Counters {
     sent: AtomicU64,
-    spilled: AtomicU64,
     dropped: AtomicU64,
     reconnects: AtomicU64,
     errors: AtomicU64,
@@ -281,6 +283,7 @@ impl Inner {
                 // Events left in the spill file by an earlier run count as buffered.
                 accepted: left,
                 completed: 0,
+                lost_at_close: 0,
                 sender_waiting: false,
                 flush_waiters: 0,
                 blocked: 0,
@@ -503,7 +506,6 @@ impl Logger {
                 match sp.append(tag, 1, &st.scratch) {
                     Ok(true) => {
                         st.accepted += 1;
-                        sh.counters.spilled.fetch_add(1, Relaxed);
                         if st.sender_waiting {
                             st.sender_waiting = false;
                             sh.work.notify_one();
@@ -598,18 +600,19 @@ impl Logger {
         let inner = self.inner();
         let sh = &inner.shared;
         let c = &sh.counters;
-        let (buffered, bytes) = {
+        let (buffered, bytes, spilled) = {
             let st = sh.lock();
             (
                 st.accepted.saturating_sub(st.completed),
                 st.memory_used() as u64,
+                st.spill.as_ref().map_or(0, |s| s.written()),
             )
         };
         Stats {
             sent: c.sent.load(Relaxed),
             buffered,
             buffered_bytes: bytes,
-            spilled: c.spilled.load(Relaxed),
+            spilled,
             dropped: c.dropped.load(Relaxed),
             reconnects: c.reconnects.load(Relaxed),
             errors: c.errors.load(Relaxed),
@@ -682,7 +685,7 @@ fn close_inner(inner: &Inner, timeout: Duration) -> Result<(), Error> {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
-        st.accepted.saturating_sub(st.completed)
+        st.accepted.saturating_sub(st.completed) + st.lost_at_close
     };
     if let Some(t) = inner
         .thread

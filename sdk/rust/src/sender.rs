@@ -17,7 +17,7 @@ use nagare_forward::ScanError;
 use rand::{Rng, SeedableRng};
 
 use crate::conn::Conn;
-use crate::{Compress, Error, Shared};
+use crate::{Compress, Error, Overflow, Shared};
 
 /// `[tag, bin header]` and the option map `{"size": count, "chunk"?: id}`
 /// around an entries payload of `len` bytes.
@@ -85,7 +85,16 @@ struct Sender {
     rbuf: Vec<u8>,
     rng: rand::rngs::StdRng,
     hostname: String,
+    /// close() was called: retry the servers now and then every CLOSING_RETRY.
+    closing: bool,
+    /// The last connect round failed and events went to the spill file: new
+    /// ones follow them there, and the file is not read back until a server
+    /// answers (with overflow = spill and a spill file only).
+    unreachable: bool,
 }
+
+/// While close() waits, a refused server is retried this often until its deadline.
+const CLOSING_RETRY: Duration = Duration::from_millis(100);
 
 pub(crate) fn run(sh: Arc<Shared>) {
     let hostname = sh.cfg.client_hostname.clone().unwrap_or_else(hostname);
@@ -103,6 +112,8 @@ pub(crate) fn run(sh: Arc<Shared>) {
         rbuf: Vec::new(),
         rng: rand::rngs::StdRng::from_entropy(),
         hostname,
+        closing: false,
+        unreachable: false,
     };
     s.run();
 }
@@ -133,9 +144,26 @@ impl Sender {
                         return;
                     }
                     let now = Instant::now();
+                    if st.closing && !self.closing {
+                        // reconnect now, not when the current backoff delay ends
+                        self.closing = true;
+                        self.next_attempt = self.next_attempt.min(now);
+                    }
+                    // spilled records reach the disk within SYNC_INTERVAL
+                    if let Some(sp) = st.spill.as_mut() {
+                        if sp.sync_due().is_some_and(|t| now >= t) {
+                            if let Err(e) = sp.persist() {
+                                spill_err = Some(Error::Spill {
+                                    path: sp.path().display().to_string(),
+                                    source: e,
+                                });
+                            }
+                        }
+                    }
                     let mut from_spill = false;
                     if st.pending_bytes == 0
                         && self.queue.is_empty()
+                        && !self.unreachable
                         && spill_err.is_none()
                         && st.spill.as_ref().is_some_and(|s| !s.is_empty())
                     {
@@ -163,8 +191,8 @@ impl Sender {
                             || st.flush_waiters > 0
                             || st.closing
                             || age.is_none_or(|a| a >= cfg.flush_interval));
-                    let io_due =
-                        !self.queue.is_empty() && (self.conn.is_some() || now >= self.next_attempt);
+                    let io_due = (!self.queue.is_empty() || self.unreachable)
+                        && (self.conn.is_some() || now >= self.next_attempt);
                     if pending_due {
                         st.inflight_bytes += st.pending_bytes;
                         st.take_pending(&mut taken);
@@ -177,8 +205,11 @@ impl Sender {
                     if let Some(a) = age {
                         wait = wait.min(cfg.flush_interval.saturating_sub(a));
                     }
-                    if !self.queue.is_empty() {
+                    if !self.queue.is_empty() || self.unreachable {
                         wait = wait.min(self.next_attempt.saturating_duration_since(now));
+                    }
+                    if let Some(t) = st.spill.as_ref().and_then(|s| s.sync_due()) {
+                        wait = wait.min(t.saturating_duration_since(now));
                     }
                     st.sender_waiting = true;
                     st = self
@@ -231,7 +262,12 @@ impl Sender {
             .min(cfg.backoff_max);
         // "Equal jitter": half fixed, half random, so delays still grow.
         let half = d / 2;
-        half + half.mul_f64(self.rng.gen::<f64>())
+        let d = half + half.mul_f64(self.rng.gen::<f64>());
+        if self.closing {
+            d.min(CLOSING_RETRY)
+        } else {
+            d
+        }
     }
 
     fn server_name(&self, i: usize) -> String {
@@ -239,7 +275,7 @@ impl Sender {
     }
 
     fn deliver(&mut self) {
-        if self.queue.is_empty() {
+        if self.queue.is_empty() && !self.unreachable {
             return;
         }
         let now = Instant::now();
@@ -369,6 +405,57 @@ impl Sender {
         }
         self.attempts += 1;
         self.next_attempt = Instant::now() + self.backoff();
+        self.spill_while_unreachable();
+    }
+
+    /// No server answered: with overflow = spill and a spill file, what
+    /// waits in memory goes to the file, in front of what it holds (it is
+    /// older), and emit() sends new events after it while the file is not
+    /// empty. A kill -9 during the outage then loses at most what was
+    /// appended in the last `spill::SYNC_INTERVAL`.
+    fn spill_while_unreachable(&mut self) {
+        let sh = self.sh.clone();
+        if sh.cfg.overflow != Overflow::Spill {
+            return;
+        }
+        let mut st = sh.lock();
+        if st.spill.is_none() {
+            return;
+        }
+        self.unreachable = true;
+        // Not connected: nothing of the queue is waiting for an ack.
+        let mut left: Vec<(String, u32, Vec<u8>)> = self
+            .queue
+            .drain(..)
+            .map(|b| (b.tag, b.count, b.entries))
+            .collect();
+        let queued_bytes: usize = left.iter().map(|l| l.2.len()).sum();
+        let mut pending = Vec::new();
+        st.take_pending(&mut pending);
+        st.first_pending = None;
+        left.extend(pending.into_iter().map(|(t, e, c)| (t, c, e)));
+        if left.is_empty() {
+            return;
+        }
+        st.inflight_bytes -= queued_bytes;
+        let sp = st.spill.as_mut().expect("checked");
+        if let Err(e) = sp.prepend_and_persist(&left) {
+            // Keep them in memory and go on as without a spill file.
+            let err = Error::Spill {
+                path: sp.path().display().to_string(),
+                source: e,
+            };
+            for (tag, count, entries) in &left {
+                st.push_pending(tag, *count, entries);
+            }
+            self.unreachable = false;
+            drop(st);
+            sh.report(&err);
+            return;
+        }
+        if st.blocked > 0 {
+            sh.space.notify_all();
+        }
     }
 
     fn install(&mut self, c: Conn, i: usize) {
@@ -376,6 +463,7 @@ impl Sender {
             self.sh.counters.reconnects.fetch_add(1, Relaxed);
         }
         self.ever_connected = true;
+        self.unreachable = false;
         self.conn = Some(c);
         self.conn_idx = i;
         self.written = 0;
@@ -470,22 +558,29 @@ impl Sender {
         left.extend(pending.into_iter().map(|(t, e, c)| (t, c, e)));
         let mut err = None;
         if let Some(sp) = st.spill.as_mut() {
-            let n: u64 = left.iter().map(|l| l.1 as u64).sum();
             let r = if left.is_empty() {
                 sp.persist()
             } else {
                 sp.prepend_and_persist(&left)
             };
             match r {
-                Ok(()) => {
-                    self.sh.counters.spilled.fetch_add(n, Relaxed);
-                }
+                Ok(()) => {}
                 Err(e) => {
                     err = Some(Error::Spill {
                         path: sp.path().display().to_string(),
                         source: e,
                     })
                 }
+            }
+        } else {
+            // No spill file: what close() could not deliver is gone. Count it
+            // as dropped (and no longer buffered), so the counters add up.
+            let n: u64 = left.iter().map(|l| l.1 as u64).sum();
+            if n > 0 {
+                st.completed += n;
+                st.lost_at_close = n;
+                self.sh.counters.dropped.fetch_add(n, Relaxed);
+                err = Some(Error::Timeout { remaining: n });
             }
         }
         st.exited = true;

@@ -13,6 +13,9 @@ use std::path::{Path, PathBuf};
 
 const HEADER: usize = 12;
 const WBUF_FLUSH: usize = 64 << 10;
+/// Appended records reach the file and are fsync'd at most this long after
+/// they were appended, so a kill -9 (or power loss) loses at most this much.
+pub(crate) const SYNC_INTERVAL: std::time::Duration = std::time::Duration::from_millis(200);
 
 pub(crate) struct Spill {
     path: PathBuf,
@@ -26,6 +29,12 @@ pub(crate) struct Spill {
     limit: u64,
     /// Events in the spill (file + wbuf) not yet read back.
     events: u64,
+    /// Events in `wbuf`, not yet in the file.
+    wbuf_events: u64,
+    /// Events written to the file since it was opened (what `stats.spilled` counts).
+    written: u64,
+    /// When the oldest record not yet fsync'd was appended.
+    unsynced_since: Option<std::time::Instant>,
 }
 
 pub(crate) struct SpillRecord {
@@ -51,6 +60,9 @@ impl Spill {
             wbuf: Vec::new(),
             limit,
             events: 0,
+            wbuf_events: 0,
+            written: 0,
+            unsynced_since: None,
         };
         // Count what an earlier process left, cutting off a torn tail.
         let mut pos = 0u64;
@@ -108,6 +120,9 @@ impl Spill {
             .extend_from_slice(&(entries.len() as u32).to_le_bytes());
         self.wbuf.extend_from_slice(entries);
         self.events += count as u64;
+        self.wbuf_events += count as u64;
+        self.unsynced_since
+            .get_or_insert_with(std::time::Instant::now);
         if self.wbuf.len() >= WBUF_FLUSH {
             self.sync_wbuf()?;
         }
@@ -119,14 +134,30 @@ impl Spill {
             self.file.write_all_at(&self.wbuf, self.file_len)?;
             self.file_len += self.wbuf.len() as u64;
             self.wbuf.clear();
+            self.written += self.wbuf_events;
+            self.wbuf_events = 0;
         }
         Ok(())
+    }
+
+    /// Events written to the file since it was opened (not those still in
+    /// the write buffer).
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// When the records appended first since the last fsync are due to be
+    /// on disk (None: nothing waits).
+    pub fn sync_due(&self) -> Option<std::time::Instant> {
+        self.unsynced_since.map(|t| t + SYNC_INTERVAL)
     }
 
     /// Writes buffered records to the file and syncs it.
     pub fn persist(&mut self) -> io::Result<()> {
         self.sync_wbuf()?;
-        self.file.sync_data()
+        self.file.sync_data()?;
+        self.unsynced_since = None;
+        Ok(())
     }
 
     /// Reads records in order until about `max_bytes` of entries were read.
@@ -198,6 +229,7 @@ impl Spill {
             tmp.write_all_at(&rec, pos)?;
             pos += rec.len() as u64;
             self.events += *count as u64;
+            self.written += *count as u64;
         }
         let mut off = self.read_pos;
         let mut chunk = vec![0u8; 1 << 20];

@@ -126,6 +126,10 @@ interface Conn {
 let instances = 0;
 const KiB = 1024;
 const MiB = 1024 * KiB;
+/** close() retries the servers this often until its deadline. */
+const CLOSING_RETRY_MS = 100;
+/** Drops are reported to onError at most once per this window, with their count. */
+const DROP_REPORT_MS = 1000;
 
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
@@ -176,6 +180,10 @@ export class NagareClient {
   private primaryTimer: NodeJS.Timeout | undefined;
   private spill: SpillFile | undefined;
   private closing = false;
+  private unreportedDrops = 0;
+  private lastDropError: Error | undefined;
+  private readonly dropReasons = new Set<string>();
+  private dropReportTimer: NodeJS.Timeout | undefined;
   private closePromise: Promise<boolean> | undefined;
   private closed = false;
   private blockWaiters: { need: number; resolve: (ok: boolean) => void }[] = [];
@@ -193,11 +201,12 @@ export class NagareClient {
 
   constructor(options: ClientOptions = {}) {
     this.opts = {
-      ackTimeoutMs: 30_000,
-      bufferLimit: 8 * MiB,
+      ackTimeoutMs: 10_000,
+      bufferLimit: 32 * MiB,
       maxBatchBytes: 1 * MiB,
       flushIntervalMs: 20,
-      overflow: "spill",
+      // the shared default (sdk/README.md): a spill file only where the next run finds it
+      overflow: options.spillPath === undefined ? "drop" : "spill",
       spillLimit: 256 * MiB,
       blockTimeoutMs: 10_000,
       connectTimeoutMs: 5_000,
@@ -307,6 +316,9 @@ export class NagareClient {
   private async doClose(timeoutMs: number): Promise<boolean> {
     this.closing = true;
     for (const w of this.blockWaiters.splice(0)) w.resolve(false);
+    // Reconnect now, not when the current backoff delay ends (backoff() keeps
+    // the retries short while closing, until the flush deadline).
+    this.backoffWake?.();
     const ok = await this.flush(timeoutMs);
     this.closed = true;
     for (const t of [this.flushTimer, this.ackTimer, this.primaryTimer, this.backoffTimer]) if (t) clearTimeout(t);
@@ -324,9 +336,12 @@ export class NagareClient {
     if (!ok) this.persistLeftovers();
     this.spill?.close();
     if (this.spill && this.opts.spillPath === undefined) {
-      // A default spill file is private to this client: nobody could resend it.
+      // A default spill file is private to this client: nobody could resend it
+      // (its events were counted as dropped by persistLeftovers).
       fs.rmSync(this.spill.path, { force: true });
+      this.spill = undefined;
     }
+    this.reportDrops();
     return ok;
   }
 
@@ -434,10 +449,34 @@ export class NagareClient {
     return true;
   }
 
+  /**
+   * Counts dropped events. onError hears of them once per burst: the first
+   * drop starts a DROP_REPORT_MS window, and one error at its end (or at
+   * close) gives the count and the reasons.
+   */
   private drop(count: number, err: Error): false {
     this.counters.dropped += count;
-    this.report(err);
+    this.unreportedDrops += count;
+    this.lastDropError = err;
+    this.dropReasons.add(err.message);
+    if (this.dropReportTimer === undefined && !this.closed) {
+      this.dropReportTimer = setTimeout(() => this.reportDrops(), DROP_REPORT_MS);
+      this.dropReportTimer.unref();
+    }
     return false;
+  }
+
+  private reportDrops(): void {
+    if (this.dropReportTimer) clearTimeout(this.dropReportTimer);
+    this.dropReportTimer = undefined;
+    const n = this.unreportedDrops;
+    const last = this.lastDropError;
+    const reasons = [...this.dropReasons].join("; ");
+    this.unreportedDrops = 0;
+    this.lastDropError = undefined;
+    this.dropReasons.clear();
+    if (n === 1 && last) this.report(last);
+    else if (n > 1) this.report(new Error(`${n} events dropped: ${reasons}`));
   }
 
   private report(err: Error): void {
@@ -679,7 +718,9 @@ export class NagareClient {
   private backoff(): Promise<void> {
     const d = Math.min(this.opts.backoffMaxMs, this.opts.backoffBaseMs * 2 ** this.backoffAttempt);
     this.backoffAttempt = Math.min(this.backoffAttempt + 1, 30);
-    const delay = d / 2 + Math.random() * (d / 2);
+    let delay = d / 2 + Math.random() * (d / 2);
+    // close() is waiting: keep trying until its deadline, a short delay apart
+    if (this.closing) delay = Math.min(delay, CLOSING_RETRY_MS);
     return new Promise((resolve) => {
       this.backoffWake = () => {
         this.backoffWake = undefined;

@@ -242,9 +242,9 @@ describe("client", () => {
     assert.ok(st.dropped > 0);
     assert.equal(st.buffered, accepted);
     assert.equal(st.dropped + accepted, 100);
-    assert.ok(errors.some((e) => /buffer full/.test(e.message)));
     await client.close(0);
     assert.equal(client.stats().dropped, 100);
+    assert.ok(errors.some((e) => /^100 events dropped: buffer full: event dropped; close\(\)/.test(e.message)));
   });
 
   test("overflow block: emitAsync waits for room", async () => {
@@ -415,8 +415,50 @@ describe("client", () => {
     assert.equal(client.emit("bad", [1, 2] as unknown as object), false);
     assert.equal(client.emit("", { a: 1 }), false);
     assert.equal(client.stats().dropped, 3);
-    assert.equal(errors.length, 3);
     assert.equal(client.stats().buffered, 0);
     await client.close(0);
+    // one report for the burst, with its count
+    assert.equal(errors.length, 1);
+    assert.match(errors[0]?.message ?? "", /^3 events dropped: cannot encode event for tag bad: /);
+  });
+
+  test("a burst of drops is one onError call with the count", async () => {
+    const { errors, onError } = collectErrors();
+    const client = new NagareClient({ port: await refusedPort(), bufferLimit: 1000, onError, backoffBaseMs: 5000 });
+    let accepted = 0;
+    for (let i = 0; i < 20_000; i++) if (client.emit("burst", { seq: i })) accepted++;
+    const dropped = 20_000 - accepted;
+    assert.ok(dropped > 19_000);
+    await client.close(0);
+    const drops = errors.filter((e) => /events dropped/.test(e.message));
+    assert.equal(drops.length, 1, drops.map((e) => e.message).join("; "));
+    assert.match(drops[0]?.message ?? "", new RegExp(`^${dropped + accepted} events dropped`));
+    const st = client.stats();
+    assert.equal(st.sent + st.dropped + st.spillPending, 20_000);
+  });
+
+  test("close() reconnects at once after a long backoff and delivers everything", async () => {
+    const port = await refusedPort();
+    const { errors, onError } = collectErrors();
+    // after the first refused connect the client waits 10-20 s
+    const client = new NagareClient({ port, backoffBaseMs: 20_000, backoffMaxMs: 30_000, onError });
+    for (let i = 0; i < 1000; i++) client.emit("late", { seq: i });
+    while (errors.length === 0) await sleep(5);
+    const server = await TestServer.start({ port });
+    const t0 = Date.now();
+    assert.equal(await client.close(5000), true);
+    assert.ok(Date.now() - t0 < 5000);
+    await server.waitForEvents(1000);
+    assert.deepEqual(seqs(server), range(0, 1000));
+    const st = client.stats();
+    assert.deepEqual([st.sent, st.dropped, st.spillPending, st.buffered], [1000, 0, 0, 0]);
+  });
+
+  test("counters add up after close: a default spill file's events count as dropped", async () => {
+    const client = new NagareClient({ port: await refusedPort(), bufferLimit: 1000, overflow: "spill" });
+    for (let i = 0; i < 300; i++) client.emit("count", { seq: i });
+    assert.equal(await client.close(100), false);
+    const st = client.stats();
+    assert.deepEqual([st.sent, st.dropped, st.spillPending, st.buffered], [0, 300, 0, 0]);
   });
 });

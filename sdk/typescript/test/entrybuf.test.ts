@@ -108,6 +108,20 @@ test("fast entry writer produces the same bytes as @msgpack/msgpack for random r
   }
 });
 
+test("Date is written as the library writes it: the msgpack timestamp extension", () => {
+  for (const ms of [0, 1500, -1500, 1_700_000_000_000, 2 ** 32 * 1000, 2 ** 34 * 1000 + 7, -(2 ** 40)]) {
+    const rec = { at: new Date(ms), n: 1 };
+    assert.equal(fast(1, 2, rec), hex(encodeEntry(new EventTime(1, 2), rec)), `Date(${ms})`);
+  }
+});
+
+test("bigint is written as the smallest int, int64 or uint64", () => {
+  assert.equal(fast(1, 2, { b: 5n }), fast(1, 2, { b: 5 }));
+  assert.equal(fast(1, 2, { b: -(2n ** 40n) }), fast(1, 2, { b: -(2 ** 40) }));
+  assert.ok(fast(1, 2, { b: 2n ** 64n - 1n }).endsWith("a162cfffffffffffffffff"));
+  assert.ok(fast(1, 2, { b: -(2n ** 63n) }).endsWith("a162d38000000000000000"));
+});
+
 test("values outside the fast path go through the library", () => {
   const cases: unknown[] = [
     { bin: new Uint8Array([1, 2, 3]) },
@@ -118,7 +132,9 @@ test("values outside the fast path go through the library", () => {
   for (const rec of cases) assert.equal(fast(1, 2, rec), hex(encodeEntry(new EventTime(1, 2), rec as never)));
   const eb = new EntryBuffer(16);
   assert.throws(() => eb.appendEntry(1, 2, { f: () => 1 }, fallback));
-  assert.throws(() => eb.appendEntry(1, 2, { b: 10n }, fallback));
+  assert.throws(() => eb.appendEntry(1, 2, { b: 2n ** 64n }, fallback), /does not fit in a 64-bit integer/);
+  assert.throws(() => eb.appendEntry(1, 2, { b: -(2n ** 63n) - 1n }, fallback), RangeError);
+  assert.throws(() => eb.appendEntry(1, 2, { d: new Date(NaN) }, fallback), /invalid Date/);
   assert.equal(eb.len, 0, "a failed entry leaves nothing behind");
   assert.equal(eb.count, 0);
   const deep: { [k: string]: unknown } = {};

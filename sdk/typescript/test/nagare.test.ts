@@ -19,6 +19,8 @@ const BIN = process.env.NAGARE_BIN ?? path.join(REPO, "target", "release", "naga
 interface Daemon {
   proc: ChildProcess;
   lines: () => { tag: string; record: { [k: string]: unknown }; time: string }[];
+  /** stdout's event lines as text (JSON.parse would round 64-bit integers). */
+  rawLines: () => string[];
   stop: () => Promise<void>;
 }
 
@@ -49,6 +51,7 @@ function startNagare(inputExtra: string, bind: string): Daemon {
         .split("\n")
         .filter((l) => l.startsWith("{"))
         .map((l) => JSON.parse(l)),
+    rawLines: () => out.split("\n").filter((l) => l.startsWith("{")),
     stop: async () => {
       if (proc.exitCode === null) proc.kill("SIGTERM");
       const timer = setTimeout(() => proc.kill("SIGKILL"), 10_000);
@@ -88,6 +91,34 @@ describe("against the nagare daemon", () => {
       assert.equal(lines[7]?.tag, "e2e.ts");
       assert.equal(lines[7]?.record.message, "hello from typescript");
       assert.match(lines[7]?.time ?? "", /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}/);
+    } finally {
+      await d.stop();
+    }
+  });
+
+  test("bigint and Date arrive as 64-bit integers and RFC 3339 times", async () => {
+    const port = await refusedPort();
+    const d = startNagare("", `bind = "127.0.0.1:${port}"`);
+    try {
+      const client = new NagareClient({ port, backoffBaseMs: 50, backoffMaxMs: 500 });
+      const at = new Date(Date.UTC(2026, 10, 24, 9, 30, 15, 250));
+      const record = {
+        small: 5n,
+        big: 2n ** 63n + 1n,
+        neg: -(2n ** 62n),
+        at,
+        whole: new Date(0),
+        before: new Date(-1500),
+      };
+      assert.equal(client.emit("e2e.types", record), true);
+      assert.equal(await client.close(20_000), true);
+      assert.equal(client.stats().dropped, 0);
+      await waitForLines(d, 1, 15_000);
+      const line = d.rawLines()[0] ?? "";
+      const want =
+        '"record":{"small":5,"big":9223372036854775809,"neg":-4611686018427387904,' +
+        '"at":"2026-11-24T09:30:15.250Z","whole":"1970-01-01T00:00:00Z","before":"1969-12-31T23:59:58.500Z"}';
+      assert.ok(line.includes(want), line);
     } finally {
       await d.stop();
     }

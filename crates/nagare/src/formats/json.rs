@@ -123,17 +123,77 @@ fn value(out: &mut Vec<u8>, buf: &[u8], pos: usize, depth: usize) -> Option<usiz
             Some(p)
         }
         _ => {
-            // ext: an EventTime becomes fractional seconds, others null.
             let end = nagare_forward::msgpack::skip_value(buf, pos).ok()?;
-            if b == 0xd7 && buf.get(pos + 1) == Some(&0) {
-                let t = EventTime::from_payload(&buf[pos + 2..pos + 10]);
-                write_float(out, t.secs as f64 + t.nanos as f64 / 1e9);
-            } else {
-                out.extend_from_slice(b"null");
-            }
+            write_ext(out, buf, pos, end);
             Some(end)
         }
     }
+}
+
+/// Writes the ext value at `buf[pos..end]`: EventTime (type 0) as fractional
+/// seconds, the msgpack timestamp (type -1) as an RFC 3339 string, any other
+/// type as `{"ext":type,"base64":"…"}` so no data turns into `null`.
+fn write_ext(out: &mut Vec<u8>, buf: &[u8], pos: usize, end: usize) {
+    let Some((ty, data)) = ext_parts(&buf[pos..end]) else {
+        out.extend_from_slice(b"null");
+        return;
+    };
+    if ty == 0 && data.len() == 8 {
+        let t = EventTime::from_payload(data);
+        write_float(out, t.secs as f64 + t.nanos as f64 / 1e9);
+        return;
+    }
+    if ty == -1 {
+        if let Some(t) = msgpack_timestamp(data) {
+            out.push(b'"');
+            out.extend_from_slice(
+                t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true)
+                    .as_bytes(),
+            );
+            out.push(b'"');
+            return;
+        }
+    }
+    use base64::Engine as _;
+    out.extend_from_slice(b"{\"ext\":");
+    out.extend_from_slice(itoa::Buffer::new().format(ty).as_bytes());
+    out.extend_from_slice(b",\"base64\":\"");
+    out.extend_from_slice(
+        base64::engine::general_purpose::STANDARD
+            .encode(data)
+            .as_bytes(),
+    );
+    out.extend_from_slice(b"\"}");
+}
+
+/// The type and data of one msgpack ext value (fixext 1–16, ext 8/16/32).
+fn ext_parts(v: &[u8]) -> Option<(i8, &[u8])> {
+    let (ty_at, len) = match *v.first()? {
+        b @ 0xd4..=0xd8 => (1, 1usize << (b - 0xd4)),
+        0xc7 => (2, be(v, 1, 1)? as usize),
+        0xc8 => (3, be(v, 1, 2)? as usize),
+        0xc9 => (5, be(v, 1, 4)? as usize),
+        _ => return None,
+    };
+    let ty = *v.get(ty_at)? as i8;
+    Some((ty, v.get(ty_at + 1..ty_at + 1 + len)?))
+}
+
+/// The msgpack timestamp extension's 32-, 64- and 96-bit forms.
+fn msgpack_timestamp(d: &[u8]) -> Option<chrono::DateTime<chrono::Utc>> {
+    let (secs, nanos) = match d.len() {
+        4 => (be(d, 0, 4)? as i64, 0),
+        8 => {
+            let v = be(d, 0, 8)?;
+            ((v & 0x3_ffff_ffff) as i64, (v >> 34) as u32)
+        }
+        12 => (be(d, 4, 8)? as i64, be(d, 0, 4)? as u32),
+        _ => return None,
+    };
+    if nanos > 999_999_999 {
+        return None;
+    }
+    chrono::DateTime::from_timestamp(secs, nanos)
 }
 
 fn write_float(out: &mut Vec<u8>, v: f64) {
@@ -246,6 +306,46 @@ mod tests {
         let mut out = Vec::new();
         escape(&mut out, "a\u{1}b\u{1f}\"");
         assert_eq!(String::from_utf8(out).unwrap(), r#"a\u0001b\u001f\""#);
+    }
+
+    fn json_of(v: &[u8]) -> String {
+        let mut out = Vec::new();
+        assert_eq!(write_value(&mut out, v), v.len());
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn msgpack_timestamps_become_rfc3339_strings() {
+        // timestamp 32: 2023-11-14T22:13:20Z
+        assert_eq!(
+            json_of(&[0xd6, 0xff, 0x65, 0x53, 0xf1, 0x00]),
+            r#""2023-11-14T22:13:20Z""#
+        );
+        // timestamp 64: nanoseconds 5 in the top 30 bits, seconds 1 below
+        let v64 = (5u64 << 34) | 1;
+        let mut b = vec![0xd7, 0xff];
+        b.extend_from_slice(&v64.to_be_bytes());
+        assert_eq!(json_of(&b), r#""1970-01-01T00:00:01.000000005Z""#);
+        // timestamp 96: before 1970, milliseconds
+        let mut b = vec![0xc7, 12, 0xff];
+        b.extend_from_slice(&500_000_000u32.to_be_bytes());
+        b.extend_from_slice(&(-1i64).to_be_bytes());
+        assert_eq!(json_of(&b), r#""1969-12-31T23:59:59.500Z""#);
+    }
+
+    #[test]
+    fn other_ext_types_keep_their_type_and_bytes() {
+        assert_eq!(
+            json_of(&[0xd5, 0x07, 0x01, 0x02]),
+            r#"{"ext":7,"base64":"AQI="}"#
+        );
+        // a timestamp with nanoseconds out of range is not a time: kept as bytes
+        let mut b = vec![0xc7, 12, 0xff];
+        b.extend_from_slice(&2_000_000_000u32.to_be_bytes());
+        b.extend_from_slice(&0i64.to_be_bytes());
+        assert_eq!(json_of(&b), r#"{"ext":-1,"base64":"dzWUAAAAAAAAAAAA"}"#);
+        // EventTime stays fractional seconds
+        assert_eq!(json_of(&[0xd7, 0, 0, 0, 0, 1, 0x1d, 0xcd, 0x65, 0]), "1.5");
     }
 
     #[test]

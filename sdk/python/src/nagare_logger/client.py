@@ -7,6 +7,12 @@ import base64
 import collections
 import contextlib
 import dataclasses
+
+# getaddrinfo() encodes host names with the idna codec, imported on first use.
+# A fork() while the sender thread is in that import leaves the child with a
+# half-imported codec: "LookupError: unknown encoding: idna" on every connect.
+# Importing it here, before any thread exists, keeps children able to connect.
+import encodings.idna  # noqa: F401
 import os
 import random
 import select
@@ -36,6 +42,10 @@ __all__ = [
 _SEC_NSEC = protocol._SEC_NSEC
 _ENTRY_HEAD = protocol._ENTRY_HEAD
 _BILLION = 1_000_000_000
+# close() retries a refused server this often until its deadline
+_CLOSING_RETRY = 0.1
+# while events are spilled during an outage, the file is fsync'd this often
+_SPILL_SYNC_INTERVAL = 0.2
 
 
 class AckTimeoutError(TimeoutError):
@@ -92,7 +102,7 @@ class Stats:
 
     sent: int  # events written to a server (and acknowledged, with require_ack)
     buffered: int  # events waiting: in memory, in flight or in the spill file
-    spilled: int  # events ever written to the spill file
+    spilled: int  # events in the spill file now (written to it, not yet sent)
     dropped: int  # events lost on purpose: buffer/spill full, or still buffered at close
     reconnects: int  # connections made after the first one
     errors: int  # errors reported (connect/handshake/write/ack failures)
@@ -173,12 +183,12 @@ class Client:
         *,
         tag_prefix: str | None = None,
         require_ack: bool = False,
-        ack_timeout: float = 30.0,
-        buffer_max_bytes: int = 8 * 1024 * 1024,
-        overflow: str = "spill",
+        ack_timeout: float = 10.0,
+        buffer_max_bytes: int = 32 * 1024 * 1024,
+        overflow: str | None = None,
         spill_path: str | None = None,
         spill_max_bytes: int = 256 * 1024 * 1024,
-        block_timeout: float | None = None,
+        block_timeout: float | None = 10.0,
         batch_max_bytes: int = 1024 * 1024,
         compress: bool = False,
         shared_key: str | None = None,
@@ -189,7 +199,7 @@ class Client:
         tls_server_hostname: str | None = None,
         connect_timeout: float = 5.0,
         write_timeout: float = 10.0,
-        backoff_base: float = 0.25,
+        backoff_base: float = 0.1,
         backoff_max: float = 30.0,
         primary_check_interval: float = 30.0,
         on_error: Callable[[BaseException], Any] | None = None,
@@ -202,6 +212,8 @@ class Client:
         if not self.servers:
             msg = "at least one server is required"
             raise ValueError(msg)
+        if overflow is None:  # the shared default (sdk/README.md)
+            overflow = "spill" if spill_path is not None else "drop"
         if overflow not in ("spill", "block", "drop"):
             msg = f"overflow must be 'spill', 'block' or 'drop', not {overflow!r}"
             raise ValueError(msg)
@@ -255,6 +267,7 @@ class Client:
         self._cond = threading.Condition(self._lock)  # space freed / work done
         self._wake = threading.Event()  # new work for the sender
         self._stop = threading.Event()  # interrupts backoff sleeps
+        self._hurry = threading.Event()  # close() was called: retry now, not after backoff
         self._local = threading.local()
         self._mem: dict[str, list[bytes]] = {}
         self._mem_events = 0
@@ -273,7 +286,7 @@ class Client:
         self._ever_connected = False
         self._last_primary_check = 0.0
         self._sent = 0
-        self._spilled = 0
+        self._spilled_at_close = 0  # events left in the spill file by close()
         self._dropped = 0
         self._dropped_reported = 0
         self._spill_error: BaseException | None = None
@@ -364,6 +377,7 @@ class Client:
             if self._closing and self._thread is None:
                 return not (self._mem_events or self._outbox or self._spilling)
             self._closing = True
+        self._hurry.set()
         ok = self.flush(timeout)
         with self._cond:
             self._abort = True
@@ -388,6 +402,7 @@ class Client:
             self._spilling = False
             if spill is not None and not self._spill_tmp:
                 if leftovers or not spill.exhausted:
+                    self._spilled_at_close = lost + spill.events
                     spill.replace_with(leftovers)
                     spill.discard()
                 else:
@@ -397,6 +412,7 @@ class Client:
                 sp = SpillFile(self.spill_path, self.spill_max_bytes)
                 sp.replace_with(leftovers)
                 sp.discard()
+                self._spilled_at_close = lost
             else:
                 if spill is not None:
                     lost += spill.events
@@ -428,7 +444,7 @@ class Client:
             return Stats(
                 sent=self._sent,
                 buffered=self._mem_events + self._outbox_events + spill_events,
-                spilled=self._spilled,
+                spilled=spill_events if self._spill is not None else self._spilled_at_close,
                 dropped=self._dropped,
                 reconnects=self._reconnects,
                 errors=self._errors,
@@ -455,7 +471,6 @@ class Client:
                 self._open_spill()
             if self._spill is not None and self._spill.append(tag.encode("utf-8"), entry, 1):
                 self._spilling = True
-                self._spilled += 1
                 if self._idle:
                     self._idle = False
                     self._wake.set()
@@ -583,6 +598,9 @@ class Client:
             conn = self._connection()
             if conn is None:
                 return False
+            with self._lock:
+                if not (self._outbox and self._outbox[0] is frame):
+                    return True  # moved to the spill file during the outage
             try:
                 self._check_peer(conn)
                 conn.sock.settimeout(self.write_timeout)
@@ -649,8 +667,9 @@ class Client:
             return conn
         while not self._abort:
             if self._failures:
-                delay = self._backoff(self._failures)
-                if self._stop.wait(delay):
+                if self.spill_path is not None and self.overflow == "spill":
+                    self._spill_buffered()
+                if not self._sleep_backoff(self._backoff(self._failures)):
                     return None
             conn = self._connect_first(len(self.servers))
             if conn is not None:
@@ -658,6 +677,78 @@ class Client:
                 return conn
             self._failures += 1
         return None
+
+    def _sleep_backoff(self, delay: float) -> bool:
+        """Wait before the next connect round; False when close() gave up.
+
+        close() cuts the wait short and from then on the client retries every
+        _CLOSING_RETRY seconds until close()'s deadline. While events are
+        spilled the file is fsync'd every _SPILL_SYNC_INTERVAL.
+        """
+        deadline = _now() + delay
+        while not self._abort:
+            if self._closing:
+                deadline = min(deadline, _now() + _CLOSING_RETRY)
+            self._sync_spill()
+            remaining = deadline - _now()
+            if remaining <= 0:
+                return True
+            step = min(remaining, _SPILL_SYNC_INTERVAL)
+            if self._closing:
+                self._stop.wait(step)
+            else:
+                self._hurry.wait(step)
+        return False
+
+    def _spill_buffered(self) -> None:
+        """Server unreachable: move what waits in memory to the spill file.
+
+        It goes before what the file already holds (it is older), and new
+        events follow it into the file until it is drained, so a kill -9
+        during an outage loses nothing that emit() accepted (the file is
+        written on every emit; fsync'd every _SPILL_SYNC_INTERVAL).
+        """
+        with self._lock:
+            if not (self._outbox or self._mem):
+                return
+            records = [(f.tag, f.data, f.count) for f in self._outbox] + [
+                (t, b"".join(lst), len(lst)) for t, lst in self._mem.items()
+            ]
+            if self._spill is None:
+                self._open_spill()
+            spill = self._spill
+            if spill is None:
+                return  # could not open it: _report_drops tells on_error
+            try:
+                spill.replace_with(records)
+            except OSError as e:
+                self._spill_error = e
+                return
+            # the file was replaced: open the new one (what it holds is counted anew)
+            spill.discard()
+            try:
+                self._spill = SpillFile(spill.path, self.spill_max_bytes)
+            except OSError as e:
+                self._spill = None
+                self._spill_error = e
+                return
+            self._outbox.clear()
+            self._mem.clear()
+            self._mem_events = self._outbox_events = self._mem_bytes = 0
+            self._spilling = True
+            self._cond.notify_all()  # block-mode emitters: memory is free
+
+    def _sync_spill(self) -> None:
+        # Under the lock, so close() cannot close the file meanwhile; it runs
+        # only while no server is reachable, when emit() waits on nothing else.
+        with self._lock:
+            spill = self._spill
+            if spill is None or not spill.dirty:
+                return
+            try:
+                spill.sync()
+            except OSError as e:
+                self._spill_error = e
 
     def _use(self, conn: _Conn) -> None:
         with self._lock:

@@ -1,4 +1,5 @@
-"""Append-only spill file: where events go when the memory buffer is full.
+"""Append-only spill file: where events go when the memory buffer is full or
+the server is unreachable.
 
 Layout: a sequence of records, each
 
@@ -8,7 +9,8 @@ Layout: a sequence of records, each
     tag     UTF-8
     entries concatenated msgpack [EventTime, record] entries (packed-forward payload)
 
-Records are read back in the order they were written. When every record has
+Records are read back in the order they were written; consecutive records of
+one tag are sent as one frame (up to the batch size). When every record has
 been read the file is truncated to zero. A torn record at the end (a crash in
 the middle of a write) is cut off when the file is opened again.
 """
@@ -36,6 +38,7 @@ class SpillFile:
         self.size = 0  # bytes of valid records in the file
         self.read_pos = 0  # next unread record
         self.events = 0  # unread events
+        self.dirty = False  # written since the last fsync
         self._recover()
 
     def _open_locked(self, path: str) -> str:
@@ -85,24 +88,40 @@ class SpillFile:
         if self.size + _HEAD.size + n > self.max_bytes:
             return False
         self._w.write(_HEAD.pack(n, len(tag_bytes), count) + tag_bytes + entries)
-        self._w.flush()
+        self._w.flush()  # in the OS at once: survives a kill -9 of the process
+        self.dirty = True
         self.size += _HEAD.size + n
         self.events += count
         return True
 
+    def sync(self) -> None:
+        """fsync: what was written survives a machine crash too."""
+        os.fsync(self._w.fileno())
+        self.dirty = False
+
     def read(self, max_bytes: int) -> list[tuple[str, bytes, int]]:
-        """Read records from the current position, about max_bytes of them (at least one)."""
+        """Read records from the current position, about max_bytes of them (at least one).
+
+        Consecutive records of one tag are joined into one (tag, entries, count)
+        of at most max_bytes, so events spilled one by one drain as big frames.
+        """
         self._r.seek(self.read_pos)
-        out = []
+        out: list[tuple[str, list[bytes], int, int]] = []  # tag, parts, count, bytes
         got = 0
         while self.read_pos < self.size and (not out or got < max_bytes):
             n, tag_len, count = _HEAD.unpack(self._r.read(_HEAD.size))
             body = self._r.read(n)
-            out.append((body[:tag_len].decode("utf-8"), body[tag_len:], count))
+            tag, entries = body[:tag_len].decode("utf-8"), body[tag_len:]
+            if out and out[-1][0] == tag and out[-1][3] + len(entries) <= max_bytes:
+                t, parts, c, b = out[-1]
+                parts.append(entries)
+                out[-1] = (t, parts, c + count, b + len(entries))
+            else:
+                out.append((tag, [entries], count, len(entries)))
             self.read_pos += _HEAD.size + n
             self.events -= count
             got += n
-        return out
+        return [(t, b"".join(parts), c) for t, parts, c, _ in out]
 
     def unread_bytes(self) -> bytes:
         self._r.seek(self.read_pos)

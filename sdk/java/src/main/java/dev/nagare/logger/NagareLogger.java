@@ -109,15 +109,15 @@ public final class NagareLogger implements AutoCloseable {
     private String username = "";
     private String password = "";
     private String clientHostname;
-    private Duration connectTimeout = Duration.ofSeconds(3);
+    private Duration connectTimeout = Duration.ofSeconds(5);
     private Duration writeTimeout = Duration.ofSeconds(10);
-    private long bufferLimit = 64L << 20;
+    private long bufferLimit = 32L << 20;
     private int chunkLimit = 256 << 10;
     private Duration flushInterval = Duration.ofMillis(100);
     private Overflow overflow;
     private Path spillPath;
-    private long spillLimit = 1L << 30;
-    private Duration blockTimeout = Duration.ZERO;
+    private long spillLimit = 256L << 20;
+    private Duration blockTimeout = Duration.ofSeconds(10);
     private boolean ack;
     private Duration ackTimeout = Duration.ofSeconds(10);
     private int maxInflight = 16;
@@ -198,7 +198,7 @@ public final class NagareLogger implements AutoCloseable {
       return this;
     }
 
-    /** Memory buffer size in bytes of encoded events (default 64 MiB). */
+    /** Memory buffer size in bytes of encoded events (default 32 MiB). */
     public Builder bufferLimit(long bytes) {
       this.bufferLimit = bytes;
       return this;
@@ -228,13 +228,15 @@ public final class NagareLogger implements AutoCloseable {
       return this;
     }
 
-    /** Maximum size of the spill file in bytes (default 1 GiB). */
+    /** Maximum size of the spill file in bytes (default 256 MiB). */
     public Builder spillLimit(long bytes) {
       this.spillLimit = bytes;
       return this;
     }
 
-    /** In BLOCK mode, how long emit() waits for room before dropping (default 0 = forever). */
+    /**
+     * In BLOCK mode, how long emit() waits for room before dropping (default 10 s; 0 = forever).
+     */
     public Builder blockTimeout(Duration d) {
       this.blockTimeout = d;
       return this;

@@ -35,6 +35,9 @@ final class Pipeline implements Connection.Listener {
 
   private static final ThreadLocal<Encoder> ENCODER = ThreadLocal.withInitial(Encoder::new);
 
+  /** close() retries the servers this often until its deadline. */
+  private static final long CLOSING_RETRY_NS = 100_000_000L;
+
   private final Config cfg;
   private final ReentrantLock lock = new ReentrantLock();
   private final Condition work = lock.newCondition();
@@ -55,6 +58,7 @@ final class Pipeline implements Connection.Listener {
   private boolean sealRequested;
   private boolean closing;
   private boolean closed;
+  private boolean closeResult; // what close() returned: true only if nothing was left
   private volatile boolean stopNow;
   private int blockedWaiters;
 
@@ -333,10 +337,12 @@ final class Pipeline implements Connection.Listener {
     lock.lock();
     try {
       if (closed) {
-        return pending == 0;
+        return closeResult;
       }
       closing = true;
       sealRequested = true;
+      // reconnect now, not when the current backoff delay ends
+      nextAttempt = System.nanoTime();
       work.signal();
     } finally {
       lock.unlock();
@@ -363,7 +369,7 @@ final class Pipeline implements Connection.Listener {
     lock.lock();
     try {
       if (closed) {
-        return pending == 0;
+        return closeResult;
       }
       closed = true;
       stopNow = true;
@@ -433,7 +439,9 @@ final class Pipeline implements Connection.Listener {
       }
       idle.signalAll();
       space.signalAll();
-      return pending == 0;
+      // pending: what the spill file keeps; lost: what was dropped
+      closeResult = pending == 0 && lost == 0;
+      return closeResult;
     } finally {
       lock.unlock();
       if (reporter != null) {
@@ -638,7 +646,7 @@ final class Pipeline implements Connection.Listener {
     inflightById.clear();
     resent += n;
     failures++;
-    nextAttempt = now + backoffNs(failures);
+    nextAttempt = now + retryDelayNs(failures);
     Throwable why = c.cause();
     report(
         new NagareError(
@@ -650,6 +658,12 @@ final class Pipeline implements Connection.Listener {
                 + (why != null ? ": " + why.getMessage() : "")
                 + (n > 0 ? "; " + n + " unacknowledged frames will be resent" : ""),
             why));
+  }
+
+  /** The backoff delay, but while close() waits a short one: it keeps trying until its deadline. */
+  private long retryDelayNs(int f) {
+    long d = backoffNs(f);
+    return closing ? Math.min(d, CLOSING_RETRY_NS) : d;
   }
 
   long backoffNs(int f) {
@@ -688,7 +702,7 @@ final class Pipeline implements Connection.Listener {
     long now = System.nanoTime();
     if (c == null) {
       failures++;
-      nextAttempt = now + backoffNs(failures);
+      nextAttempt = now + retryDelayNs(failures);
       return;
     }
     if (stopNow) {

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds each SDK's conformance driver and runs every scenario against all six
+# libraries with the real nagare binary (target/release/nagare, or NAGARE_BIN)
+# as the server; prints the table SDK x scenario. Run it after the SDK suites
+# (scripts/test-all.sh does): it reuses sdk/python/.venv and sdk/typescript's
+# node_modules when they exist, and the Maven repository the Java suite filled.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=target/conformance
+mkdir -p "$out"
+
+# Python: the SDK's own virtualenv
+[ -x sdk/python/.venv/bin/python ] || python3 -m venv sdk/python/.venv
+sdk/python/.venv/bin/pip install -q -e sdk/python
+
+# TypeScript: the driver loads the built library
+(cd sdk/typescript && { [ -d node_modules ] || npm ci --no-audit --no-fund --loglevel=error; } && npm run -s build)
+
+# Go
+(cd sdk/go && go build -o "../../$out/go-driver" ./cmd/conformance-driver)
+
+# Java: the driver is a test class; its classpath is the library, the test
+# classes and the two libraries it uses, from the local Maven repository
+(cd sdk/java && mvn -B -q test-compile)
+m2="${MAVEN_REPO:-$HOME/.m2/repository}"
+cp="sdk/java/target/classes:sdk/java/target/test-classes"
+for jar in org/msgpack/msgpack-core com/fasterxml/jackson/core/jackson-databind \
+  com/fasterxml/jackson/core/jackson-core com/fasterxml/jackson/core/jackson-annotations; do
+  found=$(find "$m2/$jar" -name '*.jar' ! -name '*-sources.jar' | sort | tail -1)
+  [ -n "$found" ] || { echo "conformance: no $jar jar in $m2 (run sdk/java/ci.sh first)" >&2; exit 1; }
+  cp="$cp:$found"
+done
+echo "$cp" > "$out/java-classpath.txt"
+
+# Rust and C (a C program linked against the static library)
+cargo build -q --locked -p nagare-logger --example conformance_driver
+cargo build -q --locked -p nagare-logger-c
+"${CC:-cc}" -std=gnu11 -Wall -Wextra -O2 -Isdk/c/include sdk/c/conformance/driver.c \
+  target/debug/libnagare_logger_c.a -lpthread -ldl -lm -o "$out/c-driver"
+
+python3 sdk/conformance/run.py "$@"

@@ -1,0 +1,68 @@
+"""Conformance driver for the Python library (protocol: sdk/conformance/README.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from nagare_logger import Client
+
+
+def main() -> None:
+    client: Client | None = None
+    seqs: dict[str, int] = {}
+    for line in sys.stdin:
+        cmd, _, arg = line.strip().partition(" ")
+        try:
+            if cmd == "configure":
+                o = json.loads(arg)
+                client = Client(
+                    o["servers"],
+                    spill_path=o.get("spill_path"),
+                    require_ack=o.get("require_ack", False),
+                    backoff_base=o.get("backoff_base_ms", 100) / 1000,
+                    backoff_max=o.get("backoff_max_ms", 30_000) / 1000,
+                )
+                reply = {"ok": True}
+            elif cmd == "emit":
+                tag, n = arg.split()
+                start = seqs.get(tag, 0)
+                seqs[tag] = start + int(n)
+                accepted = sum(client.emit(tag, {"seq": i}) for i in range(start, start + int(n)))
+                reply = {"accepted": accepted}
+            elif cmd == "close":
+                t0 = time.monotonic()
+                ok = client.close(int(arg) / 1000)
+                reply = {"closed": ok, "ms": round((time.monotonic() - t0) * 1000)}
+            elif cmd == "stats":
+                s = client.stats
+                # kept: events still in the spill file (after close: what it left there)
+                reply = {
+                    "sent": s.sent,
+                    "dropped": s.dropped,
+                    "kept": s.spilled,
+                    "buffered": s.buffered,
+                }
+            elif cmd == "fork":
+                # the child emits and closes on its own; the parent goes on
+                tag, n = arg.split()
+                pid = os.fork()
+                if pid == 0:
+                    ok = all(client.emit(tag, {"seq": i}) for i in range(int(n)))
+                    ok = client.close(10) and ok
+                    os._exit(0 if ok else 1)
+                _, status = os.waitpid(pid, 0)
+                reply = {"child_ok": os.WEXITSTATUS(status) == 0}
+            elif cmd == "quit":
+                return
+            else:
+                reply = {"error": f"unknown command {cmd!r}"}
+        except Exception as e:  # reported to the runner, which fails the scenario
+            reply = {"error": f"{type(e).__name__}: {e}"}
+        print(json.dumps(reply), flush=True)
+
+
+if __name__ == "__main__":
+    main()

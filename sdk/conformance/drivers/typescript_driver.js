@@ -1,0 +1,69 @@
+// Conformance driver for the TypeScript library (protocol: sdk/conformance/README.md).
+// Needs the built library: npm ci && npm run build in sdk/typescript.
+"use strict";
+const readline = require("node:readline");
+const { NagareClient } = require("../../typescript/dist/index.js");
+
+let client;
+const seqs = new Map();
+
+async function handle(cmd, arg) {
+  switch (cmd) {
+    case "configure": {
+      const o = JSON.parse(arg);
+      client = new NagareClient({
+        servers: o.servers.map((s) => {
+          const i = s.lastIndexOf(":");
+          return { host: s.slice(0, i), port: Number(s.slice(i + 1)) };
+        }),
+        spillPath: o.spill_path,
+        requireAck: o.require_ack ?? false,
+        backoffBaseMs: o.backoff_base_ms ?? 100,
+        backoffMaxMs: o.backoff_max_ms ?? 30000,
+      });
+      return { ok: true };
+    }
+    case "emit": {
+      const [tag, n] = arg.split(" ");
+      const start = seqs.get(tag) ?? 0;
+      seqs.set(tag, start + Number(n));
+      let accepted = 0;
+      for (let i = start; i < start + Number(n); i++) if (client.emit(tag, { seq: i })) accepted++;
+      return { accepted };
+    }
+    case "close": {
+      const t0 = Date.now();
+      const closed = await client.close(Number(arg));
+      return { closed, ms: Date.now() - t0 };
+    }
+    case "stats": {
+      const s = client.stats();
+      // kept: events still in the spill file
+      return { sent: s.sent, dropped: s.dropped, kept: s.spillPending, buffered: s.buffered };
+    }
+    default:
+      return { error: `unknown command ${cmd}` };
+  }
+}
+
+const rl = readline.createInterface({ input: process.stdin });
+const lines = rl[Symbol.asyncIterator]();
+(async () => {
+  for (;;) {
+    const { value, done } = await lines.next();
+    if (done) break;
+    const line = value.trim();
+    const sp = line.indexOf(" ");
+    const cmd = sp < 0 ? line : line.slice(0, sp);
+    const arg = sp < 0 ? "" : line.slice(sp + 1);
+    if (cmd === "quit") break;
+    let reply;
+    try {
+      reply = await handle(cmd, arg);
+    } catch (e) {
+      reply = { error: String(e && e.message ? e.message : e) };
+    }
+    process.stdout.write(JSON.stringify(reply) + "\n");
+  }
+  process.exit(0);
+})();

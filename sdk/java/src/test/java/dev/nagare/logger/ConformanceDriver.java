@@ -1,0 +1,94 @@
+package dev.nagare.logger;
+
+import com.fasterxml.jackson.databind.JsonNode;
+import com.fasterxml.jackson.databind.ObjectMapper;
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.Map;
+
+/**
+ * Drives the Java library for the conformance suite (protocol: sdk/conformance/README.md): one
+ * command per line on stdin, one JSON reply per line on stdout.
+ */
+public final class ConformanceDriver {
+  private ConformanceDriver() {}
+
+  public static void main(String[] args) throws Exception {
+    ObjectMapper json = new ObjectMapper();
+    BufferedReader in =
+        new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+    NagareLogger log = null;
+    Map<String, Long> seqs = new HashMap<>();
+    String line;
+    while ((line = in.readLine()) != null) {
+      String[] parts = line.trim().split(" ", 2);
+      String cmd = parts[0];
+      String arg = parts.length > 1 ? parts[1] : "";
+      Map<String, Object> reply = new LinkedHashMap<>();
+      try {
+        switch (cmd) {
+          case "configure" -> {
+            JsonNode o = json.readTree(arg);
+            NagareLogger.Builder b =
+                NagareLogger.builder()
+                    .shutdownHook(false)
+                    .ack(o.path("require_ack").asBoolean(false))
+                    .retry(
+                        Duration.ofMillis(o.path("backoff_base_ms").asLong(100)),
+                        Duration.ofMillis(o.path("backoff_max_ms").asLong(30_000)),
+                        2.0,
+                        0.2);
+            for (JsonNode s : o.path("servers")) {
+              b.server(s.asText());
+            }
+            if (o.hasNonNull("spill_path")) {
+              b.spillPath(Path.of(o.get("spill_path").asText()));
+            }
+            log = b.build();
+            reply.put("ok", true);
+          }
+          case "emit" -> {
+            String[] tn = arg.split(" ");
+            long n = Long.parseLong(tn[1]);
+            long start = seqs.getOrDefault(tn[0], 0L);
+            seqs.put(tn[0], start + n);
+            long accepted = 0;
+            for (long i = start; i < start + n; i++) {
+              if (log.emit(tn[0], Map.of("seq", i))) {
+                accepted++;
+              }
+            }
+            reply.put("accepted", accepted);
+          }
+          case "close" -> {
+            long t0 = System.nanoTime();
+            boolean ok = log.close(Duration.ofMillis(Long.parseLong(arg)));
+            reply.put("closed", ok);
+            reply.put("ms", (System.nanoTime() - t0) / 1_000_000);
+          }
+          case "stats" -> {
+            Stats s = log.stats();
+            reply.put("sent", s.sent());
+            reply.put("dropped", s.dropped());
+            // kept: after close, buffered is what the spill file keeps
+            reply.put("kept", s.buffered());
+            reply.put("buffered", s.buffered());
+          }
+          case "quit" -> {
+            return;
+          }
+          default -> reply.put("error", "unknown command " + cmd);
+        }
+      } catch (RuntimeException e) {
+        reply.put("error", e.toString());
+      }
+      System.out.println(json.writeValueAsString(reply));
+      System.out.flush();
+    }
+  }
+}

@@ -1,0 +1,85 @@
+//! Drives the Rust library for the conformance suite (protocol:
+//! sdk/conformance/README.md): one command per line on stdin, one JSON reply
+//! per line on stdout.
+
+use std::collections::HashMap;
+use std::io::{BufRead, Write};
+use std::time::{Duration, Instant};
+
+use nagare_logger::{Config, Logger};
+use serde_json::{json, Value};
+
+fn configure(o: &Value) -> Result<Logger, String> {
+    let servers: Vec<String> = o["servers"]
+        .as_array()
+        .ok_or("servers: a list")?
+        .iter()
+        .filter_map(|s| s.as_str().map(String::from))
+        .collect();
+    let ms = |k: &str, d: u64| Duration::from_millis(o[k].as_u64().unwrap_or(d));
+    let mut cfg = Config::new()
+        .servers(servers)
+        .map_err(|e| e.to_string())?
+        .require_ack(o["require_ack"].as_bool().unwrap_or(false))
+        .backoff(ms("backoff_base_ms", 100), ms("backoff_max_ms", 30_000));
+    if let Some(p) = o["spill_path"].as_str() {
+        cfg = cfg.spill_path(p);
+    }
+    Logger::new(cfg).map_err(|e| e.to_string())
+}
+
+fn main() {
+    let mut log: Option<Logger> = None;
+    let mut closed = false;
+    let mut seqs: HashMap<String, u64> = HashMap::new();
+    let stdout = std::io::stdout();
+    for line in std::io::stdin().lock().lines() {
+        let Ok(line) = line else { break };
+        let (cmd, arg) = line.trim().split_once(' ').unwrap_or((line.trim(), ""));
+        let reply = match (cmd, log.as_ref()) {
+            ("configure", _) => match serde_json::from_str(arg)
+                .map_err(|e| e.to_string())
+                .and_then(|o| configure(&o))
+            {
+                Ok(l) => {
+                    log = Some(l);
+                    json!({ "ok": true })
+                }
+                Err(e) => json!({ "error": e }),
+            },
+            ("emit", Some(l)) => {
+                let (tag, n) = arg.split_once(' ').unwrap_or((arg, "0"));
+                let n: u64 = n.parse().unwrap_or(0);
+                let start = *seqs.get(tag).unwrap_or(&0);
+                seqs.insert(tag.to_string(), start + n);
+                let accepted = (start..start + n)
+                    .filter(|i| l.emit(tag, &json!({ "seq": i })).is_ok())
+                    .count();
+                json!({ "accepted": accepted })
+            }
+            ("close", Some(l)) => {
+                closed = true;
+                let t0 = Instant::now();
+                let r = l.close(Duration::from_millis(arg.parse().unwrap_or(10_000)));
+                json!({ "closed": r.is_ok(), "ms": t0.elapsed().as_millis() as u64 })
+            }
+            ("stats", Some(l)) => {
+                let s = l.stats();
+                // kept: events in the spill file. After close, buffered is what
+                // the file keeps; before, at most what was written to it.
+                let kept = if closed {
+                    s.buffered
+                } else {
+                    s.spilled.min(s.buffered)
+                };
+                json!({ "sent": s.sent, "dropped": s.dropped, "kept": kept, "buffered": s.buffered })
+            }
+            ("quit", _) => break,
+            (_, None) => json!({ "error": format!("{cmd} before configure") }),
+            _ => json!({ "error": format!("unknown command {cmd:?}") }),
+        };
+        let mut out = stdout.lock();
+        let _ = writeln!(out, "{reply}");
+        let _ = out.flush();
+    }
+}
