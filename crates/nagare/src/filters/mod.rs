@@ -26,6 +26,7 @@ registry! {
     grep => filter::<grep::GrepConfig>(),
     modify => filter::<modify::ModifyConfig>(),
     rewrite_tag => filter::<rewrite_tag::RewriteTagConfig>(),
+    exec => filter::<exec::ExecConfig>(),
 }
 
 /// What a filter made of a batch.
@@ -47,6 +48,9 @@ pub struct Filtered {
     /// Events the filter could not treat as configured (kept, and marked):
     /// counted as errors of the filter.
     pub errors: u64,
+    /// Restarts of what the filter depends on (an exec filter's program),
+    /// counted in the filter's `retries_total`.
+    pub retries: u64,
 }
 
 /// A filter type. Synchronous: it runs on the input's task, on a batch

@@ -231,6 +231,7 @@ impl Router {
                 &st.bytes_out,
                 b.parts.iter().map(|p| p.len() as u64).sum::<u64>() + moved_bytes,
             );
+            PluginStats::add(&st.retries, out.retries);
             if out.errors > 0 {
                 PluginStats::add(&st.errors, out.errors);
                 tracing::debug!(filter = %stage.name, tag = %b.tag, events = out.errors,
@@ -311,6 +312,7 @@ mod tests {
                 tag: self.retag.map(String::from),
                 errors: u64::from(self.mark == b'e'),
                 moved: Vec::new(),
+                retries: 0,
             }
         }
     }
