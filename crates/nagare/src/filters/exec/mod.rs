@@ -65,7 +65,7 @@ pub struct ExecConfig {
     /// arrive meanwhile go on unchanged, marked with `exec_error`.
     #[serde(default = "default_restart_delay")]
     pub restart_delay: Dur,
-    /// The longest wait between restarts.
+    /// The longest wait between restarts (`restart_delay` when that is longer).
     #[serde(default = "default_max_restart_delay")]
     pub max_restart_delay: Dur,
 }
@@ -89,12 +89,6 @@ impl FilterPlugin for ExecConfig {
     fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Filter>, OptionError> {
         if self.timeout.0.is_zero() {
             return Err(OptionError::new("timeout", "must be more than 0s"));
-        }
-        if self.max_restart_delay.0 < self.restart_delay.0 {
-            return Err(OptionError::new(
-                "max_restart_delay",
-                format!("is shorter than restart_delay ({})", self.restart_delay),
-            ));
         }
         let program = find_program(&self)?;
         // The program starts with the first batch: `nagare check` builds
@@ -250,7 +244,7 @@ impl Exec {
             .restart_delay
             .0
             .saturating_mul(1 << doublings)
-            .min(self.cfg.max_restart_delay.0);
+            .min(self.cfg.max_restart_delay.0.max(self.cfg.restart_delay.0));
         st.not_before = Some(Instant::now() + delay);
         let (reason, stderr) = match running {
             Some(r) => {
