@@ -335,7 +335,8 @@ restart_delay = "10m"
     let hang = vec![m(&[("seq", 1.into()), ("hang", true.into())])];
     let later = vec![m(&[("seq", 2.into())])];
     send_records_acked(&mut s, "app", &first, "c0");
-    let pid = std::fs::read_to_string(dir.path().join("pid.txt")).expect(&d.stderr());
+    let pid = std::fs::read_to_string(dir.path().join("pid.txt"))
+        .unwrap_or_else(|e| panic!("pid.txt: {e}; {}", d.stderr()));
     send_records_acked(&mut s, "app", &hang, "c1");
     send_records_acked(&mut s, "app", &later, "c2");
     sink.wait_records(3);

@@ -123,7 +123,7 @@ impl Running {
             None => {
                 let _ = self.process.kill();
                 let _ = self.process.wait();
-                "killed by nagare".to_string()
+                "was killed by nagare".to_string()
             }
         };
         // The stderr thread ends when every holder of the pipe has exited;
@@ -148,7 +148,7 @@ fn describe(status: ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;
     match (status.code(), status.signal()) {
         (Some(code), _) => format!("exited with status {code}"),
-        (None, Some(sig)) => format!("killed by signal {sig}"),
+        (None, Some(sig)) => format!("was killed by signal {sig}"),
         _ => status.to_string(),
     }
 }
