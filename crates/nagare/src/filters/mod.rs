@@ -54,7 +54,8 @@ pub struct Filtered {
 }
 
 /// A filter type. Synchronous: it runs on the input's task, on a batch
-/// already in memory, and must not block on I/O.
+/// already in memory, and must not block on I/O (the exec filter, which
+/// waits for its program, does so inside `block_in_place`: filters/exec).
 pub trait Filter: Send + Sync {
     /// Filters a batch of `count` events of `tag`: `parts` are runs of
     /// canonical PackedForward entries, in order.

@@ -11,18 +11,20 @@
 //! - msgpack: one `[tag, time, record]` array per event, the time as the
 //!   event had it (an EventTime ext, or whole seconds).
 
-use std::borrow::Cow;
+use std::fmt;
 
 use bytes::Bytes;
 use nagare_forward::msgpack::{
     expect_str_or_bin, is_map, read_array_len, read_uint, skip_value, write_map_len, write_str,
 };
 use nagare_forward::{EventTime, ScanError};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::filters::record;
 use crate::formats::json;
+use crate::parsers::json::{Emit, REPEATED_KEY};
 
 #[derive(
     Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
@@ -130,9 +132,10 @@ pub fn decode(format: ExecFormat, tag: &str, answer: &[u8]) -> Result<Answer, St
     out.entries_of(tag);
     match format {
         ExecFormat::Json => {
+            let mut record = Vec::new();
             for (n, line) in answer.split(|&b| b == b'\n').enumerate() {
                 if !line.trim_ascii().is_empty() {
-                    json_event(line, tag, &mut out)
+                    json_event(line, tag, &mut record, &mut out)
                         .map_err(|e| format!("line {} of its answer: {e}", n + 1))?;
                 }
             }
@@ -150,36 +153,106 @@ pub fn decode(format: ExecFormat, tag: &str, answer: &[u8]) -> Result<Answer, St
     Ok(out)
 }
 
+/// The keys of an answer line; any other is an error.
 #[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct JsonEvent<'a> {
-    #[serde(default, borrow)]
-    tag: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
-    time: Option<&'a RawValue>,
-    record: serde_json::Value,
+#[serde(field_identifier, rename_all = "lowercase")]
+enum Key {
+    Tag,
+    Time,
+    Record,
 }
 
-fn json_event(line: &[u8], batch_tag: &str, out: &mut Answer) -> Result<(), String> {
-    let ev: JsonEvent = serde_json::from_slice(line).map_err(|e| {
-        let text = String::from_utf8_lossy(&line[..line.len().min(80)]).into_owned();
-        format!("{e} in {text:?} (expected {{\"tag\":…,\"time\":…,\"record\":{{…}}}})")
-    })?;
-    if !ev.record.is_object() {
+/// An answer line as read: the record is already msgpack (in `Line::record`).
+struct LineRead<'de> {
+    tag: Option<&'de RawValue>,
+    time: Option<&'de RawValue>,
+    record: bool,
+}
+
+/// Reads an answer line, writing its record as msgpack while serde_json
+/// reads it (no tree of values: the parsers' streaming `Emit`).
+struct Line<'o> {
+    record: &'o mut Vec<u8>,
+}
+
+impl<'de> DeserializeSeed<'de> for Line<'_> {
+    type Value = LineRead<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<LineRead<'de>, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Line<'_> {
+    type Value = LineRead<'de>;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object {\"tag\":…,\"time\":…,\"record\":{…}}")
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<LineRead<'de>, A::Error> {
+        let mut line = LineRead {
+            tag: None,
+            time: None,
+            record: false,
+        };
+        while let Some(key) = map.next_key::<Key>()? {
+            match key {
+                Key::Tag if line.tag.is_none() => line.tag = Some(map.next_value()?),
+                Key::Time if line.time.is_none() => line.time = Some(map.next_value()?),
+                Key::Record if !line.record => {
+                    map.next_value_seed(Emit(&mut *self.record))?;
+                    line.record = true;
+                }
+                _ => return Err(de::Error::custom("a key appears twice")),
+            }
+        }
+        Ok(line)
+    }
+}
+
+fn json_event(text: &[u8], batch_tag: &str, record: &mut Vec<u8>, out: &mut Answer) -> Result<(), String> {
+    record.clear();
+    let mut de = serde_json::Deserializer::from_slice(text);
+    let line = Line { record: &mut *record }
+        .deserialize(&mut de)
+        .and_then(|line| de.end().map(|()| line))
+        .map_err(|e| {
+            let e = e.to_string();
+            if e.starts_with(REPEATED_KEY) {
+                return "the record has a key twice".to_string();
+            }
+            let text = String::from_utf8_lossy(&text[..text.len().min(80)]).into_owned();
+            format!("{e} in {text:?} (expected {{\"tag\":…,\"time\":…,\"record\":{{…}}}})")
+        })?;
+    if !line.record {
+        return Err("no \"record\"".into());
+    }
+    if !matches!(record.first(), Some(0x80..=0x8f | 0xde | 0xdf)) {
         return Err("\"record\" must be a JSON object".into());
     }
-    let tag = match &ev.tag {
-        Some(t) if t.is_empty() => return Err("\"tag\" is empty".into()),
-        Some(t) => t,
-        None => batch_tag,
+    let owned;
+    let tag = match line.tag.map(RawValue::get) {
+        None | Some("null") => batch_tag,
+        // The common case: the batch's tag, copied back as it was written.
+        Some(t)
+            if t.len() == batch_tag.len() + 2
+                && t.starts_with('"')
+                && &t[1..t.len() - 1] == batch_tag
+                && !batch_tag.contains('\\') =>
+        {
+            batch_tag
+        }
+        Some(t) => {
+            owned = serde_json::from_str::<String>(t).map_err(|_| format!("\"tag\" must be a string, found {t}"))?;
+            if owned.is_empty() {
+                return Err("\"tag\" is empty".into());
+            }
+            &owned
+        }
     };
-    let time = match ev.time {
+    let time = match line.time {
         Some(raw) => json_time(raw.get())?,
         None => EventTime::now(),
     };
-    let mut record = Vec::new();
-    json::msgpack_from_json(&ev.record, &mut record);
-    out.push(tag, &time.to_bytes(), &record);
+    out.push(tag, &time.to_bytes(), record);
     Ok(())
 }
 
@@ -373,6 +446,20 @@ mod tests {
         assert!(decode(ExecFormat::Json, "t", b"{\"recod\":{}}\n")
             .unwrap_err()
             .contains("unknown field `recod`"));
+        for (bad, why) in [
+            (&b"{\"record\":{\"a\":1,\"a\":2}}"[..], "the record has a key twice"),
+            (b"{\"record\":{},\"record\":{}}", "a key appears twice"),
+            (b"{\"tag\":\"t\"}", "no \"record\""),
+            (b"{\"tag\":7,\"record\":{}}", "\"tag\" must be a string, found 7"),
+            (b"{\"record\":{}} {}", "trailing characters"),
+        ] {
+            let err = decode(ExecFormat::Json, "t", bad).unwrap_err();
+            assert!(err.contains(why), "{err}");
+        }
+        // A tag written with escapes is still the batch's tag.
+        let got = decode(ExecFormat::Json, "a.b", b"{\"tag\":\"a\\u002eb\",\"record\":{}}").unwrap();
+        assert_eq!(got.groups.len(), 1);
+        assert_eq!(got.groups[0].2, 1);
     }
 
     #[test]
