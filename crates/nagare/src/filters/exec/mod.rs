@@ -190,7 +190,11 @@ impl Exec {
         let mut restarted = false;
         if st.running.is_none() {
             if let Some(wait) = st.not_before.and_then(|t| t.checked_duration_since(Instant::now())) {
-                let wait = Duration::from_millis(wait.as_millis() as u64 + 1);
+                // Rounded up: "restarts in 0s" would read as "now".
+                let wait = match wait.as_secs() {
+                    0 => Duration::from_millis(wait.as_millis() as u64 + 1),
+                    s => Duration::from_secs(s + 1),
+                };
                 return Outcome {
                     answer: Err(format!(
                         "the program failed and restarts in {}",
@@ -384,6 +388,19 @@ mod tests {
             assert_eq!(out.batch.as_ref().unwrap().0, batch);
             assert!(out.moved.is_empty());
         }
+    }
+
+    /// stderr is always read: a program that writes far more than a pipe
+    /// holds there (most of it not logged: rate limited) still answers.
+    #[test]
+    fn a_program_that_fills_stderr_does_not_block() {
+        let mut c = cfg(&["sh", "-c", "yes 'a line on stderr' | head -n 100000 >&2; exec cat"]);
+        c.timeout = Dur(Duration::from_secs(60));
+        let f = build(c).unwrap();
+        let batch = one_batch(10);
+        let out = f.filter("t", std::slice::from_ref(&batch), 10);
+        assert_eq!(out.errors, 0);
+        assert_eq!(out.batch.unwrap().0, batch);
     }
 
     /// Works where `block_in_place` is not allowed (a current-thread
