@@ -437,3 +437,38 @@ fn check_names_the_line_of_a_program_that_cannot_run() {
     );
     assert!(!marker.exists(), "check ran the program");
 }
+
+/// The Python program in docs/configuration.md's exec section, run as the
+/// docs show it, so the example cannot drift from the protocol.
+#[test]
+fn the_documented_example_program_works() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/configuration.md"
+    ))
+    .unwrap();
+    let section = &doc[doc.find("### `type = \"exec\"`").expect("the exec section")..];
+    let code = section
+        .split("```python\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("a python block in the exec section");
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Sink::start(SinkOpts::default());
+    let filters = format!(
+        "[[filter]]\ntype = \"exec\"\ncommand = {}\n",
+        python(dir.path(), "example.py", code)
+    );
+    let (mut d, port) = daemon(dir.path(), &filters, sink.port);
+    let mut s = Sender::tcp(port);
+    let records = seq_records(0..3);
+    send_records_acked(&mut s, "app.web", &records, "c1");
+    sink.wait_records(3);
+    let want: Vec<Value> = records
+        .iter()
+        .map(|r| with(r, "region", "eu-1".into()))
+        .collect();
+    assert_eq!(records_of(&sink, "app.web"), want);
+    s.finish();
+    assert!(d.terminate().success(), "{}", d.stderr());
+}
