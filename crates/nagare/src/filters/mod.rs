@@ -28,6 +28,7 @@ registry! {
     rewrite_tag => filter::<rewrite_tag::RewriteTagConfig>(),
     throttle => filter::<throttle::ThrottleConfig>(),
     sample => filter::<sample::SampleConfig>(),
+    exec => filter::<exec::ExecConfig>(),
 }
 
 /// What a filter made of a batch.
@@ -60,10 +61,14 @@ pub struct Filtered {
     /// Events over a rate limit (throttle), dropped or in `moved`: counted
     /// as the filter's `throttled_events_total`.
     pub throttled: u64,
+    /// Restarts of what the filter depends on (an exec filter's program),
+    /// counted in the filter's `retries_total`.
+    pub retries: u64,
 }
 
 /// A filter type. Synchronous: it runs on the input's task, on a batch
-/// already in memory, and must not block on I/O.
+/// already in memory, and must not block on I/O (the exec filter, which
+/// waits for its program, does so inside `block_in_place`: filters/exec).
 pub trait Filter: Send + Sync {
     /// Filters a batch of `count` events of `tag`: `parts` are runs of
     /// canonical PackedForward entries, in order.

@@ -215,10 +215,32 @@ pub fn write_string(out: &mut Vec<u8>, s: &[u8]) {
     out.push(b'"');
 }
 
+/// Whether any of the 8 bytes of `w` must be escaped in a JSON string: a
+/// control character (< 0x20), `"` or `\`. A word at a time, since most
+/// text has none and this runs for every string an output or a filter
+/// writes as JSON.
+#[inline]
+fn needs_escape(w: u64) -> bool {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    // Bytes below 0x20 (the high-bit test keeps bytes >= 0x80 out).
+    let control = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
+    control | has_zero(w ^ (ONES * b'"' as u64)) | has_zero(w ^ (ONES * b'\\' as u64)) != 0
+}
+
 fn escape(out: &mut Vec<u8>, s: &str) {
     let bytes = s.as_bytes();
+    // Skip the words with nothing to escape; the loop below finds the byte.
+    let mut clean = 0;
+    while let Some(w) = bytes.get(clean..clean + 8) {
+        if needs_escape(u64::from_le_bytes(w.try_into().expect("8 bytes"))) {
+            break;
+        }
+        clean += 8;
+    }
     let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
+    for (i, &b) in bytes.iter().enumerate().skip(clean) {
         let esc: &[u8] = match b {
             b'"' => b"\\\"",
             b'\\' => b"\\\\",
@@ -299,6 +321,31 @@ mod tests {
         assert_eq!(s, r#"{"a":[1,-2,"x\n"],"b":{"c":null,"d":true},"e":1.5}"#);
         let v: serde_json::Value = serde_json::from_str(&s).unwrap();
         assert_eq!(v["e"], 1.5);
+    }
+
+    #[test]
+    fn strings_with_and_without_escapes_at_every_position() {
+        for len in 0..20 {
+            for at in 0..len {
+                for special in ['"', '\\', '\n', '\u{1}', '\u{1f}', 'é', '\u{7f}', ' '] {
+                    let mut s: Vec<char> = "abcdefghijklmnopqrst"[..len].chars().collect();
+                    s[at] = special;
+                    let s: String = s.into_iter().collect();
+                    let mut out = Vec::new();
+                    escape(&mut out, &s);
+                    let back: String =
+                        serde_json::from_slice(&[b"\"", &out[..], b"\""].concat()).unwrap();
+                    assert_eq!(back, s);
+                    let plain = !matches!(special, '"' | '\\' | '\n' | '\u{1}' | '\u{1f}');
+                    assert_eq!(
+                        out == s.as_bytes(),
+                        plain,
+                        "{s:?} → {:?}",
+                        String::from_utf8_lossy(&out)
+                    );
+                }
+            }
+        }
     }
 
     #[test]

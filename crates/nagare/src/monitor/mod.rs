@@ -35,7 +35,7 @@ const COUNTERS: &[(&str, &str, Counter)] = &[
         "Errors (failed flushes, unroutable batches, …)",
         |s| PluginStats::get(&s.errors),
     ),
-    ("retries_total", "Flush retries", |s| {
+    ("retries_total", "Flush retries (outputs), program restarts (exec filters)", |s| {
         PluginStats::get(&s.retries)
     }),
     (

@@ -90,7 +90,7 @@ fn event_time(p: &Parser, tk: &str, t: &Value) -> Result<EventTime, String> {
 }
 
 /// The error that sends a line with a repeated key to `parse_tree`.
-const REPEATED_KEY: &str = "nagare: repeated key";
+pub(crate) const REPEATED_KEY: &str = "nagare: repeated key";
 
 /// Puts the msgpack header of a map or array of `n` items in front of the
 /// items, written from `start` on (their count is known only at the end).
@@ -229,8 +229,10 @@ impl Keys {
     }
 }
 
-/// Writes any JSON value as msgpack (as `msgpack_from_json` does for a tree).
-struct Emit<'a>(&'a mut Vec<u8>);
+/// Writes any JSON value as msgpack (as `msgpack_from_json` does for a
+/// tree) while serde_json reads it; fails with `REPEATED_KEY` on an object
+/// with a key twice (the exec filter reads its answers' records with it).
+pub(crate) struct Emit<'a>(pub(crate) &'a mut Vec<u8>);
 
 impl<'de> DeserializeSeed<'de> for Emit<'_> {
     type Value = ();

@@ -18,7 +18,7 @@ use crate::config::units::Dur;
 mod apache2;
 mod apache_error;
 mod csv;
-mod json;
+pub(crate) mod json;
 mod ltsv;
 mod multiline;
 mod nginx;

@@ -343,6 +343,7 @@ impl Router {
                 &st.bytes_out,
                 b.parts.iter().map(|p| p.len() as u64).sum::<u64>() + moved_bytes + failed_bytes,
             );
+            PluginStats::add(&st.retries, out.retries);
             if out.errors > 0 {
                 PluginStats::add(&st.errors, out.errors);
                 tracing::debug!(filter = %stage.name, tag = %b.tag, events = out.errors,
