@@ -95,6 +95,7 @@ impl FilterPlugin for ExecConfig {
         // filters too, and must not run anything.
         Ok(Box::new(Exec {
             name: cx.name.clone(),
+            failures_routed: cx.failures_routed,
             program,
             cfg: self,
             state: Mutex::new(State::default()),
@@ -162,6 +163,8 @@ fn executable(p: &Path) -> Result<(), String> {
 
 struct Exec {
     name: String,
+    /// A failed batch goes to the error label (`Filtered::failed`).
+    failures_routed: bool,
     program: PathBuf,
     cfg: ExecConfig,
     state: Mutex<State>,
@@ -296,8 +299,14 @@ impl Filter for Exec {
                 tracing::debug!(filter = %self.name, tag, events = count, "events kept unchanged, marked: {reason}");
                 let mut out = Vec::with_capacity(size + count as usize * (reason.len() + 16));
                 protocol::mark(parts, &reason, &mut out);
+                let marked = Some((Bytes::from(out), count));
+                let (batch, failed) = match self.failures_routed {
+                    true => (Some((Bytes::new(), 0)), marked),
+                    false => (marked, None),
+                };
                 Filtered {
-                    batch: Some((Bytes::from(out), count)),
+                    batch,
+                    failed,
                     errors: u64::from(count),
                     retries,
                     ..Filtered::default()
@@ -401,6 +410,31 @@ mod tests {
         let out = f.filter("t", std::slice::from_ref(&batch), 10);
         assert_eq!(out.errors, 0);
         assert_eq!(out.batch.unwrap().0, batch);
+    }
+
+    /// With an error label, a failed batch leaves the batch as `failed`,
+    /// marked; without one it stays in the batch, marked.
+    #[test]
+    fn a_failed_batch_goes_to_the_error_label_when_there_is_one() {
+        for routed in [false, true] {
+            let mut cx = BuildContext::new("exec#0");
+            cx.failures_routed = routed;
+            let f = cfg(&["false"]).build(&mut cx).unwrap();
+            let out = f.filter("t", &[one_batch(4)], 4);
+            assert_eq!(out.errors, 4);
+            let (kept, failed) = (out.batch.unwrap(), out.failed);
+            let marked = if routed {
+                assert_eq!(kept.1, 0);
+                failed.expect("the failed batch")
+            } else {
+                assert!(failed.is_none());
+                kept
+            };
+            assert_eq!(marked.1, 4);
+            let records: Vec<_> = crate::formats::entries(&marked.0).collect();
+            assert_eq!(records.len(), 4);
+            assert!(records.iter().all(|(_, r, _)| r.windows(10).any(|w| w == b"exec_error")));
+        }
     }
 
     /// Works where `block_in_place` is not allowed (a current-thread
