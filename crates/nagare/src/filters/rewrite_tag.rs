@@ -67,14 +67,22 @@ impl FilterPlugin for RewriteTagConfig {
         if self.rule.is_empty() {
             return Err(OptionError::new("rule", "needs at least one [[filter.rule]]"));
         }
-        let rules = self
+        let mut rules: Vec<Rule> = self
             .rule
             .iter()
             .enumerate()
             .map(|(i, r)| Rule::new(r).map_err(|(k, e)| OptionError::new(format!("rule[{i}].{k}"), e)))
             .collect::<Result<_, _>>()?;
+        let mut keys: Vec<FieldPath> = Vec::new();
+        for r in &mut rules {
+            r.key_id = keys.iter().position(|k| *k == r.key).unwrap_or_else(|| {
+                keys.push(r.key.clone());
+                keys.len() - 1
+            });
+        }
         Ok(Box::new(RewriteTag {
             rules,
+            keys: keys.len(),
             unmatched: self.unmatched,
         }))
     }
@@ -88,8 +96,13 @@ pub(super) enum Part {
     TagIndex(i64),
 }
 
+/// Where a field was found in a record (None: it is not there).
+type Span = Option<(usize, usize)>;
+
 struct Rule {
     key: FieldPath,
+    /// Rules on the same field share one id: the field is found once per event.
+    key_id: usize,
     pattern: Regex,
     invert: bool,
     tag: Vec<Part>,
@@ -122,6 +135,7 @@ impl Rule {
         }
         Ok(Rule {
             key,
+            key_id: 0,
             pattern,
             invert: r.invert,
             tag,
@@ -131,9 +145,18 @@ impl Rule {
 
     /// Whether the rule applies to `record`; with captures in its tag,
     /// writes the new tag into `out` (the others' tags are made once per
-    /// batch, see `RewriteTag::filter`).
-    fn apply(&self, tag: &str, record: &[u8], json: &mut Vec<u8>, out: &mut String) -> bool {
-        let text: &[u8] = match self.key.find(record) {
+    /// batch, see `RewriteTag::filter`). `spans` holds, by key, where an
+    /// earlier rule of this event found its field.
+    fn apply(
+        &self,
+        tag: &str,
+        record: &[u8],
+        spans: &mut [Option<Span>],
+        json: &mut Vec<u8>,
+        out: &mut String,
+    ) -> bool {
+        let span = *spans[self.key_id].get_or_insert_with(|| self.key.find(record));
+        let text: &[u8] = match span {
             Some((a, b)) => value_text(&record[a..b], json),
             None => b"",
         };
@@ -225,6 +248,8 @@ pub(super) fn tag_template(s: &str) -> Result<Vec<Part>, String> {
 
 struct RewriteTag {
     rules: Vec<Rule>,
+    /// Distinct fields the rules read.
+    keys: usize,
     unmatched: Unmatched,
 }
 
@@ -239,6 +264,7 @@ impl Filter for RewriteTag {
     fn filter(&self, tag: &str, parts: &[Bytes], _count: u32) -> Filtered {
         let mut json = Vec::new();
         let mut new_tag = String::new();
+        let mut spans: Vec<Option<Span>> = vec![None; self.keys];
         // The new tag of each rule without captures: the same for the batch.
         let fixed: Vec<Option<String>> = self
             .rules
@@ -265,11 +291,12 @@ impl Filter for RewriteTag {
             let mut offset = 0;
             for (r, end) in super::record::entries(part) {
                 let (record, entry) = (&part[r..end], &part[offset..end]);
+                spans.fill(None);
                 let to = self
                     .rules
                     .iter()
                     .zip(&fixed)
-                    .find(|(r, _)| r.apply(tag, record, &mut json, &mut new_tag))
+                    .find(|(r, _)| r.apply(tag, record, &mut spans, &mut json, &mut new_tag))
                     .map(|(_, f)| f.as_deref().unwrap_or(&new_tag));
                 let goes = match to {
                     Some(t) if t != tag => Some(t),
