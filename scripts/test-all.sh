@@ -51,6 +51,7 @@ need curl curl
 need fusermount3 fuse3           # the fuse input's tests
 need ip iproute2                 # a private network namespace for cli.rs
 need python3 python3             # fuse tests write through python3
+need adduser adduser             # the Debian package's postinst (tests/package)
 need pkg-config pkg-config       # the rest: nagare-bench's `png` feature (suite below)
 pkg-config --exists fontconfig 2>/dev/null || need_apt+=(libfontconfig1-dev)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_apt+=(fonts-dejavu-core)
@@ -73,6 +74,8 @@ suite "cargo clippy (png)" cargo clippy -p nagare-bench --features png --all-tar
 suite "cargo test" cargo test --workspace --locked --no-fail-fast
 # nagare bench's PNG plots (font stack), kept out of the daemon by default.
 suite "cargo test (png plots)" cargo test -p nagare-bench --features png --locked --test bench
+# The Debian package: build, dpkg -i, run as user nagare, purge (root only).
+suite "package (.deb)" bash tests/package/test.sh
 
 # --- SDKs and interop (each directory brings its own runner) -----------------
 for d in sdk/python sdk/go sdk/java sdk/typescript tests/interop; do
