@@ -46,12 +46,12 @@ need() { # need COMMAND PACKAGE
   command -v "$1" >/dev/null || need_apt+=("$2")
 }
 need cc build-essential          # the linker, zstd's C sources, the C SDK's tests
+need adduser adduser             # the Debian package's postinst (tests/package)
 need socat socat
 need curl curl
 need fusermount3 fuse3           # the fuse input's tests
 need ip iproute2                 # a private network namespace for cli.rs
 need python3 python3             # fuse tests write through python3
-need adduser adduser             # the Debian package's postinst (tests/package)
 need pkg-config pkg-config       # the rest: nagare-bench's `png` feature (suite below)
 pkg-config --exists fontconfig 2>/dev/null || need_apt+=(libfontconfig1-dev)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_apt+=(fonts-dejavu-core)
