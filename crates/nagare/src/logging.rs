@@ -12,6 +12,7 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
+use tracing_subscriber::fmt::writer::BoxMakeWriter;
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::EnvFilter;
 
@@ -81,19 +82,11 @@ pub fn init(level: Option<&str>, format: LogFormat, file: Option<&Path>) -> anyh
     // its mount itself first (fuser's unmount fails while a file is open).
     let filter = EnvFilter::try_from_env("NAGARE_LOG")
         .unwrap_or_else(|_| EnvFilter::new(format!("{},fuser=error", level.unwrap_or("info"))));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false);
-    match file {
-        None => {
-            let builder = builder
-                .with_writer(io::stderr)
-                .with_ansi(io::IsTerminal::is_terminal(&io::stderr()));
-            match format {
-                LogFormat::Text => builder.init(),
-                LogFormat::Json => builder.json().flatten_event(true).init(),
-            }
-        }
+    let (writer, ansi) = match file {
+        None => (
+            BoxMakeWriter::new(io::stderr),
+            io::IsTerminal::is_terminal(&io::stderr()),
+        ),
         Some(path) => {
             let file = open_append(path).map_err(|e| {
                 anyhow::anyhow!("[system] log_file {}: cannot open: {e}", path.display())
@@ -102,12 +95,17 @@ pub fn init(level: Option<&str>, format: LogFormat, file: Option<&Path>) -> anyh
                 path: path.to_path_buf(),
                 file: Mutex::new(file),
             });
-            let builder = builder.with_writer(LogFileWriter(log)).with_ansi(false);
-            match format {
-                LogFormat::Text => builder.init(),
-                LogFormat::Json => builder.json().flatten_event(true).init(),
-            }
+            (BoxMakeWriter::new(LogFileWriter(log)), false)
         }
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .with_writer(writer)
+        .with_ansi(ansi);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
     }
     Ok(())
 }
