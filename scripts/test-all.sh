@@ -46,6 +46,7 @@ need() { # need COMMAND PACKAGE
   command -v "$1" >/dev/null || need_apt+=("$2")
 }
 need cc build-essential          # the linker, zstd's C sources, the C SDK's tests
+need adduser adduser             # the Debian package's postinst (tests/package)
 need socat socat
 need curl curl
 need fusermount3 fuse3           # the fuse input's tests
@@ -73,6 +74,8 @@ suite "cargo clippy (png)" cargo clippy -p nagare-bench --features png --all-tar
 suite "cargo test" cargo test --workspace --locked --no-fail-fast
 # nagare bench's PNG plots (font stack), kept out of the daemon by default.
 suite "cargo test (png plots)" cargo test -p nagare-bench --features png --locked --test bench
+# The Debian package: build, dpkg -i, run as user nagare, purge (root only).
+suite "package (.deb)" bash tests/package/test.sh
 
 # --- SDKs and interop (each directory brings its own runner) -----------------
 # sdk/conformance runs every SDK's driver: after the SDK suites set them up.

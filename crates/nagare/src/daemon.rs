@@ -11,7 +11,7 @@ use crate::config::Config;
 use crate::plugin::InputContext;
 use crate::router::Router;
 use crate::stats::Registry;
-use crate::{filters, monitor, outputs, shutdown};
+use crate::{filters, logging, monitor, outputs, service, shutdown};
 
 pub fn worker_count(cfg: &Config) -> usize {
     if cfg.system.workers > 0 {
@@ -101,11 +101,15 @@ async fn run_async(cfg: Config, workers: usize, source: Option<PathBuf>) -> anyh
         workers,
         "nagare started"
     );
+    service::ready();
 
     while let Signal::Hangup = stop_signals.wait().await {
+        service::reloading();
         hangup(source.as_deref());
+        service::ready();
     }
     tracing::info!("stopping: no new connections; draining inputs and buffers");
+    service::stopping();
     let _ = stop_tx.send(true);
     let timeout = system
         .shutdown_timeout
@@ -159,11 +163,13 @@ pub(crate) enum Signal {
     Hangup,
 }
 
-/// SIGTERM, SIGINT and SIGHUP, listened to from the start.
+/// SIGTERM, SIGINT and SIGHUP, listened to from the start; SIGUSR1 (the log
+/// file is reopened) is handled inside `wait`.
 pub(crate) struct StopSignals {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
+    usr1: tokio::signal::unix::Signal,
 }
 
 impl StopSignals {
@@ -173,14 +179,18 @@ impl StopSignals {
             term: signal(SignalKind::terminate())?,
             int: signal(SignalKind::interrupt())?,
             hup: signal(SignalKind::hangup())?,
+            usr1: signal(SignalKind::user_defined1())?,
         })
     }
 
     pub(crate) async fn wait(&mut self) -> Signal {
-        tokio::select! {
-            _ = self.term.recv() => Signal::Stop,
-            _ = self.int.recv() => Signal::Stop,
-            _ = self.hup.recv() => Signal::Hangup,
+        loop {
+            tokio::select! {
+                _ = self.term.recv() => return Signal::Stop,
+                _ = self.int.recv() => return Signal::Stop,
+                _ = self.hup.recv() => return Signal::Hangup,
+                _ = self.usr1.recv() => logging::reopen(),
+            }
         }
     }
 }

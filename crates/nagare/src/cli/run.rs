@@ -3,10 +3,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use tracing_subscriber::EnvFilter;
-
 use crate::holder::PidLock;
-use crate::{config, daemon};
+use crate::{config, daemon, logging};
 
 #[derive(clap::Args)]
 pub struct RunArgs {
@@ -47,7 +45,15 @@ pub fn main(a: RunArgs) -> ExitCode {
             return ExitCode::from(super::EXIT_CONFIG);
         }
     };
-    init_logging(cfg.system.log_level.as_deref());
+    let log_file = cfg.system.log_file.as_deref().map(std::path::Path::new);
+    if let Err(e) = logging::init(
+        cfg.system.log_level.as_deref(),
+        cfg.system.log_format,
+        log_file,
+    ) {
+        eprintln!("error: {e}");
+        return ExitCode::from(super::EXIT_RUNTIME);
+    }
     let pid_lock = match &a.pid_file {
         Some(path) => match PidLock::acquire(path) {
             Ok(lock) => Some(lock),
@@ -72,18 +78,4 @@ pub fn main(a: RunArgs) -> ExitCode {
             ExitCode::from(super::EXIT_RUNTIME)
         }
     }
-}
-
-/// Logs go to stderr (stdout carries events for the stdout output).
-fn init_logging(level: Option<&str>) {
-    // fuser warns "Unmount failed" at every shutdown: the fuse input detaches
-    // its mount itself first (fuser's unmount fails while a file is open).
-    let filter = EnvFilter::try_from_env("NAGARE_LOG")
-        .unwrap_or_else(|_| EnvFilter::new(format!("{},fuser=error", level.unwrap_or("info"))));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_target(false)
-        .init();
 }

@@ -70,6 +70,14 @@ pub struct SystemConfig {
     /// error, warn, info, debug or trace. The NAGARE_LOG environment variable overrides it.
     #[serde(default)]
     pub log_level: Option<String>,
+    /// nagare's own log lines: "text" (default) or "json" (one object per
+    /// line with timestamp, level, message and the event's fields).
+    #[serde(default)]
+    pub log_format: crate::logging::LogFormat,
+    /// File that nagare's own log is appended to (default: stderr). SIGUSR1
+    /// opens the path again, for logrotate's `postrotate`.
+    #[serde(default)]
+    pub log_file: Option<String>,
     /// How long shutdown waits for buffers to drain before giving up (default "60s").
     /// Then (or at a second SIGTERM/SIGINT) what is left is kept, not
     /// dropped: file buffers keep their chunks for the next start, memory
