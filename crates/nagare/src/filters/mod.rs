@@ -26,6 +26,7 @@ registry! {
     grep => filter::<grep::GrepConfig>(),
     modify => filter::<modify::ModifyConfig>(),
     rewrite_tag => filter::<rewrite_tag::RewriteTagConfig>(),
+    lua => filter::<lua::LuaConfig>(),
 }
 
 /// What a filter made of a batch.
