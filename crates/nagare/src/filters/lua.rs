@@ -21,12 +21,14 @@
 
 mod convert;
 
+use std::ffi::{c_int, CStr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use mlua::{Function, HookTriggers, Lua, MultiValue, Table, Value, VmState};
+use mlua::ffi::{self, lua_State};
+use mlua::{Function, HookTriggers, Lua, Value, VmState};
 use nagare_forward::msgpack::{write_map_len, write_str};
 use nagare_forward::EventTime;
 use serde::Deserialize;
@@ -205,6 +207,15 @@ impl Script {
         lua.globals()
             .raw_set("flb_null", Value::NULL)
             .map_err(|e| LoadError::Source(message(&e)))?;
+        // SAFETY: one call that can only fail on memory, inside exec_raw's
+        // protected call; the stack is reset.
+        unsafe {
+            lua.exec_raw::<()>((), |l| {
+                ffi::luaL_newmetatable(l, convert::EXT.as_ptr());
+                ffi::lua_settop(l, 0);
+            })
+        }
+        .map_err(|e| LoadError::Source(message(&e)))?;
         lua.load(source)
             .set_name(chunk_name)
             .exec()
@@ -240,32 +251,38 @@ struct LuaFilter {
     timeout: Duration,
 }
 
-/// What the script made of one event.
-enum Outcome {
-    Drop,
-    Keep,
-    /// New records, with a new time (`None`: the event's own).
-    Records(Option<EventTime>, Vec<Table>),
-}
-
 impl Filter for LuaFilter {
     fn filter(&self, tag: &str, parts: &[Bytes], _count: u32) -> Filtered {
         // A panic cannot leave the state half-changed in a way that matters
         // more than losing the filter: go on with it.
         let script = self.script.lock().unwrap_or_else(|e| e.into_inner());
+        // After a time-out the hook raises at every instruction: put the
+        // ordinary one back.
+        let hook = match script.clock.expired.load(Ordering::Relaxed) {
+            true => install_hook(&script.lua, &script.clock),
+            false => Ok(()),
+        };
+        script.clock.arm(self.timeout);
         let mut batch = Batch {
-            script: &script,
+            clock: &script.clock,
             time_as_table: self.time_as_table,
             out: Vec::with_capacity(parts.iter().map(|p| p.len()).sum::<usize>() * 5 / 4 + 64),
+            writer: convert::Writer::default(),
             count: 0,
             errors: 0,
             changed: false,
         };
-        script.clock.arm(self.timeout);
-        if let Err(e) = install_hook(&script.lua, &script.clock)
-            .and_then(|()| script.lua.create_string(tag))
-            .map(|tag| batch.run(&tag, parts))
-        {
+        let ran = hook.and_then(|()| {
+            // SAFETY: `run` keeps to the stack discipline of convert.rs and
+            // leaves the stack as it found it; the only Lua errors it can
+            // meet outside its own `lua_pcall`s are memory errors.
+            unsafe {
+                script
+                    .lua
+                    .exec_raw::<()>((&script.func, tag), |l| batch.run(l, parts))
+            }
+        });
+        if let Err(e) = ran {
             // Only a failed allocation in Lua can get here.
             tracing::warn!(error = %e, "lua: the batch goes on unfiltered");
             return Filtered::default();
@@ -288,38 +305,53 @@ impl Filter for LuaFilter {
     }
 }
 
+const TIMED_OUT_MARK: &str = "timed out: the batch ran longer than the filter's `timeout`";
+
 /// One batch being filtered.
 struct Batch<'a> {
-    script: &'a Script,
+    clock: &'a Clock,
     time_as_table: bool,
     out: Vec<u8>,
+    writer: convert::Writer,
     count: u32,
     errors: u64,
     /// Some event was dropped, changed or marked.
     changed: bool,
 }
 
+/// What the script made of one event.
+enum Outcome {
+    Drop,
+    Keep,
+    /// The record(s) on the stack are the new event(s), with a new time
+    /// (`None`: the event's own).
+    Records(Option<EventTime>),
+}
+
 impl Batch<'_> {
-    fn run(&mut self, tag: &mlua::String, parts: &[Bytes]) {
+    /// Filters every entry of `parts`; the stack holds the function and
+    /// the tag at its top.
+    unsafe fn run(&mut self, l: *mut lua_State, parts: &[Bytes]) {
+        let top = ffi::lua_gettop(l);
+        let (func, tag) = (top - 1, top);
         for part in parts {
             for (time, record, entry) in crate::formats::entries(part) {
                 // 0x92 and the time as they came.
                 let head = &entry[..entry.len() - record.len()];
-                if self.script.clock.expired.load(Ordering::Relaxed) {
-                    let m = "timed out: the batch ran longer than the filter's `timeout`";
-                    self.mark(head, record, m);
+                if self.clock.expired.load(Ordering::Relaxed) {
+                    self.mark(head, record, TIMED_OUT_MARK);
                     continue;
                 }
                 let at = self.out.len();
                 let result = self
-                    .call(tag, time, record)
-                    .and_then(|outcome| self.write(head, record, outcome));
+                    .call(l, func, tag, time, record)
+                    .and_then(|outcome| self.write(l, top, head, record, outcome));
+                ffi::lua_settop(l, top);
                 if let Err(m) = result {
                     self.out.truncate(at);
-                    let m = if self.script.clock.expired.load(Ordering::Relaxed) {
-                        "timed out: the batch ran longer than the filter's `timeout`".to_string()
-                    } else {
-                        m
+                    let m = match self.clock.expired.load(Ordering::Relaxed) {
+                        true => TIMED_OUT_MARK.to_string(),
+                        false => m,
                     };
                     self.mark(head, record, &m);
                 }
@@ -327,40 +359,57 @@ impl Batch<'_> {
         }
     }
 
-    /// Calls the script on one event.
-    fn call(&self, tag: &mlua::String, time: EventTime, record: &[u8]) -> Result<Outcome, String> {
-        let lua = &self.script.lua;
-        let err = |e: mlua::Error| message(&e);
-        let ts = if self.time_as_table {
-            let t = lua.create_table_with_capacity(0, 2).map_err(err)?;
-            t.raw_set("sec", time.secs).map_err(err)?;
-            t.raw_set("nsec", time.nanos).map_err(err)?;
-            Value::Table(t)
+    /// Calls the script on one event; its three results are left on the
+    /// stack above `tag` (the index of the tag, the top when called).
+    unsafe fn call(
+        &mut self,
+        l: *mut lua_State,
+        func: c_int,
+        tag: c_int,
+        time: EventTime,
+        record: &[u8],
+    ) -> Result<Outcome, String> {
+        if ffi::lua_checkstack(l, 8) == 0 {
+            return Err("the Lua stack is full".into());
+        }
+        ffi::lua_pushvalue(l, func);
+        ffi::lua_pushvalue(l, tag);
+        if self.time_as_table {
+            ffi::lua_createtable(l, 0, 2);
+            ffi::lua_pushinteger(l, time.secs.into());
+            ffi::lua_setfield(l, -2, c"sec".as_ptr());
+            ffi::lua_pushinteger(l, time.nanos.into());
+            ffi::lua_setfield(l, -2, c"nsec".as_ptr());
         } else {
-            Value::Number(seconds(time))
-        };
-        let rec = convert::to_lua(lua, record).map_err(err)?;
-        let ret: MultiValue = self
-            .script
-            .func
-            .call((tag, ts.clone(), rec))
-            .map_err(err)?;
-        let mut ret = ret.into_iter();
-        let code = match ret.next() {
-            Some(Value::Integer(c)) => c,
-            Some(Value::Number(c)) if c.fract() == 0.0 => c as i64,
-            other => {
+            ffi::lua_pushnumber(l, seconds(time));
+        }
+        convert::push(l, record)?;
+        if ffi::lua_pcall(l, 3, 3, 0) != ffi::LUA_OK {
+            return Err(error_message(l));
+        }
+        let (code_at, ts_at, rec_at) = (tag + 1, tag + 2, tag + 3);
+        let code = match ffi::lua_type(l, code_at) {
+            ffi::LUA_TNUMBER if ffi::lua_isinteger(l, code_at) != 0 => {
+                ffi::lua_tointegerx(l, code_at, std::ptr::null_mut())
+            }
+            ffi::LUA_TNUMBER => {
+                let c = ffi::lua_tonumberx(l, code_at, std::ptr::null_mut());
+                if c.fract() != 0.0 {
+                    return Err(format!("the function returned {c} where the code (-1, 0, 1 or 2) belongs"));
+                }
+                c as i64
+            }
+            _ => {
                 return Err(format!(
                     "the function returned {} where the code (-1, 0, 1 or 2) belongs",
-                    describe(other.as_ref())
+                    describe(l, code_at)
                 ))
             }
         };
-        let (new_ts, new_rec) = (ret.next(), ret.next());
         let time = match code {
             -1 => return Ok(Outcome::Drop),
             0 => return Ok(Outcome::Keep),
-            1 => self.time_back(time, &ts, new_ts)?,
+            1 => self.time_back(l, ts_at, time)?,
             2 => None,
             c => {
                 return Err(format!(
@@ -368,85 +417,125 @@ impl Batch<'_> {
                 ))
             }
         };
-        let records = match new_rec {
-            Some(Value::Table(t)) => match convert::sequence(&t)? {
-                Some(items) if matches!(items.first(), Some(Value::Table(_))) => items
-                    .into_iter()
-                    .map(|v| match v {
-                        Value::Table(t) => Ok(t),
-                        other => Err(format!(
-                            "the function returned an array of records holding {}",
-                            describe(Some(&other))
-                        )),
-                    })
-                    .collect::<Result<Vec<Table>, String>>()?,
-                _ => vec![t],
-            },
-            other => {
-                return Err(format!(
-                    "the function returned {} where the record (a table) belongs",
-                    describe(other.as_ref())
-                ))
-            }
-        };
-        Ok(Outcome::Records(time, records))
+        if ffi::lua_type(l, rec_at) != ffi::LUA_TTABLE {
+            return Err(format!(
+                "the function returned {} where the record (a table) belongs",
+                describe(l, rec_at)
+            ));
+        }
+        Ok(Outcome::Records(time))
     }
 
-    /// The time the script returned with code 1: `None` when it is the one
-    /// it was given (so the event keeps its nanoseconds).
-    fn time_back(&self, time: EventTime, given: &Value, back: Option<Value>) -> Result<Option<EventTime>, String> {
-        let bad = |v: Option<&Value>| {
+    /// The time the script returned with code 1 (at `at`): `None` when it
+    /// is the one it was given (so the event keeps its nanoseconds).
+    unsafe fn time_back(
+        &self,
+        l: *mut lua_State,
+        at: c_int,
+        time: EventTime,
+    ) -> Result<Option<EventTime>, String> {
+        let bad = || {
             format!(
                 "the function returned {} where the timestamp belongs",
-                describe(v)
+                describe(l, at)
             )
         };
-        match back {
-            Some(Value::Number(f)) if matches!(given, Value::Number(g) if *g == f) => Ok(None),
-            Some(Value::Number(f)) if f.is_finite() && f >= 0.0 && f < 4_294_967_296.0 => {
+        let new = match ffi::lua_type(l, at) {
+            ffi::LUA_TNUMBER if ffi::lua_isinteger(l, at) != 0 => {
+                let s = ffi::lua_tointegerx(l, at, std::ptr::null_mut());
+                EventTime::new(u32::try_from(s).map_err(|_| bad())?, 0)
+            }
+            ffi::LUA_TNUMBER => {
+                let f = ffi::lua_tonumberx(l, at, std::ptr::null_mut());
+                if !self.time_as_table && f == seconds(time) {
+                    return Ok(None);
+                }
+                if !(f.is_finite() && (0.0..4_294_967_296.0).contains(&f)) {
+                    return Err(bad());
+                }
                 let secs = f.floor();
                 let nanos = (((f - secs) * 1e9).round() as u32).min(999_999_999);
-                Ok(Some(EventTime::new(secs as u32, nanos)))
+                EventTime::new(secs as u32, nanos)
             }
-            Some(Value::Integer(s)) => u32::try_from(s)
-                .map(|s| Some(EventTime::new(s, 0)))
-                .map_err(|_| bad(Some(&Value::Integer(s)))),
-            Some(Value::Table(t)) if self.time_as_table => {
-                let sec: Option<i64> = t.raw_get("sec").ok();
-                let nsec: Option<i64> = t.raw_get("nsec").ok();
-                match (sec.map(u32::try_from), nsec.unwrap_or(0)) {
-                    (Some(Ok(s)), n @ 0..=999_999_999) => Ok(Some(EventTime::new(s, n as u32))),
-                    _ => Err(
+            ffi::LUA_TTABLE if self.time_as_table => {
+                let field = |name: &CStr| {
+                    ffi::lua_pushstring(l, name.as_ptr());
+                    let t = ffi::lua_rawget(l, at);
+                    let v = (t == ffi::LUA_TNUMBER && ffi::lua_isinteger(l, -1) != 0)
+                        .then(|| ffi::lua_tointegerx(l, -1, std::ptr::null_mut()));
+                    ffi::lua_settop(l, -2);
+                    v
+                };
+                let (sec, nsec) = (field(c"sec"), field(c"nsec").unwrap_or(0));
+                match (sec.map(u32::try_from), nsec) {
+                    (Some(Ok(s)), n @ 0..=999_999_999) => EventTime::new(s, n as u32),
+                    _ => return Err(
                         "the function returned a timestamp table without whole `sec` (0 to 2^32-1) and `nsec` (0 to 999999999)"
                             .to_string(),
                     ),
                 }
             }
-            other => Err(bad(other.as_ref())),
-        }
-        .map(|t| t.filter(|t| *t != time))
+            _ => return Err(bad()),
+        };
+        Ok((new != time).then_some(new))
     }
 
-    /// Writes what the script made of an event.
-    fn write(&mut self, head: &[u8], record: &[u8], outcome: Outcome) -> Result<(), String> {
-        match outcome {
-            Outcome::Drop => self.changed = true,
+    /// Writes what the script made of an event; the record it returned is
+    /// at `top + 3`.
+    unsafe fn write(
+        &mut self,
+        l: *mut lua_State,
+        top: c_int,
+        head: &[u8],
+        record: &[u8],
+        outcome: Outcome,
+    ) -> Result<(), String> {
+        let time = match outcome {
+            Outcome::Drop => {
+                self.changed = true;
+                return Ok(());
+            }
             Outcome::Keep => {
                 self.out.extend_from_slice(head);
                 self.out.extend_from_slice(record);
                 self.count += 1;
+                return Ok(());
             }
-            Outcome::Records(time, tables) => {
-                self.changed = true;
-                for t in &tables {
-                    match time {
-                        Some(t) => nagare_forward::write_entry(&mut self.out, t, &[]),
-                        None => self.out.extend_from_slice(head),
-                    }
-                    convert::write(&mut self.out, &Value::Table(t.clone()), Some(record))?;
-                    self.count += 1;
-                }
+            Outcome::Records(time) => time,
+        };
+        self.changed = true;
+        let rec = top + 3;
+        // An array of tables: one event per table (Fluent Bit's split).
+        let split = match convert::shape(l, rec) {
+            (_, Some(n)) => {
+                ffi::lua_rawgeti(l, rec, 1);
+                let tables = ffi::lua_type(l, -1) == ffi::LUA_TTABLE;
+                ffi::lua_settop(l, -2);
+                tables.then_some(n)
             }
+            _ => None,
+        };
+        let one = |b: &mut Self, at: c_int| {
+            match time {
+                Some(t) => nagare_forward::write_entry(&mut b.out, t, &[]),
+                None => b.out.extend_from_slice(head),
+            }
+            b.count += 1;
+            b.writer.write(l, at, &mut b.out, Some(record))
+        };
+        let Some(n) = split else {
+            return one(self, rec);
+        };
+        for i in 1..=n {
+            ffi::lua_rawgeti(l, rec, i as i64);
+            if ffi::lua_type(l, -1) != ffi::LUA_TTABLE {
+                return Err(format!(
+                    "the function returned an array of records holding {}",
+                    describe(l, -1)
+                ));
+            }
+            one(self, ffi::lua_gettop(l))?;
+            ffi::lua_settop(l, -2);
         }
         Ok(())
     }
@@ -482,19 +571,33 @@ impl Batch<'_> {
     }
 }
 
+/// The message of the error object on the top of the stack. Errors raised
+/// with a string (Lua's own, `error("…")`) carry the script's name and line.
+unsafe fn error_message(l: *mut lua_State) -> String {
+    match ffi::lua_type(l, -1) {
+        ffi::LUA_TSTRING => String::from_utf8_lossy(convert::str_at(l, -1)).into_owned(),
+        _ => format!("(the error is {}, not a message)", convert::type_of(l, -1)),
+    }
+}
+
 /// An event's time as Fluent Bit hands it to Lua: seconds with a fraction.
 fn seconds(t: EventTime) -> f64 {
     t.secs as f64 + t.nanos as f64 / 1e9
 }
 
-/// A returned value in an error message.
-fn describe(v: Option<&Value>) -> String {
-    match v {
-        None | Some(Value::Nil) => "nothing".into(),
-        Some(Value::Integer(i)) => i.to_string(),
-        Some(Value::Number(f)) => f.to_string(),
-        Some(Value::String(s)) => format!("the string {:?}", s.to_string_lossy()),
-        Some(other) => convert::a(other.type_name()),
+/// A value the script returned (at `idx`), in an error message.
+unsafe fn describe(l: *mut lua_State, idx: c_int) -> String {
+    match ffi::lua_type(l, idx) {
+        ffi::LUA_TNIL | ffi::LUA_TNONE => "nothing".into(),
+        ffi::LUA_TSTRING => format!(
+            "the string {:?}",
+            String::from_utf8_lossy(convert::str_at(l, idx))
+        ),
+        ffi::LUA_TNUMBER if ffi::lua_isinteger(l, idx) != 0 => {
+            ffi::lua_tointegerx(l, idx, std::ptr::null_mut()).to_string()
+        }
+        ffi::LUA_TNUMBER => ffi::lua_tonumberx(l, idx, std::ptr::null_mut()).to_string(),
+        _ => convert::type_of(l, idx),
     }
 }
 
