@@ -97,7 +97,7 @@ call = "cb"
             ("items", items.clone()),
         ])
     };
-    let records = vec![
+    let records = [
         ev(0, "add"),
         ev(1, "drop"),
         ev(2, "keep"),

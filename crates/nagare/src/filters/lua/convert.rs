@@ -617,10 +617,7 @@ mod tests {
             let err = through(&lua, &code, &empty).unwrap_err();
             assert!(err.contains(want), "{code}: {err}");
         }
-        let mut deep = Vec::new();
-        for _ in 0..100 {
-            deep.push(0x91);
-        }
+        let mut deep = vec![0x91; 100];
         deep.push(0x01);
         let push_err = |bytes: &[u8]| {
             let mut r = Ok(());
