@@ -195,6 +195,9 @@ fn message(e: &mlua::Error) -> String {
 impl Script {
     fn load(source: &[u8], chunk_name: &str, call: &str, timeout: Duration) -> Result<Script, LoadError> {
         let lua = Lua::new();
+        // Each event makes a few short-lived tables and strings: the
+        // generational collector is made for that.
+        lua.gc_gen(0, 0);
         let clock = Arc::new(Clock {
             start: Instant::now(),
             deadline: AtomicU64::new(0),
@@ -335,9 +338,12 @@ impl Batch<'_> {
         let top = ffi::lua_gettop(l);
         let (func, tag) = (top - 1, top);
         for part in parts {
-            for (time, record, entry) in crate::formats::entries(part) {
+            let mut start = 0;
+            for (r, end) in record::entries(part) {
                 // 0x92 and the time as they came.
-                let head = &entry[..entry.len() - record.len()];
+                let (head, record) = (&part[start..r], &part[r..end]);
+                start = end;
+                let time = time_of(head);
                 if self.clock.expired.load(Ordering::Relaxed) {
                     self.mark(head, record, TIMED_OUT_MARK);
                     continue;
@@ -580,6 +586,19 @@ unsafe fn error_message(l: *mut lua_State) -> String {
     }
 }
 
+/// The time in an entry's head (0x92 and the time): an EventTime, or whole
+/// seconds (the forward protocol allows both).
+fn time_of(head: &[u8]) -> EventTime {
+    match head.get(1..) {
+        Some([0xd7, 0x00, payload @ ..]) if payload.len() == 8 => EventTime::from_payload(payload),
+        Some(t) => nagare_forward::msgpack::read_uint(t, 0)
+            .ok()
+            .flatten()
+            .map_or(EventTime::new(0, 0), |(s, _)| EventTime::new(s as u32, 0)),
+        None => EventTime::new(0, 0),
+    }
+}
+
 /// An event's time as Fluent Bit hands it to Lua: seconds with a fraction.
 fn seconds(t: EventTime) -> f64 {
     t.secs as f64 + t.nanos as f64 / 1e9
@@ -689,6 +708,43 @@ end
         let out = f.filter("t", &[batch(&[(T, m(&[("a", 1.into())]))])], 1);
         assert!(out.batch.is_none());
         assert_eq!(out.errors, 0);
+    }
+
+    #[test]
+    fn whole_second_times_are_read_and_kept() {
+        let f = build(
+            r#"
+call = "cb"
+code = '''
+function cb(tag, ts, r)
+  r.ts = ts
+  if r.k == 1 then return 1, ts, r end
+  return 2, 0, r
+end
+'''
+"#,
+        )
+        .unwrap();
+        // Entries with an int time, as the forward protocol allows.
+        let mut e = Vec::new();
+        for k in [1, 2] {
+            e.extend_from_slice(&[0x92, 0xce]);
+            e.extend_from_slice(&1_700_000_000u32.to_be_bytes());
+            rmpv::encode::write_value(&mut e, &m(&[("k", k.into())])).unwrap();
+        }
+        let out = f.filter("t", &[Bytes::from(e.clone())], 2);
+        let (b, n) = out.batch.unwrap();
+        assert_eq!(n, 2);
+        let want = |k: i64| m(&[("k", k.into()), ("ts", V::F64(1_700_000_000.0))]);
+        assert_eq!(
+            decode(&b),
+            vec![
+                (EventTime::new(1_700_000_000, 0), want(1)),
+                (EventTime::new(1_700_000_000, 0), want(2))
+            ]
+        );
+        // The times went on as they came: ints.
+        assert_eq!(&b[..6], &e[..6]);
     }
 
     #[test]

@@ -218,7 +218,10 @@ impl<'a> Reader<'a> {
 
     unsafe fn map(&mut self, l: *mut lua_State, n: usize, depth: usize) -> Result<(), String> {
         room(l, depth)?;
-        ffi::lua_createtable(l, 0, n.min(1024) as c_int);
+        // The record itself gets room for two more fields: a script that
+        // adds one then does not make Lua grow the table.
+        let extra = if depth == 0 { 2 } else { 0 };
+        ffi::lua_createtable(l, 0, (n.min(1024) + extra) as c_int);
         for _ in 0..n {
             self.push(l, depth + 1)?;
             self.push(l, depth + 1)?;
@@ -344,7 +347,12 @@ impl Writer {
         hint: Option<&[u8]>,
         depth: usize,
     ) -> Result<(), String> {
-        let (pairs, seq) = shape(l, idx);
+        // Only a table with an array part can be a sequence: the other
+        // tables are walked once, as maps.
+        let seq = match ffi::lua_rawlen(l, idx) {
+            0 => None,
+            _ => shape(l, idx).1,
+        };
         if let Some(n) = seq {
             write_array_len(out, n);
             let mut hints = hint.and_then(array_elements);
@@ -356,12 +364,10 @@ impl Writer {
             }
             return Ok(());
         }
-        if pairs == 0 && hint.is_some_and(|h| array_elements(h).is_some()) {
-            // `{}` where the record had an array: still an (empty) array.
-            write_array_len(out, 0);
-            return Ok(());
-        }
-        write_map_len(out, pairs);
+        // The map's length is known at the end: one byte (a fixmap) is
+        // kept for it, and grown when the map has 16 pairs or more.
+        let header = out.len();
+        out.push(0x80);
         let first = out.len();
         let base = self.spans.len();
         ffi::lua_pushnil(l);
@@ -402,7 +408,18 @@ impl Writer {
             self.spans.push(span);
             ffi::lua_settop(l, -2);
         }
+        let pairs = self.spans.len() - base;
         self.order(out, first, base);
+        if pairs == 0 && hint.is_some_and(|h| array_elements(h).is_some()) {
+            // `{}` where the record had an array: still an (empty) array.
+            out[header] = 0x90;
+        } else if pairs < 16 {
+            out[header] = 0x80 | pairs as u8;
+        } else {
+            let mut len = Vec::with_capacity(5);
+            write_map_len(&mut len, pairs);
+            out.splice(header..first, len);
+        }
         Ok(())
     }
 
@@ -556,6 +573,20 @@ mod tests {
             V::Map(vec![("y".into(), 2.into()), ("b".into(), 3.into())])
         );
         assert_eq!(get("ext"), V::Ext(5, vec![1, 2, 3]));
+    }
+
+    #[test]
+    fn a_map_of_16_pairs_or_more_gets_a_longer_header() {
+        let lua = lua();
+        for n in [15usize, 16, 300] {
+            let v = V::Map((0..n).map(|i| (format!("k{i}").into(), i.into())).collect());
+            let mut want = v.clone();
+            if let V::Map(m) = &mut want {
+                m.push(("zz".into(), true.into()));
+            }
+            let got = through(&lua, "return function(r) r.zz = true return r end", &v);
+            assert_eq!(got.unwrap(), want, "{n} pairs");
+        }
     }
 
     #[test]
