@@ -11,8 +11,9 @@
 //!
 //! Lua → msgpack: a table whose keys are exactly 1..n (n > 0) is an array,
 //! any other table a map (so `{}` is an empty map, unless the value it
-//! replaces was an array); a string is a str when it is UTF-8 and a bin
-//! otherwise; integers, floats, booleans, nil and `flb_null` as themselves.
+//! replaces was an array); a string the script left as it was is written
+//! as it came, another one is a str when it is UTF-8 and a bin otherwise;
+//! integers, floats, booleans, nil and `flb_null` as themselves.
 //! A map keeps the key order of the value it replaces (the "hint": the
 //! original value at the same place): the keys it had come first in their
 //! order, new keys follow sorted, so a script that adds a field does not
@@ -29,7 +30,9 @@
 use std::ffi::{c_int, CStr};
 
 use mlua::ffi::{self, lua_State};
-use nagare_forward::msgpack::{read_array_len, write_array_len, write_map_len, write_str};
+use nagare_forward::msgpack::{
+    read_array_len, read_str_or_bin, write_array_len, write_map_len, write_str,
+};
 
 use crate::filters::record;
 
@@ -310,7 +313,15 @@ impl Writer {
             }
             ffi::LUA_TSTRING => {
                 let s = str_at(l, idx);
-                if std::str::from_utf8(s).is_ok() {
+                // A string the script did not change goes back as it came
+                // (a bin stays a bin; no UTF-8 check).
+                let same = hint.and_then(|h| match read_str_or_bin(h, 0) {
+                    Ok(Some((a, b))) if h[a..b] == *s => Some(&h[..b]),
+                    _ => None,
+                });
+                if let Some(old) = same {
+                    out.extend_from_slice(old);
+                } else if std::str::from_utf8(s).is_ok() {
                     write_str(out, s);
                 } else {
                     let _ = rmp::encode::write_bin(out, s);
@@ -536,6 +547,7 @@ mod tests {
             ("nil".into(), V::Nil),
             ("s".into(), "héllo".into()),
             ("raw".into(), V::Binary(vec![0xff, 0, 1])),
+            ("text_bin".into(), V::Binary(b"abc".to_vec())),
             ("arr".into(), V::Array(vec![1.into(), V::Nil, "x".into()])),
             ("empty_arr".into(), V::Array(vec![])),
             ("empty_map".into(), V::Map(vec![])),
@@ -554,6 +566,7 @@ mod tests {
             keys,
             [
                 "\"z\"", "\"a\"", "\"big\"", "\"f\"", "\"t\"", "\"nil\"", "\"s\"", "\"raw\"",
+                "\"text_bin\"",
                 "\"arr\"", "\"empty_arr\"", "\"empty_map\"", "\"nested\"", "\"ext\"", "7"
             ]
         );
@@ -565,6 +578,8 @@ mod tests {
         assert_eq!(get("nil"), V::Nil);
         assert_eq!(get("s"), V::from("héllo"));
         assert_eq!(get("raw"), V::Binary(vec![0xff, 0, 1]));
+        // Unchanged, a bin stays a bin even when its bytes are UTF-8.
+        assert_eq!(get("text_bin"), V::Binary(b"abc".to_vec()));
         assert_eq!(get("arr"), V::Array(vec![1.into(), V::Nil, "x".into()]));
         assert_eq!(get("empty_arr"), V::Array(vec![]));
         assert_eq!(get("empty_map"), V::Map(vec![]));
@@ -611,6 +626,23 @@ mod tests {
                 2.into(),
                 "y".into(),
                 true.into()
+            ])
+        );
+    }
+
+    #[test]
+    fn a_changed_string_is_a_str_when_it_is_utf8() {
+        let lua = lua();
+        let v = V::Map(vec![
+            ("b".into(), V::Binary(b"abc".to_vec())),
+            ("x".into(), V::Binary(b"abc".to_vec())),
+        ]);
+        let code = r#"return function(r) r.b = r.b .. "d" r.x = r.x .. "\255" return r end"#;
+        assert_eq!(
+            through(&lua, code, &v).unwrap(),
+            V::Map(vec![
+                ("b".into(), "abcd".into()),
+                ("x".into(), V::Binary(b"abc\xff".to_vec())),
             ])
         );
     }
