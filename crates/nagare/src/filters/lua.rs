@@ -512,8 +512,13 @@ impl Batch<'_> {
         self.changed = true;
         let rec = top + 3;
         // An array of tables: one event per table (Fluent Bit's split).
-        let split = match convert::shape(l, rec) {
-            (_, Some(n)) => {
+        // (Only a table with an array part can be one: a record is not walked twice.)
+        let sequence = match ffi::lua_rawlen(l, rec) {
+            0 => None,
+            _ => convert::shape(l, rec).1,
+        };
+        let split = match sequence {
+            Some(n) => {
                 ffi::lua_rawgeti(l, rec, 1);
                 let tables = ffi::lua_type(l, -1) == ffi::LUA_TTABLE;
                 ffi::lua_settop(l, -2);
