@@ -29,6 +29,7 @@ registry! {
     throttle => filter::<throttle::ThrottleConfig>(),
     sample => filter::<sample::SampleConfig>(),
     exec => filter::<exec::ExecConfig>(),
+    lua => filter::<lua::LuaConfig>(),
 }
 
 /// What a filter made of a batch.

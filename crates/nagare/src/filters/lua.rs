@@ -1,0 +1,875 @@
+//! `lua`: runs a Lua function on every event, with Fluent Bit's calling
+//! convention: `function cb(tag, timestamp, record) return code,
+//! timestamp, record end`, code -1 drops the event, 0 keeps it unchanged,
+//! 1 replaces its time and record, 2 replaces its record and keeps its
+//! time. The returned record may also be an array of records: the event
+//! becomes that many events (Fluent Bit's split).
+//!
+//! Lua 5.4, built into the binary (mlua's `vendored`): its 64-bit integers
+//! carry msgpack integers as they are, and its count hook also stops
+//! compiled loops (LuaJIT's traces skip hooks, so its time limit could be
+//! escaped). Records go straight between msgpack and Lua tables
+//! (lua/convert.rs).
+//!
+//! One Lua state per filter, behind a mutex: a batch is filtered under the
+//! lock, so two inputs that feed one `lua` filter take turns; Lua globals
+//! (counters, caches) are shared by every event, as in Fluent Bit.
+//!
+//! A runtime error keeps the event as it came and adds `lua_error` with
+//! Lua's message; a batch that runs longer than `timeout` is stopped by a
+//! count hook, and its remaining events are kept and marked the same way.
+
+mod convert;
+
+use std::ffi::{c_int, CStr};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use mlua::ffi::{self, lua_State};
+use mlua::{Function, HookTriggers, Lua, Value, VmState};
+use nagare_forward::msgpack::{write_map_len, write_str};
+use nagare_forward::EventTime;
+use serde::Deserialize;
+
+use super::{record, Filter, Filtered};
+use crate::config::units::Dur;
+use crate::plugin::{BuildContext, FilterPlugin, OptionError};
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LuaConfig {
+    /// A Lua script file (relative paths from the daemon's working
+    /// directory, like every path in the config). Its top level runs once
+    /// when the filter is built; it defines the function `call` names.
+    /// Give `script` or `code`, not both.
+    #[serde(default)]
+    pub script: Option<String>,
+    /// The Lua code itself, instead of a `script` file (a TOML multi-line
+    /// string: `code = '''…'''`).
+    #[serde(default)]
+    pub code: Option<String>,
+    /// The global function called for each event as `call(tag, timestamp,
+    /// record)`. It returns `code, timestamp, record`: code -1 drops the
+    /// event, 0 keeps it unchanged, 1 takes the returned timestamp and
+    /// record, 2 takes the returned record and keeps the event's time. The
+    /// record may be an array of records: one event each, all with that
+    /// time. Required.
+    pub call: String,
+    /// Pass the timestamp as a table `{sec = …, nsec = …}` (and read it
+    /// back so) instead of a number of seconds with a fraction, which
+    /// keeps only about a microsecond of the nanoseconds.
+    #[serde(default)]
+    pub time_as_table: bool,
+    /// The longest a batch may run in Lua. A batch that takes longer is
+    /// stopped; the event being filtered and the rest of the batch are kept
+    /// as they came, with `lua_error` saying so. Lua's C functions (a huge
+    /// `string.rep`, a pattern match) are not interrupted.
+    #[serde(default = "default_timeout")]
+    pub timeout: Dur,
+}
+
+fn default_timeout() -> Dur {
+    Dur(Duration::from_secs(1))
+}
+
+impl FilterPlugin for LuaConfig {
+    const TYPE: &'static str = "lua";
+    const DOC: &'static str = "Runs a Lua 5.4 function on every event with Fluent Bit's calling convention (`function cb(tag, timestamp, record) return code, timestamp, record end`; code -1 drops, 0 keeps, 1 modifies, 2 modifies and keeps the time; an array of records splits the event). A Lua error keeps the event and adds `lua_error` (counted in the filter's `errors_total`); a batch that runs past `timeout` is stopped. See docs/lua.md.";
+
+    fn build(self, _cx: &mut BuildContext) -> Result<Box<dyn Filter>, OptionError> {
+        if self.timeout.0.is_zero() {
+            return Err(OptionError::new("timeout", "must be longer than 0s"));
+        }
+        let (key, source, chunk_name) = match (&self.script, &self.code) {
+            (Some(path), None) => {
+                let text = std::fs::read(path).map_err(|e| {
+                    OptionError::new("script", format!("cannot read the script {path:?}: {e}"))
+                })?;
+                // `@`: Lua names the file in its messages ("x.lua:3: …").
+                ("script", text, format!("@{path}"))
+            }
+            (None, Some(code)) => ("code", code.clone().into_bytes(), "=code".to_string()),
+            (Some(_), Some(_)) => {
+                return Err(OptionError::new(
+                    "code",
+                    "give either `script` (a file) or `code` (inline), not both",
+                ))
+            }
+            (None, None) => {
+                return Err(OptionError::new(
+                    "",
+                    "needs `script` (a Lua file) or `code` (inline Lua)",
+                ))
+            }
+        };
+        let script = Script::load(&source, &chunk_name, &self.call, self.timeout.0)
+            .map_err(|e| match e {
+                LoadError::Source(m) => OptionError::new(key, m),
+                LoadError::Call(m) => OptionError::new("call", m),
+            })?;
+        Ok(Box::new(LuaFilter {
+            script: Mutex::new(script),
+            time_as_table: self.time_as_table,
+            timeout: self.timeout.0,
+        }))
+    }
+}
+
+enum LoadError {
+    /// The script does not compile or its top level fails.
+    Source(String),
+    /// The function to call is missing.
+    Call(String),
+}
+
+/// A loaded script and its time limit.
+struct Script {
+    lua: Lua,
+    func: Function,
+    clock: Arc<Clock>,
+}
+
+/// When the running batch must end, shared with the count hook.
+struct Clock {
+    start: Instant,
+    /// The deadline, in nanoseconds since `start`.
+    deadline: AtomicU64,
+    /// The deadline passed during this batch.
+    expired: AtomicBool,
+}
+
+impl Clock {
+    fn arm(&self, timeout: Duration) {
+        let deadline = self.start.elapsed() + timeout;
+        self.deadline
+            .store(deadline.as_nanos() as u64, Ordering::Relaxed);
+        self.expired.store(false, Ordering::Relaxed);
+    }
+
+    fn passed(&self) -> bool {
+        self.start.elapsed().as_nanos() as u64 > self.deadline.load(Ordering::Relaxed)
+    }
+}
+
+/// Instructions between two looks at the clock.
+const CHECK_EVERY: u32 = 10_000;
+
+fn timed_out() -> mlua::Error {
+    mlua::Error::runtime(TIMED_OUT)
+}
+
+const TIMED_OUT: &str = "timed out";
+
+/// The hook that stops a batch at its deadline. Once the deadline passed,
+/// it raises an error at every instruction, so a script that catches the
+/// error with `pcall` and goes on cannot get past it.
+fn install_hook(lua: &Lua, clock: &Arc<Clock>) -> mlua::Result<()> {
+    let clock = clock.clone();
+    lua.set_global_hook(
+        HookTriggers::new().every_nth_instruction(CHECK_EVERY),
+        move |lua, _| {
+            if !clock.passed() {
+                return Ok(VmState::Continue);
+            }
+            clock.expired.store(true, Ordering::Relaxed);
+            lua.set_global_hook(HookTriggers::new().every_nth_instruction(1), |_, _| {
+                Err(timed_out())
+            })?;
+            Err(timed_out())
+        },
+    )
+}
+
+/// The first line of a Lua error (mlua adds a traceback after it).
+fn message(e: &mlua::Error) -> String {
+    let text = match e {
+        mlua::Error::CallbackError { cause, .. } => return message(cause),
+        mlua::Error::RuntimeError(m) | mlua::Error::SyntaxError { message: m, .. } => m.clone(),
+        other => other.to_string(),
+    };
+    text.lines().next().unwrap_or_default().to_string()
+}
+
+impl Script {
+    fn load(source: &[u8], chunk_name: &str, call: &str, timeout: Duration) -> Result<Script, LoadError> {
+        let lua = Lua::new();
+        // Each event makes a few short-lived tables and strings: the
+        // generational collector is made for that.
+        lua.gc_gen(0, 0);
+        let clock = Arc::new(Clock {
+            start: Instant::now(),
+            deadline: AtomicU64::new(0),
+            expired: AtomicBool::new(false),
+        });
+        // The top level runs under the same limit as a batch.
+        clock.arm(timeout);
+        install_hook(&lua, &clock).map_err(|e| LoadError::Source(message(&e)))?;
+        // Fluent Bit's name for msgpack nil (its `enable_flb_null`).
+        lua.globals()
+            .raw_set("flb_null", Value::NULL)
+            .map_err(|e| LoadError::Source(message(&e)))?;
+        // SAFETY: one call that can only fail on memory, inside exec_raw's
+        // protected call; the stack is reset.
+        unsafe {
+            lua.exec_raw::<()>((), |l| {
+                ffi::luaL_newmetatable(l, convert::EXT.as_ptr());
+                ffi::lua_settop(l, 0);
+            })
+        }
+        .map_err(|e| LoadError::Source(message(&e)))?;
+        lua.load(source)
+            .set_name(chunk_name)
+            .exec()
+            .map_err(|e| {
+                let m = message(&e);
+                if clock.expired.load(Ordering::Relaxed) {
+                    LoadError::Source(format!("the script's top level ran longer than `timeout` ({m})"))
+                } else {
+                    LoadError::Source(m)
+                }
+            })?;
+        let func = match lua.globals().raw_get::<Value>(call) {
+            Ok(Value::Function(f)) => f,
+            Ok(Value::Nil) | Err(_) => {
+                return Err(LoadError::Call(format!(
+                    "the script defines no global function `{call}`"
+                )))
+            }
+            Ok(other) => {
+                return Err(LoadError::Call(format!(
+                    "`{call}` is {} in the script, not a function",
+                    convert::a(other.type_name())
+                )))
+            }
+        };
+        Ok(Script { lua, func, clock })
+    }
+}
+
+struct LuaFilter {
+    script: Mutex<Script>,
+    time_as_table: bool,
+    timeout: Duration,
+}
+
+impl Filter for LuaFilter {
+    fn filter(&self, tag: &str, parts: &[Bytes], _count: u32) -> Filtered {
+        // A panic cannot leave the state half-changed in a way that matters
+        // more than losing the filter: go on with it.
+        let script = self.script.lock().unwrap_or_else(|e| e.into_inner());
+        // After a time-out the hook raises at every instruction: put the
+        // ordinary one back.
+        let hook = match script.clock.expired.load(Ordering::Relaxed) {
+            true => install_hook(&script.lua, &script.clock),
+            false => Ok(()),
+        };
+        script.clock.arm(self.timeout);
+        let mut batch = Batch {
+            clock: &script.clock,
+            time_as_table: self.time_as_table,
+            out: Vec::with_capacity(parts.iter().map(|p| p.len()).sum::<usize>() * 5 / 4 + 64),
+            writer: convert::Writer::default(),
+            count: 0,
+            errors: 0,
+            changed: false,
+        };
+        let ran = hook.and_then(|()| {
+            // SAFETY: `run` keeps to the stack discipline of convert.rs and
+            // leaves the stack as it found it; the only Lua errors it can
+            // meet outside its own `lua_pcall`s are memory errors.
+            unsafe {
+                script
+                    .lua
+                    .exec_raw::<()>((&script.func, tag), |l| batch.run(l, parts))
+            }
+        });
+        if let Err(e) = ran {
+            // Only a failed allocation in Lua can get here.
+            tracing::warn!(error = %e, "lua: the batch goes on unfiltered");
+            return Filtered::default();
+        }
+        if script.clock.expired.load(Ordering::Relaxed) {
+            tracing::warn!(tag, timeout = ?self.timeout,
+                "lua: a batch ran past the filter's timeout; its remaining events go on marked with lua_error");
+        }
+        if !batch.changed {
+            return Filtered {
+                errors: batch.errors,
+                ..Filtered::default()
+            };
+        }
+        Filtered {
+            batch: Some((Bytes::from(batch.out), batch.count)),
+            errors: batch.errors,
+            ..Filtered::default()
+        }
+    }
+}
+
+const TIMED_OUT_MARK: &str = "timed out: the batch ran longer than the filter's `timeout`";
+
+/// One batch being filtered.
+struct Batch<'a> {
+    clock: &'a Clock,
+    time_as_table: bool,
+    out: Vec<u8>,
+    writer: convert::Writer,
+    count: u32,
+    errors: u64,
+    /// Some event was dropped, changed or marked.
+    changed: bool,
+}
+
+/// What the script made of one event.
+enum Outcome {
+    Drop,
+    Keep,
+    /// The record(s) on the stack are the new event(s), with a new time
+    /// (`None`: the event's own).
+    Records(Option<EventTime>),
+}
+
+impl Batch<'_> {
+    /// Filters every entry of `parts`; the stack holds the function and
+    /// the tag at its top.
+    unsafe fn run(&mut self, l: *mut lua_State, parts: &[Bytes]) {
+        let top = ffi::lua_gettop(l);
+        let (func, tag) = (top - 1, top);
+        for part in parts {
+            let mut start = 0;
+            for (r, end) in record::entries(part) {
+                // 0x92 and the time as they came.
+                let (head, record) = (&part[start..r], &part[r..end]);
+                start = end;
+                let time = time_of(head);
+                if self.clock.expired.load(Ordering::Relaxed) {
+                    self.mark(head, record, TIMED_OUT_MARK);
+                    continue;
+                }
+                let at = self.out.len();
+                let result = self
+                    .call(l, func, tag, time, record)
+                    .and_then(|outcome| self.write(l, top, head, record, outcome));
+                ffi::lua_settop(l, top);
+                if let Err(m) = result {
+                    self.out.truncate(at);
+                    let m = match self.clock.expired.load(Ordering::Relaxed) {
+                        true => TIMED_OUT_MARK.to_string(),
+                        false => m,
+                    };
+                    self.mark(head, record, &m);
+                }
+            }
+        }
+    }
+
+    /// Calls the script on one event; its three results are left on the
+    /// stack above `tag` (the index of the tag, the top when called).
+    unsafe fn call(
+        &mut self,
+        l: *mut lua_State,
+        func: c_int,
+        tag: c_int,
+        time: EventTime,
+        record: &[u8],
+    ) -> Result<Outcome, String> {
+        if ffi::lua_checkstack(l, 8) == 0 {
+            return Err("the Lua stack is full".into());
+        }
+        ffi::lua_pushvalue(l, func);
+        ffi::lua_pushvalue(l, tag);
+        if self.time_as_table {
+            ffi::lua_createtable(l, 0, 2);
+            ffi::lua_pushinteger(l, time.secs.into());
+            ffi::lua_setfield(l, -2, c"sec".as_ptr());
+            ffi::lua_pushinteger(l, time.nanos.into());
+            ffi::lua_setfield(l, -2, c"nsec".as_ptr());
+        } else {
+            ffi::lua_pushnumber(l, seconds(time));
+        }
+        convert::push(l, record)?;
+        if ffi::lua_pcall(l, 3, 3, 0) != ffi::LUA_OK {
+            return Err(error_message(l));
+        }
+        let (code_at, ts_at, rec_at) = (tag + 1, tag + 2, tag + 3);
+        let code = match ffi::lua_type(l, code_at) {
+            ffi::LUA_TNUMBER if ffi::lua_isinteger(l, code_at) != 0 => {
+                ffi::lua_tointegerx(l, code_at, std::ptr::null_mut())
+            }
+            ffi::LUA_TNUMBER => {
+                let c = ffi::lua_tonumberx(l, code_at, std::ptr::null_mut());
+                if c.fract() != 0.0 {
+                    return Err(format!("the function returned {c} where the code (-1, 0, 1 or 2) belongs"));
+                }
+                c as i64
+            }
+            _ => {
+                return Err(format!(
+                    "the function returned {} where the code (-1, 0, 1 or 2) belongs",
+                    describe(l, code_at)
+                ))
+            }
+        };
+        let time = match code {
+            -1 => return Ok(Outcome::Drop),
+            0 => return Ok(Outcome::Keep),
+            1 => self.time_back(l, ts_at, time)?,
+            2 => None,
+            c => {
+                return Err(format!(
+                    "the function returned code {c}: expected -1 (drop), 0 (keep), 1 (modified) or 2 (modified, keep the time)"
+                ))
+            }
+        };
+        if ffi::lua_type(l, rec_at) != ffi::LUA_TTABLE {
+            return Err(format!(
+                "the function returned {} where the record (a table) belongs",
+                describe(l, rec_at)
+            ));
+        }
+        Ok(Outcome::Records(time))
+    }
+
+    /// The time the script returned with code 1 (at `at`): `None` when it
+    /// is the one it was given (so the event keeps its nanoseconds).
+    unsafe fn time_back(
+        &self,
+        l: *mut lua_State,
+        at: c_int,
+        time: EventTime,
+    ) -> Result<Option<EventTime>, String> {
+        let bad = || {
+            format!(
+                "the function returned {} where the timestamp belongs",
+                describe(l, at)
+            )
+        };
+        let new = match ffi::lua_type(l, at) {
+            ffi::LUA_TNUMBER if ffi::lua_isinteger(l, at) != 0 => {
+                let s = ffi::lua_tointegerx(l, at, std::ptr::null_mut());
+                EventTime::new(u32::try_from(s).map_err(|_| bad())?, 0)
+            }
+            ffi::LUA_TNUMBER => {
+                let f = ffi::lua_tonumberx(l, at, std::ptr::null_mut());
+                if !self.time_as_table && f == seconds(time) {
+                    return Ok(None);
+                }
+                if !(f.is_finite() && (0.0..4_294_967_296.0).contains(&f)) {
+                    return Err(bad());
+                }
+                let secs = f.floor();
+                let nanos = (((f - secs) * 1e9).round() as u32).min(999_999_999);
+                EventTime::new(secs as u32, nanos)
+            }
+            ffi::LUA_TTABLE if self.time_as_table => {
+                let field = |name: &CStr| {
+                    ffi::lua_pushstring(l, name.as_ptr());
+                    let t = ffi::lua_rawget(l, at);
+                    let v = (t == ffi::LUA_TNUMBER && ffi::lua_isinteger(l, -1) != 0)
+                        .then(|| ffi::lua_tointegerx(l, -1, std::ptr::null_mut()));
+                    ffi::lua_settop(l, -2);
+                    v
+                };
+                let (sec, nsec) = (field(c"sec"), field(c"nsec").unwrap_or(0));
+                match (sec.map(u32::try_from), nsec) {
+                    (Some(Ok(s)), n @ 0..=999_999_999) => EventTime::new(s, n as u32),
+                    _ => return Err(
+                        "the function returned a timestamp table without whole `sec` (0 to 2^32-1) and `nsec` (0 to 999999999)"
+                            .to_string(),
+                    ),
+                }
+            }
+            _ => return Err(bad()),
+        };
+        Ok((new != time).then_some(new))
+    }
+
+    /// Writes what the script made of an event; the record it returned is
+    /// at `top + 3`.
+    unsafe fn write(
+        &mut self,
+        l: *mut lua_State,
+        top: c_int,
+        head: &[u8],
+        record: &[u8],
+        outcome: Outcome,
+    ) -> Result<(), String> {
+        let time = match outcome {
+            Outcome::Drop => {
+                self.changed = true;
+                return Ok(());
+            }
+            Outcome::Keep => {
+                self.out.extend_from_slice(head);
+                self.out.extend_from_slice(record);
+                self.count += 1;
+                return Ok(());
+            }
+            Outcome::Records(time) => time,
+        };
+        self.changed = true;
+        let rec = top + 3;
+        // An array of tables: one event per table (Fluent Bit's split).
+        // (Only a table with an array part can be one: a record is not walked twice.)
+        let sequence = match ffi::lua_rawlen(l, rec) {
+            0 => None,
+            _ => convert::shape(l, rec).1,
+        };
+        let split = match sequence {
+            Some(n) => {
+                ffi::lua_rawgeti(l, rec, 1);
+                let tables = ffi::lua_type(l, -1) == ffi::LUA_TTABLE;
+                ffi::lua_settop(l, -2);
+                tables.then_some(n)
+            }
+            _ => None,
+        };
+        let one = |b: &mut Self, at: c_int| {
+            match time {
+                Some(t) => nagare_forward::write_entry(&mut b.out, t, &[]),
+                None => b.out.extend_from_slice(head),
+            }
+            b.count += 1;
+            b.writer.write(l, at, &mut b.out, Some(record))
+        };
+        let Some(n) = split else {
+            return one(self, rec);
+        };
+        for i in 1..=n {
+            ffi::lua_rawgeti(l, rec, i as i64);
+            if ffi::lua_type(l, -1) != ffi::LUA_TTABLE {
+                return Err(format!(
+                    "the function returned an array of records holding {}",
+                    describe(l, -1)
+                ));
+            }
+            one(self, ffi::lua_gettop(l))?;
+            ffi::lua_settop(l, -2);
+        }
+        Ok(())
+    }
+
+    /// Keeps the event as it came, with `lua_error` = `why` (replacing a
+    /// `lua_error` it had).
+    fn mark(&mut self, head: &[u8], record: &[u8], why: &str) {
+        self.changed = true;
+        self.errors += 1;
+        self.count += 1;
+        self.out.extend_from_slice(head);
+        let Some((n, mut p)) = record::map_at(record, 0) else {
+            // Inputs only pass maps on; should one not be, it goes on as it was.
+            self.out.extend_from_slice(record);
+            return;
+        };
+        let mut kept = Vec::with_capacity(n);
+        for _ in 0..n {
+            let Some(pair) = record::pair_at(record, p) else {
+                break;
+            };
+            if pair.key.is_none_or(|(a, b)| &record[a..b] != b"lua_error") {
+                kept.push((p, pair.end));
+            }
+            p = pair.end;
+        }
+        write_map_len(&mut self.out, kept.len() + 1);
+        for (a, b) in kept {
+            self.out.extend_from_slice(&record[a..b]);
+        }
+        write_str(&mut self.out, b"lua_error");
+        write_str(&mut self.out, why.as_bytes());
+    }
+}
+
+/// The message of the error object on the top of the stack. Errors raised
+/// with a string (Lua's own, `error("…")`) carry the script's name and line.
+unsafe fn error_message(l: *mut lua_State) -> String {
+    match ffi::lua_type(l, -1) {
+        ffi::LUA_TSTRING => String::from_utf8_lossy(convert::str_at(l, -1)).into_owned(),
+        _ => format!("(the error is {}, not a message)", convert::type_of(l, -1)),
+    }
+}
+
+/// The time in an entry's head (0x92 and the time): an EventTime, or whole
+/// seconds (the forward protocol allows both).
+fn time_of(head: &[u8]) -> EventTime {
+    match head.get(1..) {
+        Some([0xd7, 0x00, payload @ ..]) if payload.len() == 8 => EventTime::from_payload(payload),
+        Some(t) => nagare_forward::msgpack::read_uint(t, 0)
+            .ok()
+            .flatten()
+            .map_or(EventTime::new(0, 0), |(s, _)| EventTime::new(s as u32, 0)),
+        None => EventTime::new(0, 0),
+    }
+}
+
+/// An event's time as Fluent Bit hands it to Lua: seconds with a fraction.
+fn seconds(t: EventTime) -> f64 {
+    t.secs as f64 + t.nanos as f64 / 1e9
+}
+
+/// A value the script returned (at `idx`), in an error message.
+unsafe fn describe(l: *mut lua_State, idx: c_int) -> String {
+    match ffi::lua_type(l, idx) {
+        ffi::LUA_TNIL | ffi::LUA_TNONE => "nothing".into(),
+        ffi::LUA_TSTRING => format!(
+            "the string {:?}",
+            String::from_utf8_lossy(convert::str_at(l, idx))
+        ),
+        ffi::LUA_TNUMBER if ffi::lua_isinteger(l, idx) != 0 => {
+            ffi::lua_tointegerx(l, idx, std::ptr::null_mut()).to_string()
+        }
+        ffi::LUA_TNUMBER => ffi::lua_tonumberx(l, idx, std::ptr::null_mut()).to_string(),
+        _ => convert::type_of(l, idx),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nagare_forward::write_entry;
+    use rmpv::Value as V;
+
+    fn build(toml_text: &str) -> Result<Box<dyn Filter>, OptionError> {
+        let cfg: LuaConfig = toml::from_str(toml_text).unwrap();
+        cfg.build(&mut BuildContext::new("lua#0"))
+    }
+
+    fn m(pairs: &[(&str, V)]) -> V {
+        V::Map(pairs.iter().map(|(k, v)| (V::from(*k), v.clone())).collect())
+    }
+
+    fn batch(events: &[(EventTime, V)]) -> Bytes {
+        let mut e = Vec::new();
+        for (t, r) in events {
+            let mut bytes = Vec::new();
+            rmpv::encode::write_value(&mut bytes, r).unwrap();
+            write_entry(&mut e, *t, &bytes);
+        }
+        Bytes::from(e)
+    }
+
+    fn decode(b: &[u8]) -> Vec<(EventTime, V)> {
+        crate::formats::entries(b)
+            .map(|(t, r, _)| (t, rmpv::decode::read_value(&mut &r[..]).unwrap()))
+            .collect()
+    }
+
+    const T: EventTime = EventTime::new(1_700_000_000, 123_456_789);
+
+    #[test]
+    fn codes_split_and_time() {
+        let f = build(
+            r#"
+call = "cb"
+code = '''
+function cb(tag, ts, r)
+  if r.op == "drop" then return -1, ts, r end
+  if r.op == "keep" then r.x = 1 return 0, ts, r end
+  if r.op == "same_ts" then r.tag = tag return 1, ts, r end
+  if r.op == "new_ts" then return 1, 1000.5, r end
+  if r.op == "keep_ts" then r.n = r.n + 1 return 2, 0, r end
+  if r.op == "split" then return 2, ts, { { i = 1 }, { i = 2 } } end
+end
+'''
+"#,
+        )
+        .unwrap();
+        let ev = |op: &str| (T, m(&[("op", op.into()), ("n", 1.into())]));
+        let input = batch(&[
+            ev("drop"),
+            ev("keep"),
+            ev("same_ts"),
+            ev("new_ts"),
+            ev("keep_ts"),
+            ev("split"),
+        ]);
+        let out = f.filter("app.x", &[input], 6);
+        let (b, n) = out.batch.unwrap();
+        assert_eq!(out.errors, 0);
+        assert_eq!(n, 6);
+        let with = |op: &str, extra: &[(&str, V)]| {
+            let mut r = vec![("op", V::from(op)), ("n", 1.into())];
+            r.extend_from_slice(extra);
+            m(&r)
+        };
+        assert_eq!(
+            decode(&b),
+            vec![
+                (T, with("keep", &[])),
+                (T, with("same_ts", &[("tag", "app.x".into())])),
+                (EventTime::new(1000, 500_000_000), with("new_ts", &[])),
+                (T, m(&[("op", "keep_ts".into()), ("n", 2.into())])),
+                (T, m(&[("i", 1.into())])),
+                (T, m(&[("i", 2.into())])),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_batch_kept_whole_goes_on_unchanged() {
+        let f = build("call = \"cb\"\ncode = 'function cb(t, ts, r) return 0, ts, r end'\n").unwrap();
+        let out = f.filter("t", &[batch(&[(T, m(&[("a", 1.into())]))])], 1);
+        assert!(out.batch.is_none());
+        assert_eq!(out.errors, 0);
+    }
+
+    #[test]
+    fn whole_second_times_are_read_and_kept() {
+        let f = build(
+            r#"
+call = "cb"
+code = '''
+function cb(tag, ts, r)
+  r.ts = ts
+  if r.k == 1 then return 1, ts, r end
+  return 2, 0, r
+end
+'''
+"#,
+        )
+        .unwrap();
+        // Entries with an int time, as the forward protocol allows.
+        let mut e = Vec::new();
+        for k in [1, 2] {
+            e.extend_from_slice(&[0x92, 0xce]);
+            e.extend_from_slice(&1_700_000_000u32.to_be_bytes());
+            rmpv::encode::write_value(&mut e, &m(&[("k", k.into())])).unwrap();
+        }
+        let out = f.filter("t", &[Bytes::from(e.clone())], 2);
+        let (b, n) = out.batch.unwrap();
+        assert_eq!(n, 2);
+        let want = |k: i64| m(&[("k", k.into()), ("ts", V::F64(1_700_000_000.0))]);
+        assert_eq!(
+            decode(&b),
+            vec![
+                (EventTime::new(1_700_000_000, 0), want(1)),
+                (EventTime::new(1_700_000_000, 0), want(2))
+            ]
+        );
+        // The times went on as they came: ints.
+        assert_eq!(&b[..6], &e[..6]);
+    }
+
+    #[test]
+    fn time_as_table_is_exact() {
+        let f = build(
+            r#"
+call = "cb"
+time_as_table = true
+code = '''
+function cb(tag, ts, r)
+  r.sec, r.nsec = ts.sec, ts.nsec
+  return 1, { sec = ts.sec + 1, nsec = 5 }, r
+end
+'''
+"#,
+        )
+        .unwrap();
+        let out = f.filter("t", &[batch(&[(T, m(&[]))])], 1);
+        assert_eq!(
+            decode(&out.batch.unwrap().0),
+            vec![(
+                EventTime::new(T.secs + 1, 5),
+                m(&[("nsec", T.nanos.into()), ("sec", T.secs.into())])
+            )]
+        );
+    }
+
+    #[test]
+    fn errors_and_bad_returns_mark_the_event() {
+        let f = build(
+            r#"
+call = "cb"
+code = '''
+function cb(tag, ts, r)
+  if r.k == 1 then error("boom") end
+  if r.k == 2 then return "x", ts, r end
+  if r.k == 3 then return 7, ts, r end
+  if r.k == 4 then return 1, ts, "str" end
+  if r.k == 5 then r.f = print return 1, ts, r end
+  return 1, ts, r
+end
+'''
+"#,
+        )
+        .unwrap();
+        let ev = |k: i64| (T, m(&[("k", k.into()), ("lua_error", "old".into())]));
+        let out = f.filter("t", &[batch(&[ev(1), ev(2), ev(3), ev(4), ev(5), ev(6)])], 6);
+        assert_eq!(out.errors, 5);
+        let got = decode(&out.batch.unwrap().0);
+        let errs: Vec<String> = got
+            .iter()
+            .map(|(t, r)| {
+                assert_eq!(*t, T);
+                let V::Map(p) = r else { panic!() };
+                assert_eq!(p.len(), 2, "{r}");
+                p[1].1.as_str().unwrap().to_string()
+            })
+            .collect();
+        assert_eq!(errs[0], "code:2: boom");
+        assert!(errs[1].contains("returned the string \"x\" where the code"), "{}", errs[1]);
+        assert!(errs[2].contains("returned code 7"), "{}", errs[2]);
+        assert!(errs[3].contains("where the record (a table) belongs"), "{}", errs[3]);
+        assert!(errs[4].contains("a function cannot be a field's value"), "{}", errs[4]);
+        assert_eq!(errs[5], "old", "a good event is untouched");
+    }
+
+    #[test]
+    fn a_loop_is_stopped_and_the_rest_of_the_batch_marked() {
+        let f = build(
+            r#"
+call = "cb"
+timeout = "200ms"
+code = '''
+function cb(tag, ts, r)
+  if r.k == 1 then
+    while true do pcall(function() while true do end end) end
+  end
+  return 1, ts, r
+end
+'''
+"#,
+        )
+        .unwrap();
+        let ev = |k: i64| (T, m(&[("k", k.into())]));
+        let started = Instant::now();
+        let out = f.filter("t", &[batch(&[ev(0), ev(1), ev(2)])], 3);
+        assert!(started.elapsed() < Duration::from_secs(10));
+        assert_eq!(out.errors, 2);
+        let got = decode(&out.batch.unwrap().0);
+        assert_eq!(got[0].1, m(&[("k", 0.into())]));
+        for (i, (_, r)) in got.iter().enumerate().skip(1) {
+            let V::Map(p) = r else { panic!() };
+            assert_eq!(p[0], ("k".into(), (i as i64).into()));
+            assert!(p[1].1.as_str().unwrap().starts_with("timed out"), "{r}");
+        }
+        // The next batch runs again.
+        let out = f.filter("t", &[batch(&[ev(0)])], 1);
+        assert_eq!(out.errors, 0);
+        assert_eq!(decode(&out.batch.unwrap().0), vec![(T, m(&[("k", 0.into())]))]);
+    }
+
+    #[test]
+    fn bad_scripts_are_option_errors() {
+        let err = |t: &str| build(t).err().unwrap();
+        let e = err("call = \"cb\"\ncode = '''\nfunction cb(\n'''\n");
+        assert_eq!(e.key, "code");
+        assert!(e.message.starts_with("code:2:"), "{e}");
+        let e = err("call = \"nope\"\ncode = 'function cb() end'\n");
+        assert_eq!(e.key, "call");
+        assert!(e.message.contains("no global function `nope`"), "{e}");
+        let e = err("call = \"x\"\ncode = 'x = 1'\n");
+        assert!(e.message.contains("`x` is an integer in the script"), "{e}");
+        let e = err("call = \"cb\"\nscript = \"/nonexistent/x.lua\"\n");
+        assert_eq!(e.key, "script");
+        assert!(e.message.contains("cannot read the script"), "{e}");
+        let e = err("call = \"cb\"\ncode = 'error(\"at load\")'\n");
+        assert!(e.message.contains("code:1: at load"), "{e}");
+        let e = err("call = \"cb\"\ntimeout = \"50ms\"\ncode = 'while true do end'\n");
+        assert!(e.message.contains("ran longer than `timeout`"), "{e}");
+        assert!(err("call = \"cb\"\n").message.contains("needs `script`"));
+        assert_eq!(err("call = \"cb\"\ncode = ''\nscript = 'a'\n").key, "code");
+    }
+}
