@@ -13,6 +13,7 @@ mod monitor;
 mod outputs;
 mod parsers;
 mod plugin;
+mod redis_conn;
 mod router;
 mod stats;
 

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Issue 12's Redis bench: flowbench → nagare (forward in → Redis list out)
+# → redis-server → nagare (Redis list in → forward out) → flowbench's sink,
+# verified by seq (0 lost, 0 duplicated), at 100 B and 1 KiB, RUNS times
+# each; then redis-benchmark's RPUSH and LPOP with the same element size
+# and pipelining, for the ratio. Prints a Markdown table of medians with the
+# CPU of every process (both nagares and redis-server, whole run).
+#
+#   benches/queues-redis.sh [RUNS] [DURATION]      (defaults: 3 runs of 10s)
+#
+# Ports: SUT_PORT (nagare's forward input), SINK_PORT (flowbench's sink),
+# REDIS_PORT. Needs Go (flowbench), redis-server and redis-benchmark.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${1:-3}
+DURATION=${2:-10s}
+SIZES=${SIZES:-"100 1024"}
+SUT_PORT=${SUT_PORT:-40500}
+SINK_PORT=${SINK_PORT:-40501}
+export REDIS_PORT=${REDIS_PORT:-40502}
+command -v redis-server >/dev/null || { echo "redis-server is needed (apt-get install redis-server)" >&2; exit 1; }
+. benches/common.sh
+results_dir queues-redis
+export NAGARE ROOT OUT
+
+# The SUT: redis-server and the two nagares in one process group; on
+# SIGTERM (flowbench stops the SUT after the drain) it writes each
+# process's CPU seconds (utime+stime) to $OUT/cpu-<run>.json.
+cat > "$OUT/sut.sh" <<'SUT'
+#!/usr/bin/env bash
+set -u
+dir=$(mktemp -d)
+redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --dir "$dir" >"$dir/redis.log" 2>&1 &
+redis=$!
+for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+"$NAGARE" run -c "$ROOT/benches/queues-redis-out.toml" &
+consumer=$!
+"$NAGARE" run -c "$ROOT/benches/queues-redis-in.toml" &
+producer=$!
+cpu() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"; }
+finish() {
+  printf '{"nagare_in_cpu_s": %s, "redis_cpu_s": %s, "nagare_out_cpu_s": %s, "left_in_list": %s}\n' \
+    "$(cpu $producer)" "$(cpu $redis)" "$(cpu $consumer)" "$(redis-cli -p "$REDIS_PORT" llen bench)" > "$CPU_FILE"
+  kill $producer $consumer; wait $producer $consumer
+  kill $redis; wait $redis
+  rm -rf "$dir"
+  exit 0
+}
+trap finish TERM INT
+wait
+SUT
+chmod +x "$OUT/sut.sh"
+
+for size in $SIZES; do
+  for i in $(seq "$RUNS"); do
+    echo "size $size run $i" >&2
+    CPU_FILE="$OUT/cpu-$size-$i.json" "$FB" relay --sut-port "$SUT_PORT" --sink-port "$SINK_PORT" \
+      --duration "$DURATION" --warmup 3s --size "$size" --batch 200 --quiet \
+      --sut-cmd "CPU_FILE=$OUT/cpu-$size-$i.json exec $OUT/sut.sh" 2>/dev/null | tail -n 1 >> "$OUT/e2e-$size.jsonl"
+  done
+  # redis-benchmark alone: RPUSH and LPOP of elements of the size nagare
+  # writes (msgpack entry of a {seq, message} record: size + 25 bytes),
+  # pipelined as nagare's list input pops (batch_count 1000: -P 1000 single
+  # pops is the closest redis-benchmark comes), 2 clients like 2 threads.
+  dir=$(mktemp -d)
+  redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --dir "$dir" >/dev/null 2>&1 &
+  rpid=$!
+  for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  redis-benchmark -p "$REDIS_PORT" -q -c 2 -P 1000 -n 2000000 -d $((size + 25)) -t rpush,lpop --csv \
+    > "$OUT/redis-benchmark-$size.csv" 2>/dev/null
+  kill $rpid; wait $rpid 2>/dev/null || true
+  rm -rf "$dir"
+done
+
+python3 - "$OUT" $SIZES <<'PY'
+import csv, json, statistics, sys
+out, sizes = sys.argv[1], sys.argv[2:]
+def rows(size):
+    with open(f"{out}/e2e-{size}.jsonl") as f:
+        runs = [json.loads(l) for l in f if l.strip()]
+    for i, r in enumerate(runs, 1):
+        with open(f"{out}/cpu-{size}-{i}.json") as f:
+            r.update(json.load(f))
+    return runs
+def bench(size):
+    with open(f"{out}/redis-benchmark-{size}.csv") as f:
+        return {r[0]: float(r[1]) for r in csv.reader(f) if r and r[0] in ("RPUSH", "LPOP")}
+med = lambda rs, k: statistics.median(r[k] for r in rs)
+print("| bytes/event | end to end ev/s | redis-benchmark RPUSH / LPOP req/s | e2e / min(RPUSH, LPOP) | CPU s: nagare in / redis / nagare out / flowbench (whole run) | redis-server cores | lost | duplicated |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+for s in sizes:
+    rs, b = rows(s), bench(s)
+    e2e = med(rs, "steady_events_per_s")
+    floor = min(b.get("RPUSH", 0), b.get("LPOP", 0)) or float("nan")
+    wall = statistics.median(r["duration_s"] + r["warmup_s"] + r["drain_s"] for r in rs)
+    print(f"| {s} | {e2e:,.0f} | {b.get('RPUSH', 0):,.0f} / {b.get('LPOP', 0):,.0f} | {e2e / floor:.2f} | "
+          f"{med(rs,'nagare_in_cpu_s'):.1f} / {med(rs,'redis_cpu_s'):.1f} / {med(rs,'nagare_out_cpu_s'):.1f} / {med(rs,'harness_cpu_s'):.1f} | "
+          f"{med(rs,'redis_cpu_s') / wall:.2f} | {sum(r['lost'] for r in rs)} | {sum(r['duplicates'] for r in rs)} |")
+PY
