@@ -422,12 +422,12 @@ batch_count = 100
     )
 }
 
-/// Kills nagare with SIGKILL once the sink has some of the events, starts
-/// it again, waits until `drained` and the sink has every seq of 0..n, and
-/// returns how many came twice.
+/// Kills nagare (config `cfg`) with SIGKILL once the sink has some of the
+/// events, starts it again (config `cfg_again`), waits until `drained` and
+/// the sink has every seq of 0..n, and returns how many came twice.
 fn kill_mid_stream(
     dir: &Path,
-    cfg: &str,
+    (cfg, cfg_again): (&str, &str),
     sink: &Sink,
     n: u64,
     drained: impl Fn() -> bool,
@@ -443,7 +443,7 @@ fn kill_mid_stream(
         before < n as usize,
         "killed after everything arrived: the test proves nothing"
     );
-    let mut again = Daemon::start(dir, "consumer-again", cfg, None);
+    let mut again = Daemon::start(dir, "consumer-again", cfg_again, None);
     wait_until(Duration::from_secs(60), "every event at the sink", || {
         drained() && lost_and_duplicated(&sink.seqs(), n).0.is_empty()
     });
@@ -465,7 +465,7 @@ fn a_reliable_list_loses_nothing_when_nagare_is_killed() {
     let n = 30_000;
     rpush(&redis, "jobs", &json_elements(0..n));
     let cfg = consumer_config(&redis, sink.port, dir.path(), "reliable = true");
-    let dups = kill_mid_stream(dir.path(), &cfg, &sink, n, || {
+    let dups = kill_mid_stream(dir.path(), (&cfg, &cfg), &sink, n, || {
         redis.cmd::<u64>(&["LLEN", "jobs"]) == 0
             && redis
                 .cmd::<Vec<String>>(&["KEYS", "jobs:processing:*"])
@@ -495,12 +495,159 @@ fn a_stream_group_loses_nothing_when_nagare_is_killed() {
     }
     let _: () = pipe.query(&mut redis.con()).unwrap();
     let cfg = consumer_config(&redis, sink.port, dir.path(), "data_type = \"stream\"");
-    let dups = kill_mid_stream(dir.path(), &cfg, &sink, n, || {
+    let dups = kill_mid_stream(dir.path(), (&cfg, &cfg), &sink, n, || {
         let pending: (u64, Option<String>, Option<String>, redis::Value) =
             redis.cmd(&["XPENDING", "jobs", "nagare"]);
         pending.0 == 0
     });
     assert!(dups <= 200, "{dups} duplicates");
+}
+
+#[test]
+fn entries_a_dead_consumer_left_pending_are_claimed_by_another() {
+    if skip_without_redis() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let redis = RedisServer::start(dir.path());
+    let sink = Sink::start(SinkOpts::default());
+    let n = 30_000u64;
+    let mut pipe = redis::pipe();
+    for v in json_elements(0..n) {
+        pipe.cmd("XADD")
+            .arg("jobs")
+            .arg("*")
+            .arg("message")
+            .arg(v)
+            .ignore();
+    }
+    let _: () = pipe.query(&mut redis.con()).unwrap();
+    // The first consumer ("c") never comes back; "d" takes over what it
+    // read and did not acknowledge once it was idle for claim_idle.
+    let first = consumer_config(&redis, sink.port, dir.path(), "data_type = \"stream\"");
+    let other = first
+        .replace("consumer = \"c\"", "consumer = \"d\"")
+        .replace(
+            "data_type = \"stream\"",
+            "data_type = \"stream\"\nclaim_idle = \"300ms\"",
+        );
+    kill_mid_stream(dir.path(), (&first, &other), &sink, n, || {
+        let pending: (u64, Option<String>, Option<String>, redis::Value) =
+            redis.cmd(&["XPENDING", "jobs", "nagare"]);
+        pending.0 == 0
+    });
+}
+
+#[test]
+fn tls_acl_user_and_database() {
+    if skip_without_redis() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pki = dir.path().join("pki");
+    std::fs::create_dir_all(&pki).unwrap();
+    let openssl = |args: &str| {
+        let st = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("openssl {args}"))
+            .current_dir(&pki)
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("openssl");
+        assert!(st.success(), "openssl {args}");
+    };
+    openssl("req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 1 -subj /CN=nagare-test-ca");
+    openssl("req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=localhost");
+    std::fs::write(
+        pki.join("san.ext"),
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .unwrap();
+    openssl("x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 1 -extfile san.ext");
+    let tls_port = free_port();
+    let p = |f: &str| pki.join(f).display().to_string();
+    let tls_port_s = tls_port.to_string();
+    let (cert, key, ca) = (p("server.pem"), p("server.key"), p("ca.pem"));
+    let redis = RedisServer::start_args(
+        dir.path(),
+        &[
+            "--tls-port",
+            &tls_port_s,
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            "no",
+            // The user nagare logs in as may only touch keys "secure:*".
+            "--user",
+            "app",
+            "on",
+            ">s3cret",
+            "~secure:*",
+            "&*",
+            "+@all",
+        ],
+    );
+    let sink = Sink::start(SinkOpts::default());
+    let port = free_port();
+    let conn = format!(
+        "address = \"rediss://127.0.0.1:{tls_port}\"\nusername = \"app\"\npassword = \"s3cret\"\ndb = 3\ntls = {{ ca = \"{ca}\" }}"
+    );
+    let cfg = format!(
+        r#"{}
+[[input]]
+type = "redis"
+key = "secure:in"
+tag = "from.redis"
+{conn}
+[[output]]
+type = "redis"
+match = "to.redis"
+key = "secure:${{tag}}"
+{conn}
+[output.buffer]
+flush_interval = "20ms"
+{}"#,
+        forward_in(port),
+        forward_out(sink.port, dir.path())
+    );
+    let mut nagare = Daemon::start(dir.path(), "tls", &cfg, None);
+    nagare.wait_port(port);
+    Sender::tcp(port).send_acked("to.redis", 0..100, 50, "t");
+    // The output wrote to database 3 over TLS as "app"…
+    let mut con = redis.con();
+    let _: () = redis::cmd("SELECT").arg(3).query(&mut con).unwrap();
+    wait_until(WAIT, "100 elements in db 3", || {
+        redis::cmd("LLEN")
+            .arg("secure:to.redis")
+            .query::<u64>(&mut con)
+            .unwrap()
+            == 100
+    });
+    // …and the input reads database 3 over TLS as "app".
+    let moved: Vec<Vec<u8>> = redis::cmd("LRANGE")
+        .arg("secure:to.redis")
+        .arg(0)
+        .arg(-1)
+        .query(&mut con)
+        .unwrap();
+    let _: u64 = redis::cmd("RPUSH")
+        .arg("secure:in")
+        .arg(moved)
+        .query(&mut con)
+        .unwrap();
+    sink.wait_records(100);
+    assert!(sink.events().iter().all(|(t, _)| t == "from.redis"));
+    assert_eq!(sink.seqs(), (0..100).collect::<Vec<_>>());
+    assert_eq!(
+        redis.cmd::<u64>(&["LLEN", "secure:to.redis"]),
+        0,
+        "db 0 untouched"
+    );
+    nagare.terminate();
 }
 
 #[test]

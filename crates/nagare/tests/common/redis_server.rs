@@ -13,6 +13,8 @@ pub struct RedisServer {
     child: Option<Child>,
     /// appendonly + appendfsync always: a restart keeps every write.
     durable: bool,
+    /// More redis-server options, e.g. a TLS port or ACL users.
+    extra: Vec<String>,
 }
 
 /// Skips the calling test when redis-server is not installed (CI installs
@@ -41,17 +43,30 @@ impl RedisServer {
         Self::start_with(dir, true)
     }
 
+    /// A server with more redis-server options (`--tls-port`, `--user`, …).
+    pub fn start_args(dir: &Path, extra: &[&str]) -> RedisServer {
+        let mut r = Self::new(dir, false);
+        r.extra = extra.iter().map(|a| a.to_string()).collect();
+        r.restart();
+        r
+    }
+
     fn start_with(dir: &Path, durable: bool) -> RedisServer {
+        let mut r = Self::new(dir, durable);
+        r.restart();
+        r
+    }
+
+    fn new(dir: &Path, durable: bool) -> RedisServer {
         let dir = dir.join("redis");
         std::fs::create_dir_all(&dir).unwrap();
-        let mut r = RedisServer {
+        RedisServer {
             port: free_port(),
             dir,
             child: None,
             durable,
-        };
-        r.restart();
-        r
+            extra: Vec::new(),
+        }
     }
 
     /// The UNIX socket the server also listens on.
@@ -81,6 +96,7 @@ impl RedisServer {
         } else {
             cmd.args(["--appendonly", "no"]);
         }
+        cmd.args(&self.extra);
         self.child = Some(cmd.spawn().expect("start redis-server"));
         let url = self.url();
         wait_until(
