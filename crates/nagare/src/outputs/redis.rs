@@ -173,26 +173,24 @@ impl RedisOutput {
         self.cfg.path.as_deref().unwrap_or(&self.cfg.address)
     }
 
-    /// One element per event of the chunk.
-    fn encode(&self, chunk: &Chunk) -> Vec<Vec<u8>> {
-        chunk
-            .entries()
-            .map(|(time, record, entry)| {
-                let mut v = Vec::with_capacity(entry.len() * 2);
-                match self.cfg.format {
-                    RedisFormat::Json => {
-                        write_logstash_json(&mut v, time, record, self.tag_field(&chunk.tag))
-                    }
-                    RedisFormat::Msgpack => v.extend_from_slice(entry),
-                    RedisFormat::SingleValue => {
-                        if let Some(f) = formats::field(record, self.cfg.message_key.as_bytes()) {
-                            v.extend_from_slice(f);
-                        }
-                    }
+    /// Calls `f` with the element of each event of the chunk, in order. A
+    /// msgpack element is the entry as it sits in the chunk; the others are
+    /// written into one reused buffer (the command copies each anyway).
+    fn for_each_element(&self, chunk: &Chunk, mut f: impl FnMut(&[u8])) {
+        let mut text = Vec::new();
+        for (time, record, entry) in chunk.entries() {
+            match self.cfg.format {
+                RedisFormat::Msgpack => f(entry),
+                RedisFormat::Json => {
+                    text.clear();
+                    write_logstash_json(&mut text, time, record, self.tag_field(&chunk.tag));
+                    f(&text)
                 }
-                v
-            })
-            .collect()
+                RedisFormat::SingleValue => {
+                    f(formats::field(record, self.cfg.message_key.as_bytes()).unwrap_or_default())
+                }
+            }
+        }
     }
 
     fn tag_field<'a>(&'a self, tag: &'a str) -> Option<(&'a str, &'a str)> {
@@ -202,30 +200,29 @@ impl RedisOutput {
     /// The commands that write the chunk, in one pipeline.
     fn commands(&self, chunk: &Chunk) -> ::redis::Pipeline {
         let key = self.cfg.key.replace("${tag}", &chunk.tag);
-        let values = self.encode(chunk);
         let mut pipe = ::redis::pipe();
         match self.cfg.data_type {
             DataType::List => {
-                let cmd = match self.cfg.push {
+                let push = pipe.cmd(match self.cfg.push {
                     Push::Rpush => "RPUSH",
                     Push::Lpush => "LPUSH",
-                };
-                pipe.cmd(cmd).arg(&key).arg(values).ignore();
+                });
+                push.arg(&key);
+                self.for_each_element(chunk, |v| {
+                    push.arg(v);
+                });
+                push.ignore();
             }
-            DataType::Channel => {
-                for v in values {
-                    pipe.cmd("PUBLISH").arg(&key).arg(v).ignore();
+            DataType::Channel => self.for_each_element(chunk, |v| {
+                pipe.cmd("PUBLISH").arg(&key).arg(v).ignore();
+            }),
+            DataType::Stream => self.for_each_element(chunk, |v| {
+                let add = pipe.cmd("XADD").arg(&key);
+                if let Some(n) = self.cfg.maxlen {
+                    add.arg("MAXLEN").arg("~").arg(n);
                 }
-            }
-            DataType::Stream => {
-                for v in values {
-                    let c = pipe.cmd("XADD").arg(&key);
-                    if let Some(n) = self.cfg.maxlen {
-                        c.arg("MAXLEN").arg("~").arg(n);
-                    }
-                    c.arg("*").arg(&self.cfg.stream_field).arg(v).ignore();
-                }
-            }
+                add.arg("*").arg(&self.cfg.stream_field).arg(v).ignore();
+            }),
         }
         pipe
     }
