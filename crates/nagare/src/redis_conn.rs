@@ -69,6 +69,11 @@ macro_rules! redis_options {
             /// A UNIX socket of the server, instead of `address`.
             #[serde(default)]
             pub path: Option<String>,
+            /// Nodes of a Redis Cluster ("HOST:PORT" or URLs), instead of
+            /// `address`: the client learns the other nodes and sends each
+            /// key to the node that holds it.
+            #[serde(default)]
+            pub addresses: Vec<String>,
             /// The ACL user (Redis 6 and later); without one, `password` is
             /// checked against the default user.
             #[serde(default)]
@@ -90,6 +95,7 @@ macro_rules! redis_options {
                 crate::redis_conn::Connection {
                     address: &self.address,
                     path: self.path.as_deref(),
+                    addresses: &self.addresses,
                     username: self.username.as_deref(),
                     password: self.password.as_deref(),
                     db: self.db,
@@ -105,6 +111,7 @@ pub(crate) use redis_options;
 pub struct Connection<'a> {
     pub address: &'a str,
     pub path: Option<&'a str>,
+    pub addresses: &'a [String],
     pub username: Option<&'a str>,
     pub password: Option<&'a str>,
     pub db: i64,
@@ -119,19 +126,7 @@ impl Connection<'_> {
             Some(path) => ConnectionAddr::Unix(path.into())
                 .into_connection_info()
                 .map_err(|e| OptionError::new("path", e.to_string()))?,
-            None => {
-                let url = if self.address.contains("://") {
-                    self.address.to_string()
-                } else {
-                    format!("redis://{}", self.address)
-                };
-                url.as_str().into_connection_info().map_err(|e| {
-                    OptionError::new(
-                        "address",
-                        format!("{:?} is not HOST:PORT or a redis:// URL: {e}", self.address),
-                    )
-                })?
-            }
+            None => tcp_info("address", self.address)?,
         };
         let mut redis = info.redis_settings().clone();
         if let Some(u) = self.username {
@@ -167,35 +162,106 @@ impl Connection<'_> {
             }
         };
         info = info.set_addr(addr);
-        let read = |key: &str, path: &Option<String>| -> Result<Option<Vec<u8>>, OptionError> {
-            path.as_ref()
-                .map(|p| {
-                    std::fs::read(p).map_err(|e| {
-                        OptionError::new(format!("tls.{key}"), format!("cannot read {p:?}: {e}"))
-                    })
-                })
-                .transpose()
-        };
-        let client_tls = match (read("cert", &tls.cert)?, read("key", &tls.key)?) {
-            (Some(client_cert), Some(client_key)) => Some(::redis::ClientTlsConfig {
-                client_cert,
-                client_key,
-            }),
-            (None, None) => None,
-            _ => {
-                return Err(OptionError::new(
-                    "tls",
-                    "set both `cert` and `key`, or neither",
-                ))
-            }
-        };
-        let certs = ::redis::TlsCertificates {
-            client_tls,
-            root_cert: read("ca", &tls.ca)?,
-        };
-        ::redis::Client::build_with_tls(info, certs)
+        ::redis::Client::build_with_tls(info, certificates(&tls)?)
             .map_err(|e| OptionError::new("tls", e.to_string()))
     }
+
+    /// A Redis Cluster client when `addresses` is set; no I/O but reading
+    /// the TLS files.
+    pub fn cluster_client(
+        &self,
+        timeout: Duration,
+    ) -> Result<Option<::redis::cluster::ClusterClient>, OptionError> {
+        if self.addresses.is_empty() {
+            return Ok(None);
+        }
+        if self.path.is_some() {
+            return Err(OptionError::new(
+                "addresses",
+                "a cluster is reached over TCP: set `addresses` or `path`, not both",
+            ));
+        }
+        if self.db != 0 {
+            return Err(OptionError::new(
+                "db",
+                "a Redis Cluster has only database 0",
+            ));
+        }
+        let nodes = self
+            .addresses
+            .iter()
+            .map(|a| tcp_info("addresses", a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let tls_url = nodes
+            .iter()
+            .any(|n| matches!(n.addr(), ConnectionAddr::TcpTls { .. }));
+        let mut b = ::redis::cluster::ClusterClient::builder(nodes)
+            .connection_timeout(timeout)
+            .response_timeout(timeout);
+        if let Some(u) = self.username {
+            b = b.username(u);
+        }
+        if let Some(p) = self.password {
+            b = b.password(p);
+        }
+        if let Some(tls) = self.tls.cloned().or(tls_url.then(RedisTls::default)) {
+            install_crypto_provider();
+            let mode = if tls.verify {
+                ::redis::TlsMode::Secure
+            } else {
+                ::redis::TlsMode::Insecure
+            };
+            b = b.tls(mode).certs(certificates(&tls)?);
+        }
+        b.build()
+            .map(Some)
+            .map_err(|e| OptionError::new("addresses", e.to_string()))
+    }
+}
+
+/// "HOST:PORT" or a redis:// or rediss:// URL, as the option `key` holds it.
+fn tcp_info(key: &str, address: &str) -> Result<ConnectionInfo, OptionError> {
+    let url = if address.contains("://") {
+        address.to_string()
+    } else {
+        format!("redis://{address}")
+    };
+    url.as_str().into_connection_info().map_err(|e| {
+        OptionError::new(
+            key,
+            format!("{address:?} is not HOST:PORT or a redis:// URL: {e}"),
+        )
+    })
+}
+
+/// The CA and client certificate of the `tls` table, read from their files.
+fn certificates(tls: &RedisTls) -> Result<::redis::TlsCertificates, OptionError> {
+    let read = |key: &str, path: &Option<String>| -> Result<Option<Vec<u8>>, OptionError> {
+        path.as_ref()
+            .map(|p| {
+                std::fs::read(p).map_err(|e| {
+                    OptionError::new(format!("tls.{key}"), format!("cannot read {p:?}: {e}"))
+                })
+            })
+            .transpose()
+    };
+    let client_tls = match (read("cert", &tls.cert)?, read("key", &tls.key)?) {
+        (Some(client_cert), Some(client_key)) => Some(::redis::ClientTlsConfig {
+            client_cert,
+            client_key,
+        }),
+        (None, None) => None,
+        _ => {
+            return Err(OptionError::new(
+                "tls",
+                "set both `cert` and `key`, or neither",
+            ))
+        }
+    };
+    Ok(::redis::TlsCertificates {
+        client_tls,
+        root_cert: read("ca", &tls.ca)?,
+    })
 }
 
 /// rustls needs one crypto provider per process; redis leaves the choice
@@ -251,6 +317,7 @@ mod tests {
         Connection {
             address,
             path: None,
+            addresses: &[],
             username: Some("app"),
             password: Some("s3cret"),
             db: 2,

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::redis_server::{skip_without_redis, RedisServer};
+use common::redis_server::{skip_without_redis, RedisCluster, RedisServer};
 use common::*;
 
 /// A forward input on `port`.
@@ -651,6 +651,61 @@ flush_interval = "20ms"
 }
 
 #[test]
+fn output_writes_to_a_redis_cluster() {
+    if skip_without_redis() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = RedisCluster::start(dir.path());
+    let port = free_port();
+    let cfg = format!(
+        r#"{}
+[[output]]
+type = "redis"
+match = "**"
+addresses = ["127.0.0.1:{}"]
+key = "logs:${{tag}}"
+format = "single_value"
+[output.buffer]
+flush_interval = "20ms"
+flush_thread_count = 1
+"#,
+        forward_in(port),
+        cluster.nodes[0].port
+    );
+    let mut nagare = Daemon::start(dir.path(), "cluster", &cfg, None);
+    nagare.wait_port(port);
+    let tags: Vec<String> = (0..12).map(|i| format!("app{i}")).collect();
+    let mut s = Sender::tcp(port);
+    for tag in &tags {
+        s.send_acked(tag, 0..50, 50, tag);
+    }
+    let mut con = cluster.con();
+    for tag in &tags {
+        let key = format!("logs:{tag}");
+        wait_until(WAIT, &format!("50 elements in {key}"), || {
+            redis::cmd("LLEN").arg(&key).query::<u64>(&mut con).unwrap() == 50
+        });
+        let got: Vec<String> = redis::cmd("LRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(-1)
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(got, (0..50).map(message_for).collect::<Vec<_>>(), "{key}");
+    }
+    // The keys are spread over the nodes: every node holds some.
+    for n in &cluster.nodes {
+        assert!(
+            n.cmd::<u64>(&["DBSIZE"]) > 0,
+            "node {} holds none of the 12 keys",
+            n.port
+        );
+    }
+    nagare.terminate();
+}
+
+#[test]
 fn redis_restarted_mid_stream_loses_nothing() {
     if skip_without_redis() {
         return;
@@ -751,6 +806,8 @@ fn check_names_bad_options() {
         ("[[output]]\ntype = \"redis\"\nmatch = \"**\"\nkey = \"k\"\nmaxlen = 5\n", "maxlen"),
         ("[[output]]\ntype = \"redis\"\nmatch = \"**\"\nkey = \"\"\n", "key"),
         ("[[output]]\ntype = \"redis\"\nmatch = \"**\"\nkey = \"k\"\ntls = { ca = \"/nonexistent.pem\" }\n", "tls.ca"),
+        ("[[input]]\ntype = \"redis\"\nkey = \"k\"\naddresses = [\"127.0.0.1:7000\"]\n", "addresses"),
+        ("[[output]]\ntype = \"redis\"\nmatch = \"**\"\nkey = \"k\"\naddresses = [\"127.0.0.1:7000\"]\ndb = 2\n", "db"),
     ];
     for (i, (text, key)) in cases.iter().enumerate() {
         let path = dir.path().join(format!("c{i}.toml"));

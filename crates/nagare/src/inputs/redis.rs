@@ -156,6 +156,12 @@ impl InputPlugin for RedisInputConfig {
         if self.key.is_empty() {
             return Err(OptionError::new("key", "must name a list, channel or stream"));
         }
+        if !self.addresses.is_empty() {
+            return Err(OptionError::new(
+                "addresses",
+                "the redis input reads one server (`address` or `path`); Redis Cluster is supported by the output only",
+            ));
+        }
         if self.batch_count == 0 {
             return Err(OptionError::new("batch_count", "must be at least 1"));
         }
@@ -293,8 +299,11 @@ impl Reader {
                 .set_connection_timeout(Some(Duration::from_secs(5)))
                 .set_response_timeout(Some(BLOCK + Duration::from_secs(10)));
             self.con = Some(self.s.client.get_multiplexed_async_connection_with_config(&config).await?);
-            // A restarted server may have lost the group; a new connection checks.
+            // A restarted server may have lost the group; a new connection
+            // checks. Entries whose XACK was lost with the old connection are
+            // still pending for this consumer: read them again.
             self.group_ready = false;
+            self.pending_done = false;
         }
         Ok(())
     }

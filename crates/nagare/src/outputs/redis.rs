@@ -16,6 +16,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::cluster::ClusterClient;
+use ::redis::cluster_async::ClusterConnection;
 use async_trait::async_trait;
 use nagare_forward::msgpack::{read_map_len, read_str_or_bin, skip_value};
 use nagare_forward::EventTime;
@@ -122,11 +124,36 @@ fn default_timeout() -> Dur {
 
 pub struct RedisOutput {
     cfg: RedisOutputConfig,
-    client: ::redis::Client,
+    client: Client,
     /// One connection per worker, opened on the first write; each
     /// reconnects by itself after it was lost.
-    connections: Vec<OnceCell<ConnectionManager>>,
+    connections: Vec<OnceCell<Connection>>,
     next: AtomicUsize,
+}
+
+/// One server (`address` or `path`) or a Redis Cluster (`addresses`).
+// One per output, made once: the size of the larger variant costs nothing.
+#[allow(clippy::large_enum_variant)]
+enum Client {
+    One(::redis::Client),
+    Cluster(ClusterClient),
+}
+
+#[derive(Clone)]
+enum Connection {
+    One(ConnectionManager),
+    /// Sends each command to the node that holds its key, follows MOVED
+    /// and ASK, and reconnects.
+    Cluster(ClusterConnection),
+}
+
+impl Connection {
+    async fn run(mut self, pipe: &::redis::Pipeline) -> ::redis::RedisResult<()> {
+        match &mut self {
+            Connection::One(c) => pipe.query_async(c).await,
+            Connection::Cluster(c) => pipe.query_async(c).await,
+        }
+    }
 }
 
 impl OutputPlugin for RedisOutputConfig {
@@ -143,7 +170,10 @@ impl OutputPlugin for RedisOutputConfig {
         if self.maxlen.is_some() && self.data_type != DataType::Stream {
             return Err(OptionError::new("maxlen", "is for data_type = \"stream\""));
         }
-        let client = self.connection().client()?;
+        let client = match self.connection().cluster_client(self.timeout.0)? {
+            Some(cluster) => Client::Cluster(cluster),
+            None => Client::One(self.connection().client()?),
+        };
         Ok(Arc::new(RedisOutput {
             connections: (0..self.workers).map(|_| OnceCell::new()).collect(),
             next: AtomicUsize::new(0),
@@ -155,22 +185,36 @@ impl OutputPlugin for RedisOutputConfig {
 
 impl RedisOutput {
     /// A worker's connection, opened when first needed.
-    async fn connection(&self) -> Result<ConnectionManager, FlushError> {
+    async fn connection(&self) -> Result<Connection, FlushError> {
         let i = self.next.fetch_add(1, Relaxed) % self.connections.len();
-        let config = ConnectionManagerConfig::new()
-            .set_response_timeout(Some(self.cfg.timeout.0))
-            .set_connection_timeout(Some(self.cfg.timeout.0))
-            // Reconnects are the buffer's retries; the manager tries once.
-            .set_number_of_retries(1);
+        let timeout = self.cfg.timeout.0;
         self.connections[i]
-            .get_or_try_init(|| self.client.get_connection_manager_with_config(config))
+            .get_or_try_init(|| async {
+                match &self.client {
+                    Client::One(c) => {
+                        let config = ConnectionManagerConfig::new()
+                            .set_response_timeout(Some(timeout))
+                            .set_connection_timeout(Some(timeout))
+                            // Reconnects are the buffer's retries; the manager tries once.
+                            .set_number_of_retries(1);
+                        c.get_connection_manager_with_config(config)
+                            .await
+                            .map(Connection::One)
+                    }
+                    Client::Cluster(c) => c.get_async_connection().await.map(Connection::Cluster),
+                }
+            })
             .await
             .cloned()
             .map_err(|e| FlushError::Retry(format!("connecting to redis {}: {e}", self.target())))
     }
 
-    fn target(&self) -> &str {
-        self.cfg.path.as_deref().unwrap_or(&self.cfg.address)
+    fn target(&self) -> String {
+        match (&self.cfg.path, self.cfg.addresses.as_slice()) {
+            (Some(path), _) => path.clone(),
+            (None, []) => self.cfg.address.clone(),
+            (None, nodes) => format!("cluster {}", nodes.join(",")),
+        }
     }
 
     /// Calls `f` with the element of each event of the chunk, in order. A
@@ -235,8 +279,8 @@ impl Output for RedisOutput {
             return Ok(());
         }
         let pipe = self.commands(chunk);
-        let mut con = self.connection().await?;
-        pipe.query_async::<()>(&mut con).await.map_err(|e| {
+        let con = self.connection().await?;
+        con.run(&pipe).await.map_err(|e| {
             let msg = format!("redis {}: {e}", self.target());
             if is_permanent(&e) {
                 FlushError::Permanent(msg)

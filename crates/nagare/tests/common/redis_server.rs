@@ -143,3 +143,57 @@ impl Drop for RedisServer {
         self.stop();
     }
 }
+
+/// A Redis Cluster of three masters (no replicas) on free loopback ports,
+/// each a redis-server in its own folder; killed on drop.
+pub struct RedisCluster {
+    pub nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    pub fn start(dir: &Path) -> RedisCluster {
+        let nodes: Vec<RedisServer> = (0..3)
+            .map(|i| {
+                RedisServer::start_args(
+                    &dir.join(format!("node{i}")),
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                    ],
+                )
+            })
+            .collect();
+        let addrs: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .expect("redis-cli --cluster create");
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        wait_until(WAIT, "the cluster to be ok on every node", || {
+            nodes.iter().all(|n| {
+                n.cmd::<String>(&["CLUSTER", "INFO"])
+                    .contains("cluster_state:ok")
+            })
+        });
+        RedisCluster { nodes }
+    }
+
+    /// A connection that follows keys to their nodes.
+    pub fn con(&self) -> redis::cluster::ClusterConnection {
+        let urls: Vec<String> = self.nodes.iter().map(|n| n.url()).collect();
+        redis::cluster::ClusterClient::new(urls)
+            .and_then(|c| c.get_connection())
+            .expect("connect to the cluster")
+    }
+}
