@@ -23,13 +23,15 @@ command -v redis-server >/dev/null || { echo "redis-server is needed (apt-get in
 results_dir queues-redis
 export NAGARE ROOT OUT
 
-# The SUT: redis-server and the two nagares in one process group; on
-# SIGTERM (flowbench stops the SUT after the drain) it writes each
-# process's CPU seconds (utime+stime) to $OUT/cpu-<run>.json.
+# The SUT: redis-server and the two nagares in one process group (flowbench
+# stops the group with SIGTERM after the drain). Every 0.5 s it writes each
+# process's CPU seconds so far (utime+stime) to $CPU_FILE, so the last
+# sample holds the whole run.
 cat > "$OUT/sut.sh" <<'SUT'
 #!/usr/bin/env bash
 set -u
 dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
 redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --dir "$dir" >"$dir/redis.log" 2>&1 &
 redis=$!
 for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
@@ -37,24 +39,19 @@ for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break
 consumer=$!
 "$NAGARE" run -c "$ROOT/benches/queues-redis-in.toml" &
 producer=$!
-cpu() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"; }
-finish() {
-  printf '{"nagare_in_cpu_s": %s, "redis_cpu_s": %s, "nagare_out_cpu_s": %s, "left_in_list": %s}\n' \
-    "$(cpu $producer)" "$(cpu $redis)" "$(cpu $consumer)" "$(redis-cli -p "$REDIS_PORT" llen bench)" > "$CPU_FILE"
-  kill $producer $consumer; wait $producer $consumer
-  kill $redis; wait $redis
-  rm -rf "$dir"
-  exit 0
-}
-trap finish TERM INT
-wait
+cpu() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat" 2>/dev/null || echo null; }
+while sleep 0.5; do
+  printf '{"nagare_in_cpu_s": %s, "redis_cpu_s": %s, "nagare_out_cpu_s": %s}\n' \
+    "$(cpu $producer)" "$(cpu $redis)" "$(cpu $consumer)" > "$CPU_FILE.tmp" && mv "$CPU_FILE.tmp" "$CPU_FILE"
+done &
+wait $producer
 SUT
 chmod +x "$OUT/sut.sh"
 
 for size in $SIZES; do
   for i in $(seq "$RUNS"); do
     echo "size $size run $i" >&2
-    CPU_FILE="$OUT/cpu-$size-$i.json" "$FB" relay --sut-port "$SUT_PORT" --sink-port "$SINK_PORT" \
+    "$FB" relay --sut-port "$SUT_PORT" --sink-port "$SINK_PORT" \
       --duration "$DURATION" --warmup 3s --size "$size" --batch 200 --quiet \
       --sut-cmd "CPU_FILE=$OUT/cpu-$size-$i.json exec $OUT/sut.sh" 2>/dev/null | tail -n 1 >> "$OUT/e2e-$size.jsonl"
   done

@@ -69,9 +69,9 @@ macro_rules! redis_options {
             /// A UNIX socket of the server, instead of `address`.
             #[serde(default)]
             pub path: Option<String>,
-            /// Nodes of a Redis Cluster ("HOST:PORT" or URLs), instead of
-            /// `address`: the client learns the other nodes and sends each
-            /// key to the node that holds it.
+            /// The `redis` output only: nodes of a Redis Cluster ("HOST:PORT"
+            /// or URLs), instead of `address`; the output learns the other
+            /// nodes and sends each key to the node that holds it.
             #[serde(default)]
             pub addresses: Vec<String>,
             /// The ACL user (Redis 6 and later); without one, `password` is
