@@ -3,8 +3,9 @@
 # → redis-server → nagare (Redis list in → forward out) → flowbench's sink,
 # verified by seq (0 lost, 0 duplicated), at 100 B and 1 KiB, RUNS times
 # each; then redis-benchmark's RPUSH and LPOP with the same element size
-# and pipelining, for the ratio. Prints a Markdown table of medians with the
-# CPU of every process (both nagares and redis-server, whole run).
+# and elements per command, for the ratio. Prints a Markdown table of
+# medians with the CPU and peak RSS of every process (both nagares and
+# redis-server, whole run).
 #
 #   benches/queues-redis.sh [RUNS] [DURATION]      (defaults: 3 runs of 10s)
 #
@@ -40,9 +41,11 @@ consumer=$!
 "$NAGARE" run -c "$ROOT/benches/queues-redis-in.toml" &
 producer=$!
 cpu() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat" 2>/dev/null || echo null; }
+rss() { awk '/^VmHWM/ { print $2 / 1024 }' "/proc/$1/status" 2>/dev/null || echo null; }
 while sleep 0.5; do
-  printf '{"nagare_in_cpu_s": %s, "redis_cpu_s": %s, "nagare_out_cpu_s": %s}\n' \
-    "$(cpu $producer)" "$(cpu $redis)" "$(cpu $consumer)" > "$CPU_FILE.tmp" && mv "$CPU_FILE.tmp" "$CPU_FILE"
+  printf '{"nagare_in_cpu_s": %s, "redis_cpu_s": %s, "nagare_out_cpu_s": %s, "nagare_in_rss_mb": %s, "redis_rss_mb": %s, "nagare_out_rss_mb": %s}\n' \
+    "$(cpu $producer)" "$(cpu $redis)" "$(cpu $consumer)" "$(rss $producer)" "$(rss $redis)" "$(rss $consumer)" \
+    > "$CPU_FILE.tmp" && mv "$CPU_FILE.tmp" "$CPU_FILE"
 done &
 wait $producer
 SUT
@@ -55,16 +58,20 @@ for size in $SIZES; do
       --duration "$DURATION" --warmup 3s --size "$size" --batch 200 --quiet \
       --sut-cmd "CPU_FILE=$OUT/cpu-$size-$i.json exec $OUT/sut.sh" 2>/dev/null | tail -n 1 >> "$OUT/e2e-$size.jsonl"
   done
-  # redis-benchmark alone: RPUSH and LPOP of elements of the size nagare
-  # writes (msgpack entry of a {seq, message} record: size + 25 bytes),
-  # pipelined as nagare's list input pops (batch_count 1000: -P 1000 single
-  # pops is the closest redis-benchmark comes), 2 clients like 2 threads.
+  # redis-benchmark alone, shaped like nagare's traffic: RPUSH of 1000
+  # elements per command (nagare pushes a whole chunk in one RPUSH) and
+  # LPOP … 1000 (the input pops batch_count = 1000), 2 clients (2
+  # workers, 2 threads); elements of the size nagare writes (the msgpack
+  # entry of a {seq, message} record: size + 25 bytes).
   dir=$(mktemp -d)
   redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --dir "$dir" >/dev/null 2>&1 &
   rpid=$!
   for _ in $(seq 100); do redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
-  redis-benchmark -p "$REDIS_PORT" -q -c 2 -P 1000 -n 2000000 -d $((size + 25)) -t rpush,lpop --csv \
+  element=$(head -c $((size + 25)) /dev/zero | tr '\0' x)
+  # shellcheck disable=SC2046
+  redis-benchmark -p "$REDIS_PORT" -q -c 2 -n 4000 --csv RPUSH bench $(for _ in $(seq 1000); do echo "$element"; done) \
     > "$OUT/redis-benchmark-$size.csv" 2>/dev/null
+  redis-benchmark -p "$REDIS_PORT" -q -c 2 -n 4000 --csv LPOP bench 1000 >> "$OUT/redis-benchmark-$size.csv" 2>/dev/null
   kill $rpid; wait $rpid 2>/dev/null || true
   rm -rf "$dir"
 done
@@ -81,10 +88,11 @@ def rows(size):
     return runs
 def bench(size):
     with open(f"{out}/redis-benchmark-{size}.csv") as f:
-        return {r[0]: float(r[1]) for r in csv.reader(f) if r and r[0] in ("RPUSH", "LPOP")}
+        # Commands of 1000 elements: elements/s = commands/s × 1000.
+        return {r[0].split()[0]: float(r[1]) * 1000 for r in csv.reader(f) if r and r[0] != "test"}
 med = lambda rs, k: statistics.median(r[k] for r in rs)
-print("| bytes/event | end to end ev/s | redis-benchmark RPUSH / LPOP req/s | e2e / min(RPUSH, LPOP) | CPU s: nagare in / redis / nagare out / flowbench (whole run) | redis-server cores | lost | duplicated |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| bytes/event | end to end ev/s | redis-benchmark RPUSH / LPOP elements/s | e2e / min(RPUSH, LPOP) | CPU s: nagare in / redis / nagare out / flowbench (whole run) | redis-server cores | peak RSS MB: nagare in / redis / nagare out | lost | duplicated |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for s in sizes:
     rs, b = rows(s), bench(s)
     e2e = med(rs, "steady_events_per_s")
@@ -92,5 +100,7 @@ for s in sizes:
     wall = statistics.median(r["duration_s"] + r["warmup_s"] + r["drain_s"] for r in rs)
     print(f"| {s} | {e2e:,.0f} | {b.get('RPUSH', 0):,.0f} / {b.get('LPOP', 0):,.0f} | {e2e / floor:.2f} | "
           f"{med(rs,'nagare_in_cpu_s'):.1f} / {med(rs,'redis_cpu_s'):.1f} / {med(rs,'nagare_out_cpu_s'):.1f} / {med(rs,'harness_cpu_s'):.1f} | "
-          f"{med(rs,'redis_cpu_s') / wall:.2f} | {sum(r['lost'] for r in rs)} | {sum(r['duplicates'] for r in rs)} |")
+          f"{med(rs,'redis_cpu_s') / wall:.2f} | "
+          f"{max(r['nagare_in_rss_mb'] for r in rs):.0f} / {max(r['redis_rss_mb'] for r in rs):.0f} / {max(r['nagare_out_rss_mb'] for r in rs):.0f} | "
+          f"{sum(r['lost'] for r in rs)} | {sum(r['duplicates'] for r in rs)} |")
 PY

@@ -462,7 +462,7 @@ fn a_reliable_list_loses_nothing_when_nagare_is_killed() {
     let dir = tempfile::tempdir().unwrap();
     let redis = RedisServer::start(dir.path());
     let sink = Sink::start(SinkOpts::default());
-    let n = 30_000;
+    let n = 60_000;
     rpush(&redis, "jobs", &json_elements(0..n));
     let cfg = consumer_config(&redis, sink.port, dir.path(), "reliable = true");
     let dups = kill_mid_stream(dir.path(), (&cfg, &cfg), &sink, n, || {
@@ -483,7 +483,7 @@ fn a_stream_group_loses_nothing_when_nagare_is_killed() {
     let dir = tempfile::tempdir().unwrap();
     let redis = RedisServer::start(dir.path());
     let sink = Sink::start(SinkOpts::default());
-    let n = 30_000u64;
+    let n = 60_000u64;
     let mut pipe = redis::pipe();
     for v in json_elements(0..n) {
         pipe.cmd("XADD")
@@ -511,7 +511,7 @@ fn entries_a_dead_consumer_left_pending_are_claimed_by_another() {
     let dir = tempfile::tempdir().unwrap();
     let redis = RedisServer::start(dir.path());
     let sink = Sink::start(SinkOpts::default());
-    let n = 30_000u64;
+    let n = 60_000u64;
     let mut pipe = redis::pipe();
     for v in json_elements(0..n) {
         pipe.cmd("XADD")
