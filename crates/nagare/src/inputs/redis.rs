@@ -541,30 +541,40 @@ impl Shared {
     async fn dispatch<'a>(&self, source: &str, values: impl Iterator<Item = &'a [u8]>) -> bool {
         let now = EventTime::now();
         let default_tag = self.cfg.tag.as_deref().unwrap_or(source);
-        // Runs of events with one tag: (tag, entries, count).
-        let mut batches: Vec<(String, Vec<u8>, u32)> = Vec::new();
-        let mut entry = Vec::new();
+        // Runs of events with one tag: (tag, entries, count). Each element
+        // is decoded at the end of the current run's entries; one whose tag
+        // differs starts the next run.
+        let mut runs: Vec<(String, Vec<u8>, u32)> = Vec::new();
+        let (mut tag, mut entries, mut count) = (String::new(), Vec::new(), 0u32);
         for v in values {
-            entry.clear();
-            if !self.decode(v, now, &mut entry) {
+            let start = entries.len();
+            if !self.decode(v, now, &mut entries) {
                 PluginStats::add(&self.stats.bad_input, 1);
             }
-            let tag = self
+            let this = self
                 .cfg
                 .tag_key
                 .as_ref()
-                .and_then(|k| record_field(&entry, k))
+                .and_then(|k| record_field(&entries[start..], k))
                 .unwrap_or(default_tag);
-            match batches.last_mut() {
-                Some((t, b, n)) if t == tag => {
-                    b.extend_from_slice(&entry);
-                    *n += 1;
+            let new_tag = (count == 0 || this != tag).then(|| this.to_string());
+            if let Some(new_tag) = new_tag {
+                if count > 0 {
+                    let next = entries.split_off(start);
+                    let done = std::mem::replace(&mut entries, next);
+                    runs.push((std::mem::take(&mut tag), done, count));
+                    count = 0;
                 }
-                _ => batches.push((tag.to_string(), entry.clone(), 1)),
+                tag = new_tag;
             }
+            count += 1;
         }
-        for (tag, entries, n) in batches {
-            if !append_batch_with(&self.name, &self.router, &self.stats, &tag, Bytes::from(entries), n, true).await {
+        if count > 0 {
+            runs.push((tag, entries, count));
+        }
+        for (tag, entries, n) in runs {
+            let entries = Bytes::from(entries);
+            if !append_batch_with(&self.name, &self.router, &self.stats, &tag, entries, n, true).await {
                 return false;
             }
         }
