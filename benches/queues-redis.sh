@@ -78,6 +78,7 @@ done
 
 python3 - "$OUT" $SIZES <<'PY'
 import csv, json, statistics, sys
+csv.field_size_limit(1 << 30)  # the RPUSH row names its 1000 elements
 out, sizes = sys.argv[1], sys.argv[2:]
 def rows(size):
     with open(f"{out}/e2e-{size}.jsonl") as f:
