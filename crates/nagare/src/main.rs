@@ -15,6 +15,7 @@ mod monitor;
 mod outputs;
 mod parsers;
 mod plugin;
+mod redis_conn;
 mod router;
 mod service;
 mod shutdown;

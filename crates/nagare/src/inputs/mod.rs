@@ -9,4 +9,5 @@ registry! {
     tail => input::<tail::TailConfig>(),
     directory => input::<directory::DirectoryConfig>(),
     fuse => input::<fuse::FuseConfig>(),
+    redis => input::<redis::RedisInputConfig>(),
 }

@@ -748,6 +748,21 @@ pub(crate) async fn append_batch(
     entries: Bytes,
     count: u32,
 ) -> bool {
+    append_batch_with(name, router, stats, tag, entries, count, false).await
+}
+
+/// `append_batch`; with `durable`, it returns only once the batch is in
+/// every matched output's buffer durably (fsync'd for file buffers), as a
+/// forward input's ack does, so a queue input may then remove what it read.
+pub(crate) async fn append_batch_with(
+    name: &str,
+    router: &Router,
+    stats: &PluginStats,
+    tag: &str,
+    entries: Bytes,
+    count: u32,
+    durable: bool,
+) -> bool {
     PluginStats::add(&stats.events_in, count as u64);
     PluginStats::add(&stats.bytes_in, entries.len() as u64);
     let route = router.route(tag);
@@ -766,7 +781,7 @@ pub(crate) async fn append_batch(
             tracing::warn!(input = %name, tag, events = n, "no output matches this tag; events discarded");
         }
         for out in outputs.iter().filter(|_| n > 0) {
-            if let Err(e) = out.append(tag, parts, n, false, false, &[]).await {
+            if let Err(e) = out.append(tag, parts, n, durable, false, &[]).await {
                 tracing::warn!(input = %name, error = %e, "cannot append");
                 return false;
             }

@@ -19,6 +19,7 @@ registry! {
     null => output::<null::NullConfig>(),
     file => output::<file::FileConfig>(),
     forward => output::<forward::ForwardOutputConfig>(),
+    redis => output::<redis::RedisOutputConfig>(),
     copy => copy::REGISTRATION,
 }
 

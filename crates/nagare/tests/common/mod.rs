@@ -7,6 +7,8 @@
 
 #![allow(dead_code)]
 
+pub mod redis_server;
+
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

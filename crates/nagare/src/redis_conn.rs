@@ -1,0 +1,365 @@
+//! What the `redis` input and output share: the connection options
+//! (address or UNIX socket, ACL user and password, database, TLS), turning
+//! them into a `redis::Client`, and telling a Redis error that a retry can
+//! fix from one that it cannot.
+//!
+//! The options are declared by [`redis_options!`], which appends them to a
+//! plugin's own options struct (serde's `flatten` would lose the line
+//! numbers of errors and cannot deny unknown keys).
+
+use std::time::Duration;
+
+use ::redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError};
+use serde::Deserialize;
+
+use crate::plugin::OptionError;
+
+/// `tls`: a table with the same keys as every other client's.
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RedisTls {
+    /// PEM file of the CA certificates the server's certificate must chain
+    /// to (default: the system's trust store).
+    #[serde(default)]
+    pub ca: Option<String>,
+    /// PEM file of a client certificate, for servers that ask for one (with `key`).
+    #[serde(default)]
+    pub cert: Option<String>,
+    /// PEM file of the client certificate's private key.
+    #[serde(default)]
+    pub key: Option<String>,
+    /// Check the server's certificate and name (default true). false accepts any certificate.
+    #[serde(default = "yes")]
+    pub verify: bool,
+}
+
+/// A `rediss://` address without a `tls` table: the system's trust store, verified.
+impl Default for RedisTls {
+    fn default() -> Self {
+        RedisTls {
+            ca: None,
+            cert: None,
+            key: None,
+            verify: true,
+        }
+    }
+}
+
+pub fn yes() -> bool {
+    true
+}
+
+pub fn default_address() -> String {
+    "127.0.0.1:6379".into()
+}
+
+/// Declares a redis plugin's options struct with the connection options
+/// appended, and `connection()` to read them.
+macro_rules! redis_options {
+    ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident : $ty:ty,)* }) => {
+        $(#[$m])*
+        #[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $($(#[$fm])* pub $field: $ty,)*
+            /// The server: "HOST:PORT", "redis://HOST:PORT/DB" or
+            /// "rediss://HOST:PORT" (TLS) (default "127.0.0.1:6379").
+            #[serde(default = "crate::redis_conn::default_address")]
+            pub address: String,
+            /// A UNIX socket of the server, instead of `address`.
+            #[serde(default)]
+            pub path: Option<String>,
+            /// The `redis` output only: nodes of a Redis Cluster ("HOST:PORT"
+            /// or URLs), instead of `address`; the output learns the other
+            /// nodes and sends each key to the node that holds it.
+            #[serde(default)]
+            pub addresses: Vec<String>,
+            /// The ACL user (Redis 6 and later); without one, `password` is
+            /// checked against the default user.
+            #[serde(default)]
+            pub username: Option<String>,
+            /// The password (AUTH).
+            #[serde(default)]
+            pub password: Option<String>,
+            /// The database number (SELECT) (default 0).
+            #[serde(default)]
+            pub db: i64,
+            /// TLS settings (`ca`, `cert`, `key`, `verify`); setting this
+            /// table, or an address "rediss://…", turns TLS on.
+            #[serde(default)]
+            pub tls: Option<crate::redis_conn::RedisTls>,
+        }
+
+        impl $name {
+            fn connection(&self) -> crate::redis_conn::Connection<'_> {
+                crate::redis_conn::Connection {
+                    address: &self.address,
+                    path: self.path.as_deref(),
+                    addresses: &self.addresses,
+                    username: self.username.as_deref(),
+                    password: self.password.as_deref(),
+                    db: self.db,
+                    tls: self.tls.as_ref(),
+                }
+            }
+        }
+    };
+}
+pub(crate) use redis_options;
+
+/// The connection options of one plugin section.
+pub struct Connection<'a> {
+    pub address: &'a str,
+    pub path: Option<&'a str>,
+    pub addresses: &'a [String],
+    pub username: Option<&'a str>,
+    pub password: Option<&'a str>,
+    pub db: i64,
+    pub tls: Option<&'a RedisTls>,
+}
+
+impl Connection<'_> {
+    /// The client for these options; no I/O but reading the TLS files.
+    /// Errors name the option.
+    pub fn client(&self) -> Result<::redis::Client, OptionError> {
+        let mut info: ConnectionInfo = match self.path {
+            Some(path) => ConnectionAddr::Unix(path.into())
+                .into_connection_info()
+                .map_err(|e| OptionError::new("path", e.to_string()))?,
+            None => tcp_info("address", self.address)?,
+        };
+        let mut redis = info.redis_settings().clone();
+        if let Some(u) = self.username {
+            redis = redis.set_username(u);
+        }
+        if let Some(p) = self.password {
+            redis = redis.set_password(p);
+        }
+        if self.db != 0 {
+            redis = redis.set_db(self.db);
+        }
+        info = info.set_redis_settings(redis);
+        let tls_url = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
+        let Some(tls) = self.tls.cloned().or(tls_url.then(RedisTls::default)) else {
+            return ::redis::Client::open(info)
+                .map_err(|e| OptionError::new("address", e.to_string()));
+        };
+        install_crypto_provider();
+        let addr = match info.addr().clone() {
+            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+                ConnectionAddr::TcpTls {
+                    host,
+                    port,
+                    insecure: !tls.verify,
+                    tls_params: None,
+                }
+            }
+            _ => {
+                return Err(OptionError::new(
+                    "tls",
+                    "TLS needs a TCP `address`, not a UNIX socket `path`",
+                ))
+            }
+        };
+        info = info.set_addr(addr);
+        ::redis::Client::build_with_tls(info, certificates(&tls)?)
+            .map_err(|e| OptionError::new("tls", e.to_string()))
+    }
+
+    /// A Redis Cluster client when `addresses` is set; no I/O but reading
+    /// the TLS files.
+    pub fn cluster_client(
+        &self,
+        timeout: Duration,
+    ) -> Result<Option<::redis::cluster::ClusterClient>, OptionError> {
+        if self.addresses.is_empty() {
+            return Ok(None);
+        }
+        if self.path.is_some() {
+            return Err(OptionError::new(
+                "addresses",
+                "a cluster is reached over TCP: set `addresses` or `path`, not both",
+            ));
+        }
+        if self.db != 0 {
+            return Err(OptionError::new(
+                "db",
+                "a Redis Cluster has only database 0",
+            ));
+        }
+        let nodes = self
+            .addresses
+            .iter()
+            .map(|a| tcp_info("addresses", a))
+            .collect::<Result<Vec<_>, _>>()?;
+        let tls_url = nodes
+            .iter()
+            .any(|n| matches!(n.addr(), ConnectionAddr::TcpTls { .. }));
+        let mut b = ::redis::cluster::ClusterClient::builder(nodes)
+            .connection_timeout(timeout)
+            .response_timeout(timeout);
+        if let Some(u) = self.username {
+            b = b.username(u);
+        }
+        if let Some(p) = self.password {
+            b = b.password(p);
+        }
+        if let Some(tls) = self.tls.cloned().or(tls_url.then(RedisTls::default)) {
+            install_crypto_provider();
+            let mode = if tls.verify {
+                ::redis::TlsMode::Secure
+            } else {
+                ::redis::TlsMode::Insecure
+            };
+            b = b.tls(mode).certs(certificates(&tls)?);
+        }
+        b.build()
+            .map(Some)
+            .map_err(|e| OptionError::new("addresses", e.to_string()))
+    }
+}
+
+/// "HOST:PORT" or a redis:// or rediss:// URL, as the option `key` holds it.
+fn tcp_info(key: &str, address: &str) -> Result<ConnectionInfo, OptionError> {
+    let url = if address.contains("://") {
+        address.to_string()
+    } else {
+        format!("redis://{address}")
+    };
+    url.as_str().into_connection_info().map_err(|e| {
+        OptionError::new(
+            key,
+            format!("{address:?} is not HOST:PORT or a redis:// URL: {e}"),
+        )
+    })
+}
+
+/// The CA and client certificate of the `tls` table, read from their files.
+fn certificates(tls: &RedisTls) -> Result<::redis::TlsCertificates, OptionError> {
+    let read = |key: &str, path: &Option<String>| -> Result<Option<Vec<u8>>, OptionError> {
+        path.as_ref()
+            .map(|p| {
+                std::fs::read(p).map_err(|e| {
+                    OptionError::new(format!("tls.{key}"), format!("cannot read {p:?}: {e}"))
+                })
+            })
+            .transpose()
+    };
+    let client_tls = match (read("cert", &tls.cert)?, read("key", &tls.key)?) {
+        (Some(client_cert), Some(client_key)) => Some(::redis::ClientTlsConfig {
+            client_cert,
+            client_key,
+        }),
+        (None, None) => None,
+        _ => {
+            return Err(OptionError::new(
+                "tls",
+                "set both `cert` and `key`, or neither",
+            ))
+        }
+    };
+    Ok(::redis::TlsCertificates {
+        client_tls,
+        root_cert: read("ca", &tls.ca)?,
+    })
+}
+
+/// rustls needs one crypto provider per process; redis leaves the choice
+/// to the program.
+fn install_crypto_provider() {
+    // An error means one is installed already, which is what we want.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// Whether a retry can help: a reply that refuses the command itself
+/// (WRONGTYPE: the key holds another type; NOPERM: the ACL user may not;
+/// ERR: a command Redis cannot run) stays refused however long the buffer
+/// waits; a lost connection, a timeout, OOM, LOADING, READONLY (a failover)
+/// or MASTERDOWN may pass.
+pub fn is_permanent(e: &RedisError) -> bool {
+    let codes: Vec<String> = e
+        .clone()
+        .into_server_errors()
+        .map(|errs| errs.iter().map(|(_, s)| s.code().to_string()).collect())
+        .unwrap_or_default();
+    codes
+        .iter()
+        .any(|c| matches!(c.as_str(), "WRONGTYPE" | "NOPERM" | "ERR"))
+}
+
+/// Backoff between reconnects of an input: doubles from 100 ms to 5 s.
+pub struct Backoff(Duration);
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff(Duration::from_millis(100))
+    }
+}
+
+impl Backoff {
+    /// The next wait, with up to a quarter of jitter so consumers spread out.
+    pub fn next(&mut self) -> Duration {
+        let d = self.0;
+        self.0 = (self.0 * 2).min(Duration::from_secs(5));
+        d + d.mul_f64(rand::random::<f64>() / 4.0)
+    }
+
+    pub fn reset(&mut self) {
+        self.0 = Duration::from_millis(100);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn conn(address: &str) -> Connection<'_> {
+        Connection {
+            address,
+            path: None,
+            addresses: &[],
+            username: Some("app"),
+            password: Some("s3cret"),
+            db: 2,
+            tls: None,
+        }
+    }
+
+    #[test]
+    fn addresses_and_credentials() {
+        let c = conn("127.0.0.1:7000").client().unwrap();
+        let info = c.get_connection_info();
+        assert!(matches!(info.addr(), ConnectionAddr::Tcp(h, 7000) if h == "127.0.0.1"));
+        assert_eq!(info.redis_settings().username(), Some("app"));
+        assert_eq!(info.redis_settings().password(), Some("s3cret"));
+        assert_eq!(info.redis_settings().db(), 2);
+        let tls = conn("rediss://localhost:7001").client().unwrap();
+        let addr = tls.get_connection_info().addr().clone();
+        assert!(
+            matches!(
+                addr,
+                ConnectionAddr::TcpTls {
+                    port: 7001,
+                    insecure: false,
+                    ..
+                }
+            ),
+            "{addr:?}"
+        );
+        let e = conn("redis://[nope").client().unwrap_err();
+        assert_eq!(e.key, "address");
+    }
+
+    #[test]
+    fn tls_files_that_cannot_be_read_name_their_key() {
+        let tls = RedisTls {
+            ca: Some("/nonexistent/ca.pem".into()),
+            ..RedisTls::default()
+        };
+        let c = Connection {
+            tls: Some(&tls),
+            ..conn("127.0.0.1:7000")
+        };
+        assert_eq!(c.client().unwrap_err().key, "tls.ca");
+    }
+}
