@@ -91,9 +91,11 @@ pub struct SystemConfig {
     #[serde(default)]
     pub dead_letter_dir: Option<String>,
     /// The label that receives the events a filter failed on (a parser
-    /// filter's records that do not parse), marked with the reason, instead
-    /// of their going on with the others (Fluentd's `@ERROR`); outputs with
-    /// `label` = this name get them. Default none: they go on, marked.
+    /// filter's records that do not parse, a lua filter's `lua_error`
+    /// events, an exec filter's batches its program failed on), marked with
+    /// the reason, instead of their going on with the others (Fluentd's
+    /// `@ERROR`); outputs with `label` = this name get them. Default none:
+    /// they go on, marked.
     #[serde(default)]
     pub error_label: Option<String>,
 }

@@ -78,7 +78,8 @@ impl FilterPlugin for LuaConfig {
     const TYPE: &'static str = "lua";
     const DOC: &'static str = "Runs a Lua 5.4 function on every event with Fluent Bit's calling convention (`function cb(tag, timestamp, record) return code, timestamp, record end`; code -1 drops, 0 keeps, 1 modifies, 2 modifies and keeps the time; an array of records splits the event). A Lua error keeps the event and adds `lua_error` (counted in the filter's `errors_total`); a batch that runs past `timeout` is stopped. See docs/lua.md.";
 
-    fn build(self, _cx: &mut BuildContext) -> Result<Box<dyn Filter>, OptionError> {
+    fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Filter>, OptionError> {
+        let failures_routed = cx.failures_routed;
         if self.timeout.0.is_zero() {
             return Err(OptionError::new("timeout", "must be longer than 0s"));
         }
@@ -111,6 +112,7 @@ impl FilterPlugin for LuaConfig {
             })?;
         Ok(Box::new(LuaFilter {
             script: Mutex::new(script),
+            failures_routed,
             time_as_table: self.time_as_table,
             timeout: self.timeout.0,
         }))
@@ -250,6 +252,8 @@ impl Script {
 
 struct LuaFilter {
     script: Mutex<Script>,
+    /// Events marked with `lua_error` go to the error label (`Filtered::failed`).
+    failures_routed: bool,
     time_as_table: bool,
     timeout: Duration,
 }
@@ -274,6 +278,7 @@ impl Filter for LuaFilter {
             count: 0,
             errors: 0,
             changed: false,
+            failed: self.failures_routed.then(Vec::new),
         };
         let ran = hook.and_then(|()| {
             // SAFETY: `run` keeps to the stack discipline of convert.rs and
@@ -300,8 +305,14 @@ impl Filter for LuaFilter {
                 ..Filtered::default()
             };
         }
+        // Routed failures are the events marked, outside the batch.
+        let failed = batch
+            .failed
+            .filter(|_| batch.errors > 0)
+            .map(|f| (Bytes::from(f), batch.errors as u32));
         Filtered {
             batch: Some((Bytes::from(batch.out), batch.count)),
+            failed,
             errors: batch.errors,
             ..Filtered::default()
         }
@@ -320,6 +331,8 @@ struct Batch<'a> {
     errors: u64,
     /// Some event was dropped, changed or marked.
     changed: bool,
+    /// With an error label: where marked events go instead of `out`.
+    failed: Option<Vec<u8>>,
 }
 
 /// What the script made of one event.
@@ -556,11 +569,17 @@ impl Batch<'_> {
     fn mark(&mut self, head: &[u8], record: &[u8], why: &str) {
         self.changed = true;
         self.errors += 1;
-        self.count += 1;
-        self.out.extend_from_slice(head);
+        let out = match &mut self.failed {
+            Some(failed) => failed,
+            None => {
+                self.count += 1;
+                &mut self.out
+            }
+        };
+        out.extend_from_slice(head);
         let Some((n, mut p)) = record::map_at(record, 0) else {
             // Inputs only pass maps on; should one not be, it goes on as it was.
-            self.out.extend_from_slice(record);
+            out.extend_from_slice(record);
             return;
         };
         let mut kept = Vec::with_capacity(n);
@@ -573,12 +592,12 @@ impl Batch<'_> {
             }
             p = pair.end;
         }
-        write_map_len(&mut self.out, kept.len() + 1);
+        write_map_len(out, kept.len() + 1);
         for (a, b) in kept {
-            self.out.extend_from_slice(&record[a..b]);
+            out.extend_from_slice(&record[a..b]);
         }
-        write_str(&mut self.out, b"lua_error");
-        write_str(&mut self.out, why.as_bytes());
+        write_str(out, b"lua_error");
+        write_str(out, why.as_bytes());
     }
 }
 
@@ -814,6 +833,30 @@ end
         assert!(errs[3].contains("where the record (a table) belongs"), "{}", errs[3]);
         assert!(errs[4].contains("a function cannot be a field's value"), "{}", errs[4]);
         assert_eq!(errs[5], "old", "a good event is untouched");
+    }
+
+    #[test]
+    fn with_an_error_label_marked_events_leave_the_batch() {
+        let cfg: LuaConfig = toml::from_str(
+            "call = \"cb\"\ncode = 'function cb(tag, ts, r) if r.k == 1 then error(\"boom\") end return 1, ts, r end'\n",
+        )
+        .unwrap();
+        let mut cx = BuildContext::new("lua#0");
+        cx.failures_routed = true;
+        let f = cfg.build(&mut cx).unwrap();
+        let ev = |k: i64| (T, m(&[("k", k.into())]));
+        let out = f.filter("t", &[batch(&[ev(0), ev(1), ev(2)])], 3);
+        assert_eq!(out.errors, 1);
+        let (kept, n) = out.batch.unwrap();
+        assert_eq!(n, 2);
+        let keys: Vec<V> = decode(&kept).into_iter().map(|(_, r)| r).collect();
+        assert_eq!(keys, vec![m(&[("k", 0.into())]), m(&[("k", 2.into())])]);
+        let (failed, n) = out.failed.expect("the failed event");
+        assert_eq!(n, 1);
+        assert_eq!(
+            decode(&failed),
+            vec![(T, m(&[("k", 1.into()), ("lua_error", "code:1: boom".into())]))]
+        );
     }
 
     #[test]
