@@ -356,9 +356,10 @@ fn check_names_file_line_and_key_of_bad_filters() {
             "regex",
         ),
         (
-            "[[filter]]\ntype = \"lua\"\n",
+            // Fluentd's name for what nagare calls modify.
+            "[[filter]]\ntype = \"record_transformer\"\n",
             ":6: key `type`:",
-            "unknown filter type \"lua\"",
+            "unknown filter type \"record_transformer\"",
         ),
     ];
     for (i, (section, at, what)) in cases.iter().enumerate() {
