@@ -204,9 +204,12 @@ fn sd_notify_ready_reloading_and_stopping() {
         .unwrap_or_else(|| panic!("MONOTONIC_USEC=<number>: {reloading:?}"));
     assert!(usec > 0);
     assert_eq!(next_notification(&sock), "READY=1\n");
-    assert!(d
-        .stderr()
-        .contains("SIGHUP: the configuration file is valid"));
+    // The line was logged before READY=1; the test's reader of the
+    // daemon's stderr may take a moment to have it.
+    wait_until(WAIT, "the SIGHUP log line", || {
+        d.stderr()
+            .contains("SIGHUP: the configuration file is valid")
+    });
 
     assert_eq!(d.terminate().code(), Some(0), "stderr:\n{}", d.stderr());
     assert_eq!(next_notification(&sock), "STOPPING=1\n");
