@@ -12,29 +12,8 @@ use common::*;
 use rmpv::Value;
 
 /// A daemon: forward input, `filters`, forward output to `sink`, monitor.
-fn daemon(dir: &Path, filters: &str, sink: u16) -> (Daemon, u16) {
-    let (port, mon) = (free_port(), free_port());
-    let config = format!(
-        r#"
-[monitor]
-bind = "127.0.0.1:{mon}"
-
-[[input]]
-type = "forward"
-bind = "127.0.0.1:{port}"
-{filters}
-[[output]]
-type = "forward"
-match = "**"
-[[output.server]]
-address = "127.0.0.1:{sink}"
-[output.buffer]
-flush_interval = "50ms"
-"#
-    );
-    let mut d = Daemon::start(dir, "nagare", &config, Some(mon));
-    d.wait_port(port);
-    (d, port)
+fn daemon(dir: &std::path::Path, filters: &str, sink: u16) -> (Daemon, u16) {
+    start_forward_daemon(dir, &format!("{filters}{}", forward_output_to("**", sink)))
 }
 
 /// Writes a Python program into `dir`; returns the `command` for it.
@@ -406,17 +385,7 @@ fn check_names_the_line_of_a_program_that_cannot_run() {
             "needs the program",
         ),
     ];
-    for (i, (section, at, what)) in cases.iter().enumerate() {
-        let p = dir.path().join(format!("bad{i}.toml"));
-        std::fs::write(&p, format!("{base}{section}")).unwrap();
-        let out = run_check(&p);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{section}: {err}");
-        assert!(
-            err.contains(&format!("{}{at}", p.display())) && err.contains(what),
-            "{section}: expected `{at}` and {what:?} in:\n{err}"
-        );
-    }
+    assert_check_errors(dir.path(), base, &cases);
     // A program that can run passes, and check does not start it.
     let marker = dir.path().join("started");
     let p = dir.path().join("good.toml");

@@ -9,29 +9,8 @@ use common::*;
 use rmpv::Value;
 
 /// A daemon: forward input, `filters`, forward output to `sink`, monitor.
-fn daemon(dir: &std::path::Path, filters: &str, sink: u16) -> (Daemon, u16, u16) {
-    let (port, mon) = (free_port(), free_port());
-    let config = format!(
-        r#"
-[monitor]
-bind = "127.0.0.1:{mon}"
-
-[[input]]
-type = "forward"
-bind = "127.0.0.1:{port}"
-{filters}
-[[output]]
-type = "forward"
-match = "**"
-[[output.server]]
-address = "127.0.0.1:{sink}"
-[output.buffer]
-flush_interval = "50ms"
-"#
-    );
-    let mut d = Daemon::start(dir, "nagare", &config, Some(mon));
-    d.wait_port(port);
-    (d, port, mon)
+fn daemon(dir: &std::path::Path, filters: &str, sink: u16) -> (Daemon, u16) {
+    start_forward_daemon(dir, &format!("{filters}{}", forward_output_to("**", sink)))
 }
 
 fn of_tag(sink: &Sink, tag: &str) -> Vec<Value> {
@@ -44,19 +23,7 @@ fn of_tag(sink: &Sink, tag: &str) -> Vec<Value> {
 
 /// `nagare check` on `base` + each section: exit 2, `file:line: key `…`:` and the reason.
 fn check_errors(cases: &[(&str, &str, &str)]) {
-    let dir = tempfile::tempdir().unwrap();
-    let base = "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:0\"\n\n";
-    for (i, (section, at, what)) in cases.iter().enumerate() {
-        let p = dir.path().join(format!("bad{i}.toml"));
-        std::fs::write(&p, format!("{base}{section}")).unwrap();
-        let out = run_check(&p);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{section}: {err}");
-        assert!(
-            err.contains(&format!("{}{at}", p.display())) && err.contains(what),
-            "{section}: expected `{at}` and {what:?} in:\n{err}"
-        );
-    }
+    assert_check_errors(tempfile::tempdir().unwrap().path(), CHECK_BASE, cases);
 }
 
 #[test]
@@ -74,7 +41,7 @@ pattern = "^(warn|error)$"
 key = "$.http.path"
 pattern = "^/healthz"
 "#;
-    let (mut d, port, _) = daemon(dir.path(), filters, sink.port);
+    let (mut d, port) = daemon(dir.path(), filters, sink.port);
     let mut s = Sender::tcp(port);
     let http = |p: &str| m(&[("path", p.into()), ("code", 500.into())]);
     let records: Vec<Value> = vec![
@@ -164,7 +131,7 @@ msg = "message"
 [filter.copy]
 "$.http.code" = "status"
 "#;
-    let (mut d, port, _) = daemon(dir.path(), filters, sink.port);
+    let (mut d, port) = daemon(dir.path(), filters, sink.port);
     let mut s = Sender::tcp(port);
     let http = m(&[
         ("method", "GET".into()),
@@ -303,7 +270,7 @@ match = "x.**"
 [filter.set]
 via = "${tag}"
 "#;
-    let (mut d, port, _) = daemon(dir.path(), filters, sink.port);
+    let (mut d, port) = daemon(dir.path(), filters, sink.port);
     let mut s = Sender::tcp(port);
     let seq = |n: i64| ("seq", Value::from(n));
     let records = vec![

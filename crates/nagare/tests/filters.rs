@@ -16,17 +16,7 @@ fn utc(s: &str) -> EventTime {
 }
 
 fn forward_output(sink: u16) -> String {
-    format!(
-        r#"
-[[output]]
-type = "forward"
-match = "**"
-[[output.server]]
-address = "127.0.0.1:{sink}"
-[output.buffer]
-flush_interval = "50ms"
-"#
-    )
+    format!("\n{}", forward_output_to("**", sink))
 }
 
 /// The records of `tag` at the sink, with their times.
@@ -338,7 +328,7 @@ time_key = "ts"
 #[test]
 fn check_names_file_line_and_key_of_bad_filters() {
     let dir = tempfile::tempdir().unwrap();
-    let base = "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:0\"\n\n";
+    let base = CHECK_BASE;
     let cases = [
         (
             "[[filter]]\ntype = \"parser\"\nkey_name = \"log\"\n[filter.parser]\ntype = \"multiline\"\nformat_firstline = \"^x\"\n",
@@ -362,17 +352,7 @@ fn check_names_file_line_and_key_of_bad_filters() {
             "unknown filter type \"record_transformer\"",
         ),
     ];
-    for (i, (section, at, what)) in cases.iter().enumerate() {
-        let p = dir.path().join(format!("bad{i}.toml"));
-        std::fs::write(&p, format!("{base}{section}")).unwrap();
-        let out = run_check(&p);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{section}: {err}");
-        assert!(
-            err.contains(&format!("{}{at}", p.display())) && err.contains(what),
-            "{section}: expected `{at}` and {what:?} in:\n{err}"
-        );
-    }
+    assert_check_errors(dir.path(), base, &cases);
     // The example config is valid and counts its filters.
     let example = concat!(
         env!("CARGO_MANIFEST_DIR"),

@@ -11,28 +11,7 @@ use rmpv::Value;
 
 /// A daemon: forward input, `filters`, forward output to `sink`, monitor.
 fn daemon(dir: &std::path::Path, filters: &str, sink: u16) -> (Daemon, u16) {
-    let (port, mon) = (free_port(), free_port());
-    let config = format!(
-        r#"
-[monitor]
-bind = "127.0.0.1:{mon}"
-
-[[input]]
-type = "forward"
-bind = "127.0.0.1:{port}"
-{filters}
-[[output]]
-type = "forward"
-match = "**"
-[[output.server]]
-address = "127.0.0.1:{sink}"
-[output.buffer]
-flush_interval = "50ms"
-"#
-    );
-    let mut d = Daemon::start(dir, "nagare", &config, Some(mon));
-    d.wait_port(port);
-    (d, port)
+    start_forward_daemon(dir, &format!("{filters}{}", forward_output_to("**", sink)))
 }
 
 const SCRIPT: &str = r#"
@@ -234,7 +213,7 @@ fn check_names_the_line_of_bad_lua_scripts() {
     let dir = tempfile::tempdir().unwrap();
     let bad_file = dir.path().join("bad.lua");
     std::fs::write(&bad_file, "function cb(tag, ts, r)\n  return 1, ts, r\n").unwrap();
-    let base = "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:0\"\n\n";
+    let base = CHECK_BASE;
     let cases = [
         (
             "[[filter]]\ntype = \"lua\"\ncall = \"cb\"\ncode = '''\nfunction cb(tag, ts, r)\n  return 1 ts, r\nend'''\n".to_string(),
@@ -270,15 +249,5 @@ fn check_names_the_line_of_bad_lua_scripts() {
             "must be longer than 0s".to_string(),
         ),
     ];
-    for (i, (section, at, what)) in cases.iter().enumerate() {
-        let p = dir.path().join(format!("bad{i}.toml"));
-        std::fs::write(&p, format!("{base}{section}")).unwrap();
-        let out = run_check(&p);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{section}: {err}");
-        assert!(
-            err.contains(&format!("{}{at}", p.display())) && err.contains(what.as_str()),
-            "{section}: expected `{at}` and {what:?} in:\n{err}"
-        );
-    }
+    assert_check_errors(dir.path(), base, &cases);
 }

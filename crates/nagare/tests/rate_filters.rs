@@ -13,21 +13,12 @@ use xxhash_rust::xxh3::xxh3_64;
 /// A daemon: forward input, `filters`, then `outputs` (written by the
 /// test, which knows its sinks), and a monitor.
 fn daemon(dir: &std::path::Path, filters: &str, outputs: &str) -> (Daemon, u16) {
-    let (port, mon) = (free_port(), free_port());
-    let config = format!(
-        "[monitor]\nbind = \"127.0.0.1:{mon}\"\n\n[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:{port}\"\n{filters}\n{outputs}"
-    );
-    let mut d = Daemon::start(dir, "nagare", &config, Some(mon));
-    d.wait_port(port);
-    (d, port)
+    start_forward_daemon(dir, &format!("{filters}\n{outputs}"))
 }
 
 /// A forward output of the tags `pattern` selects to `sink`.
 fn output_to(pattern: &str, sink: &Sink) -> String {
-    format!(
-        "[[output]]\ntype = \"forward\"\nmatch = \"{pattern}\"\n[[output.server]]\naddress = \"127.0.0.1:{}\"\n[output.buffer]\nflush_interval = \"50ms\"\n",
-        sink.port
-    )
+    forward_output_to(pattern, sink.port)
 }
 
 /// (tag, seq) of every event the sink received, in order.
@@ -42,22 +33,10 @@ fn seq(n: u64) -> (&'static str, Value) {
     ("seq", Value::from(n))
 }
 
-/// `nagare check` on a forward input + `section`: exit 2, `file:line:` (and
-/// key) and the reason.
+/// `nagare check` on a forward input + each section: exit 2, `file:line:`
+/// (and key) and the reason.
 fn check_errors(cases: &[(&str, &str, &str)]) {
-    let dir = tempfile::tempdir().unwrap();
-    let base = "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:0\"\n\n";
-    for (i, (section, at, what)) in cases.iter().enumerate() {
-        let p = dir.path().join(format!("bad{i}.toml"));
-        std::fs::write(&p, format!("{base}{section}")).unwrap();
-        let out = run_check(&p);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{section}: {err}");
-        assert!(
-            err.contains(&format!("{}{at}", p.display())) && err.contains(what),
-            "{section}: expected `{at}` and {what:?} in:\n{err}"
-        );
-    }
+    assert_check_errors(tempfile::tempdir().unwrap().path(), CHECK_BASE, cases);
 }
 
 #[test]

@@ -43,6 +43,53 @@ pub fn run_check(config: impl AsRef<std::ffi::OsStr>) -> std::process::Output {
         .unwrap()
 }
 
+/// A forward input on 127.0.0.1:0, the start of the configs the
+/// `assert_check_errors` cases add a section to (line 5 is their first).
+pub const CHECK_BASE: &str = "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:0\"\n\n";
+
+/// For each (section, at, what): `nagare check` on `base` + section, each
+/// in its own file in `dir`, exits 2 and its stderr holds `<file><at>`
+/// (e.g. ":7: key `command`:") and `what`.
+pub fn assert_check_errors<S, A, W>(dir: &Path, base: &str, cases: &[(S, A, W)])
+where
+    S: AsRef<str>,
+    A: AsRef<str>,
+    W: AsRef<str>,
+{
+    for (i, (section, at, what)) in cases.iter().enumerate() {
+        let (section, at, what) = (section.as_ref(), at.as_ref(), what.as_ref());
+        let p = dir.join(format!("bad{i}.toml"));
+        std::fs::write(&p, format!("{base}{section}")).unwrap();
+        let out = run_check(&p);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{section}: {err}");
+        assert!(
+            err.contains(&format!("{}{at}", p.display())) && err.contains(what),
+            "{section}: expected `{at}` and {what:?} in:\n{err}"
+        );
+    }
+}
+
+/// A forward output of the tags `pattern` selects to 127.0.0.1:`port`,
+/// flushing every 50 ms.
+pub fn forward_output_to(pattern: &str, port: u16) -> String {
+    format!(
+        "[[output]]\ntype = \"forward\"\nmatch = \"{pattern}\"\n[[output.server]]\naddress = \"127.0.0.1:{port}\"\n[output.buffer]\nflush_interval = \"50ms\"\n"
+    )
+}
+
+/// Starts nagare with a monitor, a forward input, then `sections` (its
+/// filters and outputs); returns it once the input listens, and its port.
+pub fn start_forward_daemon(dir: &Path, sections: &str) -> (Daemon, u16) {
+    let (port, mon) = (free_port(), free_port());
+    let config = format!(
+        "[monitor]\nbind = \"127.0.0.1:{mon}\"\n\n[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:{port}\"\n{sections}\n"
+    );
+    let mut d = Daemon::start(dir, "nagare", &config, Some(mon));
+    d.wait_port(port);
+    (d, port)
+}
+
 /// The text of `tests/samples/parsers/<name>`.
 pub fn sample(name: &str) -> String {
     std::fs::read_to_string(format!(
