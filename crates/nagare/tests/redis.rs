@@ -58,6 +58,20 @@ fn json_elements(range: std::ops::Range<u64>) -> Vec<String> {
         .collect()
 }
 
+/// Adds each value to stream `key` as an entry's `message` field, in one pipeline.
+fn xadd_messages(redis: &RedisServer, key: &str, values: &[String]) {
+    let mut pipe = redis::pipe();
+    for v in values {
+        pipe.cmd("XADD")
+            .arg(key)
+            .arg("*")
+            .arg("message")
+            .arg(v)
+            .ignore();
+    }
+    let _: () = pipe.query(&mut redis.con()).unwrap();
+}
+
 fn rpush(redis: &RedisServer, key: &str, values: &[String]) {
     for chunk in values.chunks(1000) {
         let mut c = redis::cmd("RPUSH");
@@ -488,16 +502,7 @@ fn a_stream_group_loses_nothing_when_nagare_is_killed() {
     let redis = RedisServer::start(dir.path());
     let sink = Sink::start(SinkOpts::default());
     let n = 60_000u64;
-    let mut pipe = redis::pipe();
-    for v in json_elements(0..n) {
-        pipe.cmd("XADD")
-            .arg("jobs")
-            .arg("*")
-            .arg("message")
-            .arg(v)
-            .ignore();
-    }
-    let _: () = pipe.query(&mut redis.con()).unwrap();
+    xadd_messages(&redis, "jobs", &json_elements(0..n));
     let cfg = consumer_config(&redis, sink.port, dir.path(), "data_type = \"stream\"");
     let dups = kill_mid_stream(dir.path(), (&cfg, &cfg), &sink, n, || {
         let pending: (u64, Option<String>, Option<String>, redis::Value) =
@@ -516,16 +521,7 @@ fn entries_a_dead_consumer_left_pending_are_claimed_by_another() {
     let redis = RedisServer::start(dir.path());
     let sink = Sink::start(SinkOpts::default());
     let n = 60_000u64;
-    let mut pipe = redis::pipe();
-    for v in json_elements(0..n) {
-        pipe.cmd("XADD")
-            .arg("jobs")
-            .arg("*")
-            .arg("message")
-            .arg(v)
-            .ignore();
-    }
-    let _: () = pipe.query(&mut redis.con()).unwrap();
+    xadd_messages(&redis, "jobs", &json_elements(0..n));
     // The first consumer ("c") never comes back; "d" takes over what it
     // read and did not acknowledge once it was idle for claim_idle.
     let first = consumer_config(&redis, sink.port, dir.path(), "data_type = \"stream\"");
