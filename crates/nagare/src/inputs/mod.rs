@@ -3,6 +3,8 @@
 
 use crate::plugin::{input, registry, InputRegistration};
 
+pub(crate) mod append;
+
 registry! {
     InputRegistration;
     forward => input::<forward::ForwardInputConfig>(),

@@ -39,7 +39,8 @@ use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::tail::{append_batch_with, encode_line};
+use super::append::append_batch;
+use super::tail::encode_line;
 use crate::config::units::Dur;
 use crate::parsers::{Parser, ParserConfig, ParserType};
 use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
@@ -574,7 +575,7 @@ impl Shared {
         }
         for (tag, entries, n) in runs {
             let entries = Bytes::from(entries);
-            if !append_batch_with(&self.name, &self.router, &self.stats, &tag, entries, n, true).await {
+            if !append_batch(&self.name, &self.router, &self.stats, &tag, entries, n, true).await {
                 return false;
             }
         }

@@ -10,7 +10,8 @@ use nagare_forward::EventTime;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{FuseConfig, Msg};
-use crate::inputs::tail::{append_batch, encode_line, LongLines};
+use crate::inputs::append::append_batch;
+use crate::inputs::tail::{encode_line, LongLines};
 use crate::parsers::Parser;
 use crate::router::Router;
 use crate::stats::PluginStats;
@@ -318,6 +319,7 @@ impl Lines {
             tag,
             Bytes::from(b.out),
             count,
+            false,
         )
         .await
         {
