@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::chunk_file::{start_chunk, FileStore, Slot};
+use super::chunk_file::{start_chunk, Slot};
 use super::{Buffer, Chunk};
 use crate::outputs::FlushError;
 use crate::stats::PluginStats;
@@ -23,20 +23,31 @@ impl Buffer {
         }
         // A file buffer's default secondary: a dead-letter file `nagare replay` can send.
         if let Some(store) = &self.store {
-            match store.write_dead_letter(&chunk.id, &chunk.tag, &chunk.segments, chunk.count) {
-                Ok(path) => {
-                    PluginStats::add(&self.stats.to_secondary, chunk.count as u64);
-                    tracing::error!(output = %self.name, chunk = %chunk.id_hex(), events = chunk.count,
-                        file = %path.display(), "chunk written to the dead-letter file (send it again with `nagare replay`)");
-                    return;
-                }
-                Err(e) => tracing::error!(output = %self.name, chunk = %chunk.id_hex(),
-                    path = %store.dir().display(), error = %e, "cannot write the dead-letter file"),
+            if self.to_dead_letters(chunk, &store.dir().join("dead-letters"), "chunk") {
+                return;
             }
         }
         PluginStats::add(&self.stats.lost, chunk.count as u64);
         tracing::error!(output = %self.name, chunk = %chunk.id_hex(), events = chunk.count,
             "chunk discarded: its output gave up on it and no secondary output took it");
+    }
+
+    /// Writes `chunk` as a dead-letter file in `dir` and logs where (or why
+    /// not), `what` leading the message; returns whether it is there.
+    pub(super) fn to_dead_letters(&self, chunk: &Chunk, dir: &Path, what: &str) -> bool {
+        match write_dead_letter(dir, &chunk.id, &chunk.tag, &chunk.segments, chunk.count) {
+            Ok(path) => {
+                PluginStats::add(&self.stats.to_secondary, chunk.count as u64);
+                tracing::error!(output = %self.name, chunk = %chunk.id_hex(), events = chunk.count,
+                    file = %path.display(), "{what} written to the dead-letter file (send it again with `nagare replay`)");
+                true
+            }
+            Err(e) => {
+                tracing::error!(output = %self.name, chunk = %chunk.id_hex(), path = %dir.display(),
+                    error = %e, "{what}: cannot write the dead-letter file");
+                false
+            }
+        }
     }
 
     /// Gives a chunk to the secondary output, if there is one (a few quick
@@ -65,20 +76,6 @@ impl Buffer {
             }
         }
         false
-    }
-}
-
-impl FileStore {
-    /// Writes a chunk its output gave up on to `<path>/dead-letters/`, in the
-    /// chunk file format (`nagare replay` sends such files); returns the file.
-    pub fn write_dead_letter(
-        &self,
-        id: &[u8; 16],
-        tag: &str,
-        segments: &[Bytes],
-        count: u32,
-    ) -> io::Result<PathBuf> {
-        write_dead_letter(&self.dir().join("dead-letters"), id, tag, segments, count)
     }
 }
 
@@ -118,10 +115,7 @@ mod tests {
     #[test]
     fn dead_letters_are_chunk_files() {
         let dir = tempfile::tempdir().unwrap();
-        let (store, _) = FileStore::open(dir.path(), "t", 4, usize::MAX).unwrap();
-        let path = store
-            .write_dead_letter(&[9; 16], "dl", &[entry(1), entry(2)], 2)
-            .unwrap();
+        let path = write_dead_letter(dir.path(), &[9; 16], "dl", &[entry(1), entry(2)], 2).unwrap();
         let r = read_chunk_file(&path).unwrap().unwrap();
         assert_eq!((r.id, r.tag.as_str(), r.count), ([9; 16], "dl", 2));
     }

@@ -22,7 +22,7 @@ impl Buffer {
                 while let Some(chunk) = b.next_chunk().await {
                     let events = chunk.count as u64;
                     b.in_flight.fetch_add(events, Relaxed);
-                    if b.giving_up.load(Relaxed) {
+                    if b.giving_up() {
                         b.keep_at_shutdown(chunk).await;
                     } else if let Some(chunk) = b.read_back(chunk).await {
                         match b.deliver(&chunk).await {
@@ -117,33 +117,11 @@ impl Buffer {
             return;
         }
         let handed_over = self.try_secondary(&chunk).await
-            || {
-                let dir = self.shutdown_dead_letters.get().map(|d| d.join(&self.name));
-                match dir.map(|dir| {
-                    (
-                        super::dead_letters::write_dead_letter(
-                            &dir,
-                            &chunk.id,
-                            &chunk.tag,
-                            &chunk.segments,
-                            chunk.count,
-                        ),
-                        dir,
-                    )
-                }) {
-                    Some((Ok(path), _)) => {
-                        PluginStats::add(&self.stats.to_secondary, events);
-                        tracing::error!(output = %self.name, chunk = %chunk.id_hex(), events,
-                        file = %path.display(), "undelivered at shutdown: written to the dead-letter file (send it again with `nagare replay`)");
-                        true
-                    }
-                    Some((Err(e), dir)) => {
-                        tracing::error!(output = %self.name, chunk = %chunk.id_hex(), events,
-                        path = %dir.display(), error = %e, "undelivered at shutdown: cannot write the dead-letter file");
-                        false
-                    }
-                    None => false,
+            || match self.shutdown_dead_letters.get() {
+                Some(dir) => {
+                    self.to_dead_letters(&chunk, &dir.join(&self.name), "undelivered at shutdown")
                 }
+                None => false,
             };
         if handed_over {
             PluginStats::add(&self.shutdown.handed_over, events);
@@ -168,7 +146,7 @@ impl Buffer {
             let stop = self.give_up_now.notified();
             tokio::pin!(stop);
             stop.as_mut().enable();
-            if self.giving_up.load(Relaxed) {
+            if self.giving_up() {
                 return None;
             }
             let written = tokio::select! {

@@ -30,7 +30,7 @@ mod testing;
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
@@ -83,13 +83,11 @@ pub struct Buffer {
     recovered_ids: Mutex<Vec<Bytes>>,
     /// Events of chunks the flush workers hold (being written or retried).
     in_flight: AtomicU64,
-    /// Set when shutdown stops waiting (`give_up`): chunks no longer go to
-    /// the output but to where they are kept (see flush.rs).
-    giving_up: AtomicBool,
     /// Wakes flush workers out of a write or a retry wait when giving up.
     give_up_now: Notify,
-    /// Where a memory buffer without a secondary writes its chunks when
-    /// giving up (`[system] dead_letter_dir`).
+    /// Set when shutdown stops waiting (`give_up`): chunks no longer go to
+    /// the output but to where they are kept (see flush.rs). A memory
+    /// buffer without a secondary writes them here (`[system] dead_letter_dir`).
     shutdown_dead_letters: OnceLock<PathBuf>,
     /// What giving up did with the chunks left, in events.
     pub shutdown: ShutdownTally,
@@ -138,7 +136,6 @@ impl Buffer {
             store,
             recovered_ids: Mutex::new(recovered_ids),
             in_flight: AtomicU64::new(0),
-            giving_up: AtomicBool::new(false),
             give_up_now: Notify::new(),
             shutdown_dead_letters: OnceLock::new(),
             shutdown: ShutdownTally::default(),
@@ -190,7 +187,11 @@ impl Buffer {
     /// (`nagare replay` sends it). Call after `close`.
     pub fn give_up(&self, dead_letters: PathBuf) {
         let _ = self.shutdown_dead_letters.set(dead_letters);
-        self.giving_up.store(true, Relaxed);
         self.give_up_now.notify_waiters();
+    }
+
+    /// Shutdown stopped waiting for the output (`give_up`).
+    fn giving_up(&self) -> bool {
+        self.shutdown_dead_letters.get().is_some()
     }
 }
