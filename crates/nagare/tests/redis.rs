@@ -744,17 +744,7 @@ retry_max_interval = "500ms"
     redis.stop();
     // Sent while Redis is down: the producer buffers them (acks) and retries.
     s.send_acked("app", n / 2..n, 100, "r");
-    let seen = |d: &Daemon, what: &str| {
-        let until = Instant::now() + WAIT;
-        while !d.stderr().contains(what) {
-            assert!(
-                Instant::now() < until,
-                "no {what:?} in the log:\n{}",
-                d.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
+    let seen = |d: &Daemon, what: &str| wait_until(WAIT, what, || d.stderr().contains(what));
     seen(&p, "flush failed; will retry");
     seen(&c, "cannot read");
     redis.restart();
