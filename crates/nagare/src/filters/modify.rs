@@ -362,20 +362,18 @@ struct Scratch {
 
 impl Node {
     /// Writes the map at `pos` of `ev.record` (an empty map when `None`)
-    /// with this node's changes.
-    fn write(&self, ev: &Event, pos: Option<usize>, out: &mut Vec<u8>, s: &mut Scratch) {
+    /// with this node's changes; returns where that map ends (`pos` when
+    /// `None`), or `None` when it is cut short.
+    fn write(&self, ev: &Event, pos: Option<usize>, out: &mut Vec<u8>, s: &mut Scratch) -> Option<usize> {
         let rec = ev.record;
         let base = s.pairs.len();
         let mut seen = 0u64;
         let mut count = 0usize;
+        let mut map_end = pos.unwrap_or(0);
         if let Some(pos) = pos {
-            let Some((n, mut p)) = record::map_at(rec, pos) else {
-                return;
-            };
+            let (n, mut p) = record::map_at(rec, pos)?;
             for _ in 0..n {
-                let Some(pair) = record::pair_at(rec, p) else {
-                    break;
-                };
+                let pair = record::pair_at(rec, p)?;
                 let (value, end) = (pair.value, pair.end);
                 let key = pair.key.map(|(a, b)| &rec[a..b]);
                 let op = key.and_then(|k| self.ops.iter().position(|(ok, _)| ok == k));
@@ -398,14 +396,22 @@ impl Node {
                     },
                 };
                 count += usize::from(!matches!(action, Action::Skip));
-                s.pairs.push(Planned {
-                    start: p,
-                    value,
-                    end,
-                    action,
-                });
+                // Pairs copied as they are, one after the other, are one
+                // copy (often the whole map).
+                match s.pairs[base..].last_mut() {
+                    Some(last) if matches!((last.action, action), (Action::Copy, Action::Copy)) && last.end == p => {
+                        last.end = end
+                    }
+                    _ => s.pairs.push(Planned {
+                        start: p,
+                        value,
+                        end,
+                        action,
+                    }),
+                }
                 p = end;
             }
+            map_end = p;
         }
         let added = |i: usize| seen & (1 << i) == 0;
         for (i, (_, op)) in self.ops.iter().enumerate() {
@@ -426,7 +432,7 @@ impl Node {
                 Action::Into(i) => {
                     out.extend_from_slice(&rec[p.start..p.value]);
                     if let Op::Into(node) = &self.ops[i].1 {
-                        node.write(ev, Some(p.value), out, s);
+                        node.write(ev, Some(p.value), out, s)?;
                     }
                 }
             }
@@ -439,10 +445,13 @@ impl Node {
             write_str(out, key);
             match op {
                 Op::Put { value, .. } => write_value(value, ev, out, s),
-                Op::Into(node) => node.write(ev, None, out, s),
+                Op::Into(node) => {
+                    node.write(ev, None, out, s);
+                }
                 Op::Remove => {}
             }
         }
+        Some(map_end)
     }
 }
 
@@ -534,27 +543,29 @@ impl Filter for Modify {
         let mut count = 0u32;
         for part in parts {
             let mut start = 0;
-            for (r, end) in record::entries(part) {
+            // Entries were checked on the way in: 0x92, the time, a record.
+            while let Some(r) = record::skip(part, start + 1) {
                 count += 1;
                 // 0x92 and the time, as they are.
-                out.extend_from_slice(&part[start..r]);
-                let record = &part[r..end];
-                let entry = &part[start..end];
-                start = end;
+                let head = &part[start..r];
+                out.extend_from_slice(head);
+                // The record runs to its end, found by rewriting it: the
+                // part is walked once.
+                let record = &part[r..];
                 if record::map_at(record, 0).is_none() {
                     // Inputs only pass maps on; should one not be, it goes on as it was.
-                    out.extend_from_slice(record);
+                    let Some(end) = record::skip(part, r) else {
+                        break;
+                    };
+                    out.extend_from_slice(&part[r..end]);
+                    start = end;
                     continue;
                 }
                 for (slot, path) in sources.iter_mut().zip(&self.sources) {
                     *slot = path.find(record);
                 }
-                // Only when asked: reading the time walks the entry again.
-                let t = self
-                    .uses_time
-                    .then(|| crate::formats::entries(entry).next())
-                    .flatten();
-                if let Some((t, _, _)) = t {
+                if self.uses_time {
+                    let t = record::entry_time(head);
                     time.clear();
                     let dt = chrono::DateTime::from_timestamp(t.secs as i64, t.nanos.min(999_999_999))
                         .unwrap_or_default();
@@ -568,7 +579,11 @@ impl Filter for Modify {
                     sources: &sources,
                     per_tag: &per_tag,
                 };
-                self.root.write(&ev, Some(0), &mut out, &mut s);
+                s.pairs.clear();
+                let Some(len) = self.root.write(&ev, Some(0), &mut out, &mut s) else {
+                    break;
+                };
+                start = r + len;
             }
         }
         Filtered {

@@ -8,6 +8,7 @@
 
 use bytes::Bytes;
 use nagare_forward::msgpack::{read_map_len, read_str_or_bin, skip_value};
+use nagare_forward::EventTime;
 
 // The walks below run for every event a field filter sees: the common
 // scalar and string forms are read here, inline; the rest (nested maps
@@ -100,6 +101,19 @@ pub fn entries(part: &[u8]) -> impl Iterator<Item = (usize, usize)> + '_ {
         let p = pos;
         Some((record, p))
     })
+}
+
+/// The time in an entry's head (0x92 and the time): an EventTime, or whole
+/// seconds (the forward protocol allows both).
+pub fn entry_time(head: &[u8]) -> EventTime {
+    match head.get(1..) {
+        Some([0xd7, 0x00, payload @ ..]) if payload.len() == 8 => EventTime::from_payload(payload),
+        Some(t) => nagare_forward::msgpack::read_uint(t, 0)
+            .ok()
+            .flatten()
+            .map_or(EventTime::new(0, 0), |(s, _)| EventTime::new(s as u32, 0)),
+        None => EventTime::new(0, 0),
+    }
 }
 
 /// The entries of a batch for which `keep(record, entry)` is true, as a

@@ -74,12 +74,16 @@ pub unsafe fn str_at<'a>(l: *mut lua_State, idx: c_int) -> &'a [u8] {
     std::slice::from_raw_parts(p as *const u8, len)
 }
 
-/// Pushes the msgpack value at the start of `buf` onto the stack.
+/// Pushes the msgpack value at the start of `buf` onto the stack, and
+/// says how many bytes of `buf` it took (so the caller need not walk the
+/// value a second time to find its end).
 ///
 /// # Safety
 /// See the module's safety section.
-pub unsafe fn push(l: *mut lua_State, buf: &[u8]) -> Result<(), String> {
-    Reader { buf, pos: 0 }.push(l, 0)
+pub unsafe fn push(l: *mut lua_State, buf: &[u8]) -> Result<usize, String> {
+    let mut reader = Reader { buf, pos: 0 };
+    reader.push(l, 0)?;
+    Ok(reader.pos)
 }
 
 struct Reader<'a> {
@@ -226,12 +230,12 @@ impl<'a> Reader<'a> {
         let extra = if depth == 0 { 2 } else { 0 };
         ffi::lua_createtable(l, 0, (n.min(1024) + extra) as c_int);
         for _ in 0..n {
+            // Only a float key can be NaN (the common str key is not looked at).
+            let float_key = matches!(self.buf.get(self.pos), Some(0xca | 0xcb));
             self.push(l, depth + 1)?;
             self.push(l, depth + 1)?;
             // A Lua table cannot have a NaN key; such a pair is left out.
-            let nan_key = ffi::lua_type(l, -2) == ffi::LUA_TNUMBER
-                && ffi::lua_isinteger(l, -2) == 0
-                && ffi::lua_tonumberx(l, -2, std::ptr::null_mut()).is_nan();
+            let nan_key = float_key && ffi::lua_tonumberx(l, -2, std::ptr::null_mut()).is_nan();
             if nan_key {
                 ffi::lua_settop(l, -3);
             } else {
@@ -258,7 +262,7 @@ unsafe fn room(l: *mut lua_State, depth: usize) -> Result<(), String> {
 /// Where the pairs of a map being written are, to put them in order.
 #[derive(Clone, Copy)]
 struct Span {
-    /// The offset of the key's value in the hint (old keys), or `None`.
+    /// The key's place among the hint's keys (old keys), or `None`.
     old: Option<usize>,
     /// The key's text in `out` (new str keys sort by it).
     key: (usize, usize),
@@ -266,10 +270,22 @@ struct Span {
     end: usize,
 }
 
+/// A str or bin key of the map a table replaces (its hint): where the
+/// key's text, its pair and its value are in the hint.
+#[derive(Clone, Copy)]
+struct OldKey {
+    text: (usize, usize),
+    pair: usize,
+    value: usize,
+}
+
 /// Writes Lua values as msgpack; its buffers are reused from value to value.
 #[derive(Default)]
 pub struct Writer {
     spans: Vec<Span>,
+    /// The keys of each hint map being written, nested maps' above their
+    /// parent's (read once per map, not once per key).
+    old_keys: Vec<OldKey>,
     tmp: Vec<u8>,
 }
 
@@ -286,8 +302,9 @@ impl Writer {
         out: &mut Vec<u8>,
         hint: Option<&[u8]>,
     ) -> Result<(), String> {
-        // An error may have left spans behind.
+        // An error may have left spans and keys behind.
         self.spans.clear();
+        self.old_keys.clear();
         self.value(l, idx, out, hint, 0)
     }
 
@@ -381,26 +398,80 @@ impl Writer {
         out.push(0x80);
         let first = out.len();
         let base = self.spans.len();
+        let keys_base = self.old_keys.len();
+        let h = hint.unwrap_or_default();
+        if let Some((n, mut p)) = record::map_at(h, 0) {
+            for _ in 0..n {
+                let Some(pair) = record::pair_at(h, p) else {
+                    break;
+                };
+                if let Some(text) = pair.key {
+                    self.old_keys.push(OldKey {
+                        text,
+                        pair: p,
+                        value: pair.value,
+                    });
+                }
+                p = pair.end;
+            }
+        }
+        let written = self.pairs(l, idx, out, h, keys_base, depth);
+        self.old_keys.truncate(keys_base);
+        written?;
+        let pairs = self.spans.len() - base;
+        self.order(out, first, base);
+        if pairs == 0 && hint.is_some_and(|h| array_elements(h).is_some()) {
+            // `{}` where the record had an array: still an (empty) array.
+            out[header] = 0x90;
+        } else if pairs < 16 {
+            out[header] = 0x80 | pairs as u8;
+        } else {
+            let mut len = Vec::with_capacity(5);
+            write_map_len(&mut len, pairs);
+            out.splice(header..first, len);
+        }
+        Ok(())
+    }
+
+    /// Writes the pairs of the map at `idx`, each with a span; `h` is the
+    /// map it replaces (empty when none), whose keys are in `old_keys`
+    /// from `keys_base` on.
+    unsafe fn pairs(
+        &mut self,
+        l: *mut lua_State,
+        idx: c_int,
+        out: &mut Vec<u8>,
+        h: &[u8],
+        keys_base: usize,
+        depth: usize,
+    ) -> Result<(), String> {
         ffi::lua_pushnil(l);
         while ffi::lua_next(l, idx) != 0 {
             let (k, v) = (ffi::lua_gettop(l) - 1, ffi::lua_gettop(l));
-            let start = out.len();
             let mut span = Span {
                 old: None,
                 key: (0, 0),
-                start,
+                start: out.len(),
                 end: 0,
             };
             let mut child_hint = None;
             match ffi::lua_type(l, k) {
                 ffi::LUA_TSTRING => {
                     let key = str_at(l, k);
-                    self.value(l, k, out, None, depth)?;
-                    span.key = (out.len() - key.len(), out.len());
-                    if let Some(h) = hint {
-                        if let Some((at, _)) = record::find_key(h, 0, key) {
-                            span.old = Some(at);
-                            child_hint = Some(&h[at..]);
+                    let old = self.old_keys[keys_base..]
+                        .iter()
+                        .position(|o| h[o.text.0..o.text.1] == *key);
+                    match old {
+                        // A key the record had is written as it came.
+                        Some(j) => {
+                            let o = self.old_keys[keys_base + j];
+                            out.extend_from_slice(&h[o.pair..o.value]);
+                            span.old = Some(j);
+                            child_hint = Some(&h[o.value..]);
+                        }
+                        None => {
+                            self.value(l, k, out, None, depth)?;
+                            span.key = (out.len() - key.len(), out.len());
                         }
                     }
                 }
@@ -419,18 +490,6 @@ impl Writer {
             self.spans.push(span);
             ffi::lua_settop(l, -2);
         }
-        let pairs = self.spans.len() - base;
-        self.order(out, first, base);
-        if pairs == 0 && hint.is_some_and(|h| array_elements(h).is_some()) {
-            // `{}` where the record had an array: still an (empty) array.
-            out[header] = 0x90;
-        } else if pairs < 16 {
-            out[header] = 0x80 | pairs as u8;
-        } else {
-            let mut len = Vec::with_capacity(5);
-            write_map_len(&mut len, pairs);
-            out.splice(header..first, len);
-        }
         Ok(())
     }
 
@@ -438,13 +497,15 @@ impl Writer {
     /// order: old keys by their old place, then new ones by their text.
     fn order(&mut self, out: &mut Vec<u8>, first: usize, base: usize) {
         let spans = &mut self.spans[base..];
+        // Keys are unique, so no two spans are equal.
         let cmp = |a: &Span, b: &Span| {
-            (a.old.is_none(), a.old)
-                .cmp(&(b.old.is_none(), b.old))
+            let place = |s: &Span| s.old.unwrap_or(usize::MAX);
+            place(a)
+                .cmp(&place(b))
                 .then_with(|| out[a.key.0..a.key.1].cmp(&out[b.key.0..b.key.1]))
         };
         if !spans.is_sorted_by(|a, b| cmp(a, b).is_le()) {
-            spans.sort_by(cmp);
+            spans.sort_unstable_by(cmp);
             self.tmp.clear();
             self.tmp.extend_from_slice(&out[first..]);
             out.truncate(first);
@@ -524,7 +585,7 @@ mod tests {
         let mut result = Ok(());
         unsafe {
             lua.exec_raw::<()>(f, |l| {
-                result = push(l, &bytes).and_then(|()| {
+                result = push(l, &bytes).and_then(|_| {
                     assert_eq!(ffi::lua_pcall(l, 1, 1, 0), ffi::LUA_OK);
                     Writer::default().write(l, ffi::lua_gettop(l), &mut out, Some(&bytes))
                 });
@@ -686,7 +747,7 @@ mod tests {
             let mut r = Ok(());
             unsafe {
                 lua.exec_raw::<()>((), |l| {
-                    r = push(l, bytes);
+                    r = push(l, bytes).map(|_| ());
                     ffi::lua_settop(l, 0);
                 })
                 .unwrap();
