@@ -41,6 +41,12 @@ const maxTagLen = 65535
 // closingRetry is how often Close retries the servers until its deadline.
 const closingRetry = 100 * time.Millisecond
 
+// spillSyncInterval bounds how long an accepted event waits in memory while no
+// server is reachable, and how long a spill file write waits for its fsync:
+// a kill -9 during an outage loses at most this much (the other SDKs use the
+// same interval).
+const spillSyncInterval = 200 * time.Millisecond
+
 // Server is one forward endpoint.
 type Server struct {
 	// Network is "tcp" (default) or "unix".
@@ -116,12 +122,16 @@ type Config struct {
 
 // Stats are the client's counters.
 type Stats struct {
-	Sent       uint64 // events written (acknowledged in ack mode)
-	Buffered   uint64 // events waiting, in memory or in the spill file
-	Spilled    uint64 // events ever written to the spill file
-	Dropped    uint64 // events discarded (overflow "drop", full spill file, undelivered at Close without spill)
-	Reconnects uint64 // connections opened after the first one
-	Errors     uint64 // errors passed to ErrorHandler
+	Sent     uint64 // events written (acknowledged in ack mode)
+	Buffered uint64 // events waiting, in memory or in the spill file
+	Spilled  uint64 // events ever written to the spill file and fsync'd
+	// SpillPending is the part of Buffered that is in the spill file and
+	// fsync'd: what a crash now would not lose. After Close it is what the
+	// file keeps for the next client.
+	SpillPending uint64
+	Dropped      uint64 // events discarded (overflow "drop", full spill file, undelivered at Close without spill)
+	Reconnects   uint64 // connections opened after the first one
+	Errors       uint64 // errors passed to ErrorHandler
 }
 
 type chunk struct {
@@ -131,6 +141,7 @@ type chunk struct {
 	serial uint64
 	id     string // ack id, set at the first send
 	disk   bool
+	synced bool // disk and fsync'd: counted in Stats.Spilled and SpillPending
 	off    int64
 	size   int // bytes of entries on disk
 }
@@ -150,6 +161,9 @@ type Client struct {
 	doneSerial  uint64
 	diskChunks  int
 	spill       *spillFile
+	spillClosed bool // Close closed the spill file
+	outage      bool // no server reachable: memory goes to the spill file on a timer
+	syncArmed   bool // a spillTick is scheduled
 	closed      bool
 	stats       Stats
 	conn        net.Conn // owned by the sender; kept here so Close can interrupt it
@@ -247,9 +261,10 @@ func New(cfg Config) (*Client, error) {
 		c.spill = s
 		for _, o := range old {
 			c.nextSerial++
-			c.queue = append(c.queue, &chunk{tag: o.tag, count: o.count, serial: c.nextSerial, disk: true, off: o.off, size: o.size})
+			c.queue = append(c.queue, &chunk{tag: o.tag, count: o.count, serial: c.nextSerial, disk: true, synced: true, off: o.off, size: o.size})
 			c.diskChunks++
 			c.stats.Buffered += uint64(o.count)
+			c.stats.SpillPending += uint64(o.count)
 		}
 	}
 	if len(c.queue) > 0 {
@@ -382,6 +397,9 @@ func (c *Client) add(tag string, entry []byte) error {
 	st.count++
 	c.memBytes += n
 	c.stats.Buffered++
+	if c.outage {
+		c.armSpillTickLocked() // to the spill file within spillSyncInterval
+	}
 	if len(st.data) >= c.cfg.ChunkSize {
 		c.queueLocked(st)
 		delete(c.staging, tag)
@@ -439,8 +457,78 @@ func (c *Client) spillChunkLocked(ch *chunk) error {
 	ch.disk = true
 	ch.off = off
 	c.diskChunks++
-	c.stats.Spilled += uint64(ch.count)
+	c.armSpillTickLocked() // fsync within spillSyncInterval
 	return nil
+}
+
+// armSpillTickLocked schedules a spillTick unless one is scheduled already.
+func (c *Client) armSpillTickLocked() {
+	if c.syncArmed || c.spill == nil || c.spillClosed {
+		return
+	}
+	c.syncArmed = true
+	time.AfterFunc(spillSyncInterval, c.spillTick)
+}
+
+// spillTick runs spillSyncInterval after a spill file write or, during an
+// outage, after an emit: it moves what waits in memory to the file (outage
+// only) and fsyncs it; only then are the events counted as spilled.
+func (c *Client) spillTick() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.syncArmed = false
+	if c.spillClosed {
+		return
+	}
+	if c.outage {
+		c.spillAllLocked()
+	}
+	c.syncSpillLocked()
+}
+
+// spillAllLocked moves every batch waiting in memory to the spill file, in
+// sending order. Only while no server is reachable: the sender is then not
+// writing any batch, so the first one in the queue can move too.
+func (c *Client) spillAllLocked() {
+	c.queueAllStagedLocked()
+	for _, ch := range c.queue {
+		if err := c.spillChunkLocked(ch); err != nil {
+			// full or failing file: the rest waits in memory, as without spill
+			return
+		}
+	}
+	c.cond.Broadcast() // block-mode emitters: memory was freed
+}
+
+// syncSpillLocked fsyncs the spill file and counts what it made durable.
+func (c *Client) syncSpillLocked() {
+	fresh := false
+	for _, ch := range c.queue {
+		if ch.disk && !ch.synced {
+			fresh = true
+			break
+		}
+	}
+	if !fresh {
+		return
+	}
+	if err := c.spill.f.Sync(); err != nil {
+		c.armSpillTickLocked() // try again; the events stay counted as buffered
+		return
+	}
+	c.markSyncedLocked()
+}
+
+// markSyncedLocked counts the batches on disk not yet counted as spilled,
+// after an fsync.
+func (c *Client) markSyncedLocked() {
+	for _, ch := range c.queue {
+		if ch.disk && !ch.synced {
+			ch.synced = true
+			c.stats.Spilled += uint64(ch.count)
+			c.stats.SpillPending += uint64(ch.count)
+		}
+	}
 }
 
 // Flush queues every buffered event for sending and waits until all events
@@ -639,6 +727,9 @@ func (c *Client) commit(ch *chunk) {
 	c.inflight = false
 	if ch.disk {
 		_ = c.spill.markDone(ch.off)
+		if ch.synced {
+			c.stats.SpillPending -= uint64(ch.count)
+		}
 		c.diskChunks--
 		if c.diskChunks == 0 {
 			_ = c.spill.reset()
@@ -807,6 +898,7 @@ func (c *Client) ensureConn() net.Conn {
 			c.backoffN = 0
 			return conn
 		}
+		c.startOutage()
 		d := c.backoff(c.backoffN)
 		c.backoffN++
 		closing := c.closing
@@ -829,8 +921,27 @@ func (c *Client) ensureConn() net.Conn {
 	}
 }
 
+// startOutage is called after a round in which no server answered: with a
+// spill file and overflow "spill", what waits in memory goes to the file now
+// and what is emitted until a server answers follows within spillSyncInterval,
+// so a kill -9 of the application during the outage loses at most that much.
+func (c *Client) startOutage() {
+	if c.spill == nil || c.cfg.Overflow != OverflowSpill {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.spillClosed {
+		return
+	}
+	c.outage = true
+	c.spillAllLocked()
+	c.armSpillTickLocked()
+}
+
 func (c *Client) setConn(conn net.Conn, dec *msgpack.Decoder, idx int) {
 	c.mu.Lock()
+	c.outage = false // before the sender writes any batch: spillAllLocked must not move it
 	c.conn = conn
 	if c.everConnect {
 		c.stats.Reconnects++
@@ -898,9 +1009,21 @@ func (c *Client) dial(i int) (net.Conn, *msgpack.Decoder, error) {
 // keep.
 func (c *Client) persistLocked() (lost uint64, err error) {
 	defer func() {
-		if cerr := c.spill.close(); cerr != nil && err == nil {
-			err = cerr
+		c.spillClosed = true
+		cerr := c.spill.close() // fsyncs
+		if cerr != nil {
+			if err == nil {
+				err = cerr
+			}
+			return
 		}
+		if err == nil {
+			// every batch left is now in the file
+			for _, ch := range c.queue {
+				ch.disk = true
+			}
+		}
+		c.markSyncedLocked()
 	}()
 	mem := false
 	for _, ch := range c.queue {
@@ -932,9 +1055,6 @@ func (c *Client) persistLocked() (lost uint64, err error) {
 		}
 		if _, err = out.append(ch.tag, ch.count, data); err != nil {
 			break
-		}
-		if !ch.disk {
-			c.stats.Spilled += uint64(ch.count)
 		}
 	}
 	if err != nil {

@@ -221,8 +221,9 @@ func TestSpillToDiskAndDrainInOrder(t *testing.T) {
 	})
 	const n = 3000 // about 100 KB, six times the memory buffer
 	emitN(t, c, "app.spill", 0, n)
-	st := c.Stats()
-	if st.Spilled == 0 || st.Dropped != 0 || st.Buffered != n {
+	// Spilled counts what is fsync'd, within spillSyncInterval
+	waitStats(t, c, "spilling", func(st Stats) bool { return st.Spilled > 0 })
+	if st := c.Stats(); st.Dropped != 0 || st.Buffered != n {
 		t.Fatalf("expected spilling: %+v", st)
 	}
 	if fi, err := os.Stat(spill); err != nil || fi.Size() == 0 {
@@ -264,6 +265,55 @@ func TestSpillSurvivesRestartOfClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkSeqs(t, s.waitEvents(1100, 5*time.Second), 1100)
+}
+
+// waitStats waits (up to 5 s) until cond holds for the client's counters.
+func waitStats(t *testing.T, c *Client, what string, cond func(Stats) bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond(c.Stats()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 5 s: %+v", what, c.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// With a spill file, events go to disk while no server answers, not only
+// when memory is full: the file as a kill -9 would leave it (copied while the
+// client still runs) holds every event, and a client opened on it sends them.
+func TestSpillDuringOutageWithRoomInMemory(t *testing.T) {
+	dir := t.TempDir()
+	spill := filepath.Join(dir, "spill.dat")
+	addr := freeAddr(t)
+	c := newClient(t, Config{
+		Servers: []Server{{Address: addr}}, SpillPath: spill,
+		BackoffBase: 10 * time.Millisecond, BackoffMax: 50 * time.Millisecond,
+	})
+	emitN(t, c, "app.outage", 0, 500)
+	waitStats(t, c, "first 500 on disk", func(st Stats) bool { return st.SpillPending == 500 })
+	emitN(t, c, "app.outage", 500, 1000) // while the client knows of the outage
+	waitStats(t, c, "all on disk", func(st Stats) bool { return st.SpillPending == 1000 })
+	if st := c.Stats(); st.Buffered != 1000 || st.Spilled != 1000 || st.Dropped != 0 {
+		t.Fatalf("counters during the outage: %+v", st)
+	}
+	data, err := os.ReadFile(spill)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashed := filepath.Join(dir, "crashed.dat")
+	if err := os.WriteFile(crashed, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startTestServer(t)
+	c2 := newClient(t, Config{Servers: []Server{s.server()}, SpillPath: crashed})
+	if err := c2.Flush(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	checkSeqs(t, s.waitEvents(1000, 5*time.Second), 1000)
+	if st := c2.Stats(); st.Sent != 1000 || st.SpillPending != 0 {
+		t.Fatalf("counters after the drain: %+v", st)
+	}
 }
 
 func TestOverflowDrop(t *testing.T) {
@@ -626,9 +676,10 @@ func TestSpillLimitDropsAndCounts(t *testing.T) {
 		}
 	}
 	st := c.Stats()
-	if full == 0 || st.Dropped != uint64(full) || st.Spilled == 0 || st.Buffered != uint64(2000-full) {
+	if full == 0 || st.Dropped != uint64(full) || st.Buffered != uint64(2000-full) {
 		t.Fatalf("full %d, stats %+v", full, st)
 	}
+	waitStats(t, c, "spilled, fsync'd", func(st Stats) bool { return st.Spilled > 0 })
 	s := newTestServer(t, "tcp", addr)
 	s.start()
 	t.Cleanup(s.stop)

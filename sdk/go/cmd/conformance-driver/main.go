@@ -75,8 +75,8 @@ func main() {
 			reply = map[string]any{"closed": err == nil, "ms": time.Since(t0).Milliseconds()}
 		case "stats":
 			s := c.Stats()
-			// kept: after Close, Buffered is what the spill file keeps
-			reply = map[string]any{"sent": s.Sent, "dropped": s.Dropped, "kept": s.Buffered, "buffered": s.Buffered}
+			// kept: what the spill file holds, fsync'd (after Close, what it keeps)
+			reply = map[string]any{"sent": s.Sent, "dropped": s.Dropped, "kept": s.SpillPending, "buffered": s.Buffered}
 		case "quit":
 			return
 		default:
