@@ -261,7 +261,7 @@ ONLY_FOR = {"fork": {"python"}}
 # Scenarios only some READMEs promise; for the others a loss is reported
 # ("not promised") without failing the run.
 PROMISED_BY = {
-    "kill_during_outage": {"python", "rust", "c", "go"},
+    "kill_during_outage": {"python", "rust", "c", "go", "typescript"},
 }
 
 
