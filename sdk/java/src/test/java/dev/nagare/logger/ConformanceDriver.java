@@ -75,8 +75,8 @@ public final class ConformanceDriver {
             Stats s = log.stats();
             reply.put("sent", s.sent());
             reply.put("dropped", s.dropped());
-            // kept: after close, buffered is what the spill file keeps
-            reply.put("kept", s.buffered());
+            // kept: what the spill file holds, fsync'd (after close, what it keeps)
+            reply.put("kept", s.spillPending());
             reply.put("buffered", s.buffered());
           }
           case "quit" -> {
