@@ -41,6 +41,11 @@ const maxTagLen = 65535
 // closingRetry is how often Close retries the servers until its deadline.
 const closingRetry = 100 * time.Millisecond
 
+// maxInflight is how many frames the sender writes before it waits for their
+// acks (ack mode): a spill file or a full memory buffer drains without one
+// round trip per frame.
+const maxInflight = 8
+
 // spillSyncInterval bounds how long an accepted event waits in memory while no
 // server is reachable, and how long a spill file write waits for its fsync:
 // a kill -9 during an outage loses at most this much (the other SDKs use the
@@ -154,8 +159,8 @@ type Client struct {
 	cond        *sync.Cond
 	staging     map[string]*chunk
 	stagedAt    time.Time
-	queue       []*chunk // queue[0] may be in flight
-	inflight    bool
+	queue       []*chunk // queue[:inflight] is being sent
+	inflight    int
 	memBytes    int
 	nextSerial  uint64
 	doneSerial  uint64
@@ -429,10 +434,7 @@ func (c *Client) spillLocked(need int) bool {
 		return false
 	}
 	c.queueAllStagedLocked()
-	first := 0
-	if c.inflight {
-		first = 1
-	}
+	first := c.inflight
 	// Oldest first, so the file holds batches in sending order.
 	for i := first; i < len(c.queue) && c.memBytes+need > c.cfg.BufferLimit; i++ {
 		if err := c.spillChunkLocked(c.queue[i]); err != nil {
@@ -646,14 +648,14 @@ func (c *Client) run() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		ch := c.next(timer)
-		if ch == nil {
+		batch := c.next(timer)
+		if batch == nil {
 			return
 		}
-		for {
+		for len(batch) > 0 {
 			if c.aborted() {
 				c.mu.Lock()
-				c.inflight = false
+				c.inflight = 0
 				c.mu.Unlock()
 				return
 			}
@@ -661,28 +663,40 @@ func (c *Client) run() {
 			if conn == nil {
 				continue // aborted
 			}
-			if err := c.send(conn, ch); err != nil {
+			delivered, err := c.sendAll(conn, batch)
+			rest := batch[:0:0]
+			for i, ch := range batch {
+				if delivered[i] {
+					c.commit(ch)
+				} else {
+					rest = append(rest, ch)
+				}
+			}
+			batch = rest
+			if err != nil {
 				if !c.aborted() {
 					c.report(err)
 				}
 				c.dropConn()
-				continue
 			}
-			c.commit(ch)
-			break
 		}
 	}
 }
 
-// next waits for a batch to send. It returns nil when the client aborts.
-func (c *Client) next(timer *time.Timer) *chunk {
+// next waits for batches to send: the first maxInflight of the queue in ack
+// mode, else the first one. It returns nil when the client aborts.
+func (c *Client) next(timer *time.Timer) []*chunk {
 	c.mu.Lock()
 	for {
 		if len(c.queue) > 0 {
-			c.inflight = true
-			ch := c.queue[0]
+			n := 1
+			if c.cfg.RequireAck {
+				n = min(len(c.queue), maxInflight)
+			}
+			c.inflight = n
+			batch := append([]*chunk(nil), c.queue[:n]...)
 			c.mu.Unlock()
-			return ch
+			return batch
 		}
 		var wait time.Duration = -1
 		if len(c.staging) > 0 {
@@ -719,12 +733,19 @@ func stopTimer(t *time.Timer) {
 
 func (c *Client) commit(ch *chunk) {
 	c.mu.Lock()
-	c.queue[0] = nil
-	c.queue = c.queue[1:]
+	// ch is among the batches in flight; acks may come out of order
+	for i := 0; i < c.inflight; i++ {
+		if c.queue[i] == ch {
+			copy(c.queue[i:], c.queue[i+1:])
+			c.queue[len(c.queue)-1] = nil
+			c.queue = c.queue[:len(c.queue)-1]
+			break
+		}
+	}
 	if len(c.queue) == 0 {
 		c.queue = nil
 	}
-	c.inflight = false
+	c.inflight--
 	if ch.disk {
 		_ = c.spill.markDone(ch.off)
 		if ch.synced {
@@ -741,7 +762,12 @@ func (c *Client) commit(ch *chunk) {
 	}
 	c.stats.Sent += uint64(ch.count)
 	c.stats.Buffered -= uint64(ch.count)
-	c.doneSerial = ch.serial
+	// every batch before the first one still queued is delivered
+	if len(c.queue) > 0 {
+		c.doneSerial = c.queue[0].serial - 1
+	} else {
+		c.doneSerial = max(c.doneSerial, ch.serial)
+	}
 	c.cond.Broadcast()
 	c.mu.Unlock()
 }
@@ -752,8 +778,56 @@ func newChunkID() string {
 	return base64.StdEncoding.EncodeToString(b[:])
 }
 
-// send writes one PackedForward frame and, in ack mode, waits for its ack.
-func (c *Client) send(conn net.Conn, ch *chunk) error {
+// sendAll writes one PackedForward frame per batch and, in ack mode, waits for
+// their acks. It reports which batches were delivered (written, or
+// acknowledged in ack mode); on an error the others are sent again over a new
+// connection, with the same chunk ids.
+func (c *Client) sendAll(conn net.Conn, batch []*chunk) ([]bool, error) {
+	delivered := make([]bool, len(batch))
+	for i, ch := range batch {
+		if err := c.write(conn, ch); err != nil {
+			if c.cfg.RequireAck {
+				return delivered, err // acks of the frames before are not read: resent, deduplicated by id
+			}
+			return delivered, err
+		}
+		delivered[i] = !c.cfg.RequireAck
+	}
+	for left := len(batch); c.cfg.RequireAck && left > 0; {
+		if err := conn.SetReadDeadline(time.Now().Add(c.cfg.AckTimeout)); err != nil {
+			return delivered, err
+		}
+		m, err := c.dec.DecodeMap()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return delivered, fmt.Errorf("%w (chunk %s)", ErrAckTimeout, firstUnacked(batch, delivered))
+			}
+			return delivered, fmt.Errorf("nagare: reading ack: %w", err)
+		}
+		id, _ := rawBytes(m["ack"])
+		for i, ch := range batch {
+			if !delivered[i] && ch.id == string(id) {
+				delivered[i] = true
+				left--
+				break
+			}
+		}
+	}
+	return delivered, nil
+}
+
+func firstUnacked(batch []*chunk, delivered []bool) string {
+	for i, ch := range batch {
+		if !delivered[i] {
+			return ch.id
+		}
+	}
+	return ""
+}
+
+// write writes one PackedForward frame (with a chunk id in ack mode).
+func (c *Client) write(conn net.Conn, ch *chunk) error {
 	c.mu.Lock()
 	data := ch.data
 	disk := ch.disk
@@ -789,26 +863,7 @@ func (c *Client) send(conn net.Conn, ch *chunk) error {
 	if _, err := bufs.WriteTo(conn); err != nil {
 		return fmt.Errorf("nagare: write: %w", err)
 	}
-	if !c.cfg.RequireAck {
-		return nil
-	}
-	if err := conn.SetReadDeadline(time.Now().Add(c.cfg.AckTimeout)); err != nil {
-		return err
-	}
-	for {
-		m, err := c.dec.DecodeMap()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				return fmt.Errorf("%w (chunk %s)", ErrAckTimeout, ch.id)
-			}
-			return fmt.Errorf("nagare: reading ack: %w", err)
-		}
-		id, _ := rawBytes(m["ack"])
-		if string(id) == ch.id {
-			return nil
-		}
-	}
+	return nil
 }
 
 func (c *Client) dropConn() {
