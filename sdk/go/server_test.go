@@ -195,13 +195,13 @@ func (s *testServer) serve(c net.Conn) {
 		if chunk != "" && !skip && later > 0 {
 			go func() {
 				time.Sleep(later)
+				s.mu.Lock() // before the ack leaves: the client may answer it at once
+				unacked--
+				s.mu.Unlock()
 				ack, _ := msgpack.Marshal(map[string]any{"ack": chunk})
 				writeMu.Lock()
 				_, _ = c.Write(ack)
 				writeMu.Unlock()
-				s.mu.Lock()
-				unacked--
-				s.mu.Unlock()
 			}()
 			continue
 		}
