@@ -120,8 +120,10 @@ type Config struct {
 	// "block"; then the event is dropped (ErrBufferFull). Default 10s.
 	BlockTimeout time.Duration
 
-	// ErrorHandler receives connection, write and ack errors. It is called
-	// from the sender goroutine and must not block for long.
+	// ErrorHandler receives connection, write and ack errors, and dropped
+	// events once per burst (at most once a second, and at Close) as an
+	// ErrBufferFull error with the count. It is called from the sender
+	// goroutine or a timer and must not block for long.
 	ErrorHandler func(error)
 }
 
@@ -166,9 +168,11 @@ type Client struct {
 	doneSerial  uint64
 	diskChunks  int
 	spill       *spillFile
-	spillClosed bool // Close closed the spill file
-	outage      bool // no server reachable: memory goes to the spill file on a timer
-	syncArmed   bool // a spillTick is scheduled
+	spillClosed bool   // Close closed the spill file
+	outage      bool   // no server reachable: memory goes to the spill file on a timer
+	syncArmed   bool   // a spillTick is scheduled
+	dropsUnsaid uint64 // drops not yet told to ErrorHandler (one report per burst)
+	dropArmed   bool   // a reportDrops is scheduled
 	closed      bool
 	stats       Stats
 	conn        net.Conn // owned by the sender; kept here so Close can interrupt it
@@ -348,7 +352,7 @@ func (c *Client) add(tag string, entry []byte) error {
 	}
 	if n > c.cfg.BufferLimit/2 {
 		// Can never fit next to a batch in flight.
-		c.stats.Dropped++
+		c.dropLocked()
 		c.mu.Unlock()
 		return fmt.Errorf("%w (event of %d bytes, BufferLimit %d)", ErrBufferFull, n, c.cfg.BufferLimit)
 	}
@@ -356,7 +360,7 @@ func (c *Client) add(tag string, entry []byte) error {
 	for c.memBytes+n > c.cfg.BufferLimit {
 		switch c.cfg.Overflow {
 		case OverflowDrop:
-			c.stats.Dropped++
+			c.dropLocked()
 			c.mu.Unlock()
 			return ErrBufferFull
 		case OverflowBlock:
@@ -370,7 +374,7 @@ func (c *Client) add(tag string, entry []byte) error {
 				})
 				defer wake.Stop()
 			} else if !time.Now().Before(deadline) {
-				c.stats.Dropped++
+				c.dropLocked()
 				c.mu.Unlock()
 				return fmt.Errorf("%w (no room within BlockTimeout %v)", ErrBufferFull, c.cfg.BlockTimeout)
 			}
@@ -383,7 +387,7 @@ func (c *Client) add(tag string, entry []byte) error {
 			}
 		case OverflowSpill:
 			if !c.spillLocked(n) {
-				c.stats.Dropped++
+				c.dropLocked()
 				c.mu.Unlock()
 				return ErrBufferFull
 			}
@@ -461,6 +465,32 @@ func (c *Client) spillChunkLocked(ch *chunk) error {
 	c.diskChunks++
 	c.armSpillTickLocked() // fsync within spillSyncInterval
 	return nil
+}
+
+// dropReportInterval: ErrorHandler hears of dropped events at most this often,
+// once per burst with the count (Emit returns ErrBufferFull for each).
+const dropReportInterval = time.Second
+
+// dropLocked counts one dropped event and schedules its report.
+func (c *Client) dropLocked() {
+	c.stats.Dropped++
+	c.dropsUnsaid++
+	if !c.dropArmed && c.cfg.ErrorHandler != nil {
+		c.dropArmed = true
+		time.AfterFunc(dropReportInterval, c.reportDrops)
+	}
+}
+
+// reportDrops tells ErrorHandler how many events were dropped since the last report.
+func (c *Client) reportDrops() {
+	c.mu.Lock()
+	n := c.dropsUnsaid
+	c.dropsUnsaid = 0
+	c.dropArmed = false
+	c.mu.Unlock()
+	if n > 0 {
+		c.report(fmt.Errorf("%w: %d events dropped", ErrBufferFull, n))
+	}
 }
 
 // armSpillTickLocked schedules a spillTick unless one is scheduled already.
@@ -594,6 +624,12 @@ func (c *Client) CloseContext(ctx context.Context) error {
 	c.mu.Unlock()
 	<-c.senderDone
 
+	var unsaid uint64 // drops not reported yet: told after the lock is released
+	defer func() {
+		if unsaid > 0 {
+			c.report(fmt.Errorf("%w: %d events dropped", ErrBufferFull, unsaid))
+		}
+	}()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var lost uint64
@@ -613,6 +649,7 @@ func (c *Client) CloseContext(ctx context.Context) error {
 	if werr != nil && lost > 0 {
 		werr = fmt.Errorf("%w: %d events lost", werr, lost)
 	}
+	unsaid, c.dropsUnsaid = c.dropsUnsaid, 0
 	return werr
 }
 

@@ -9,11 +9,13 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/big"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -369,6 +371,41 @@ func TestOverflowDrop(t *testing.T) {
 	}
 	got := s.waitEvents(1000-dropped, 5*time.Second)
 	checkSeqs(t, got, 1000-dropped) // the first ones are kept, later ones dropped
+}
+
+// A burst of drops is one ErrorHandler call with the count, not one per event.
+func TestDropsReportedOncePerBurst(t *testing.T) {
+	var log errLog
+	c, err := New(Config{
+		Servers: []Server{{Address: freeAddr(t)}}, Overflow: OverflowDrop, BufferLimit: 8 << 10,
+		ChunkSize: 1 << 10, BackoffBase: time.Second, ErrorHandler: log.handle,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dropped := 0
+	for i := 0; i < 2000; i++ {
+		if errors.Is(c.Emit("app.burst", record(i)), ErrBufferFull) {
+			dropped++
+		}
+	}
+	_ = c.CloseContext(ctxTimeout(t, 100*time.Millisecond)) // tells the drops not yet reported
+	errs, _ := log.snapshot()
+	reports, told := 0, 0
+	for _, e := range errs {
+		var n int
+		if errors.Is(e, ErrBufferFull) {
+			if _, err := fmt.Sscanf(e.Error()[strings.LastIndex(e.Error(), ": ")+2:], "%d events dropped", &n); err != nil {
+				t.Fatalf("no count in %q", e)
+			}
+			reports++
+			told += n
+		}
+	}
+	// one report, or two if the 1 s timer fired during the emit loop
+	if dropped == 0 || told != dropped || reports == 0 || reports > 2 {
+		t.Fatalf("%d dropped, %d reports telling %d", dropped, reports, told)
+	}
 }
 
 func TestOverflowBlock(t *testing.T) {

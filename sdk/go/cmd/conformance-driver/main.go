@@ -7,10 +7,13 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	nagare "github.com/nagare-log/nagare/sdk/go"
@@ -22,11 +25,15 @@ type options struct {
 	RequireAck    bool     `json:"require_ack"`
 	BackoffBaseMs int      `json:"backoff_base_ms"`
 	BackoffMaxMs  int      `json:"backoff_max_ms"`
+	BufferBytes   int      `json:"buffer_bytes"`
+	Overflow      string   `json:"overflow"`
 }
 
 func main() {
 	var c *nagare.Client
 	seqs := map[string]int{}
+	// connection attempts refused (the runner waits on it, not on sleeps)
+	var refused atomic.Int64
 	in := bufio.NewScanner(os.Stdin)
 	out := json.NewEncoder(os.Stdout)
 	for in.Scan() {
@@ -44,9 +51,20 @@ func main() {
 				RequireAck:  o.RequireAck,
 				BackoffBase: time.Duration(o.BackoffBaseMs) * time.Millisecond,
 				BackoffMax:  time.Duration(o.BackoffMaxMs) * time.Millisecond,
+				BufferLimit: o.BufferBytes,
+				Overflow:    o.Overflow,
+				ErrorHandler: func(err error) {
+					if errors.Is(err, syscall.ECONNREFUSED) {
+						refused.Add(1)
+					}
+				},
 			}
 			for _, s := range o.Servers {
-				cfg.Servers = append(cfg.Servers, nagare.Server{Address: s})
+				if p, ok := strings.CutPrefix(s, "unix://"); ok {
+					cfg.Servers = append(cfg.Servers, nagare.Server{Network: "unix", Address: p})
+				} else {
+					cfg.Servers = append(cfg.Servers, nagare.Server{Address: s})
+				}
 			}
 			var err error
 			if c, err = nagare.New(cfg); err != nil {
@@ -76,7 +94,10 @@ func main() {
 		case "stats":
 			s := c.Stats()
 			// kept: what the spill file holds, fsync'd (after Close, what it keeps)
-			reply = map[string]any{"sent": s.Sent, "dropped": s.Dropped, "kept": s.SpillPending, "buffered": s.Buffered}
+			reply = map[string]any{
+				"sent": s.Sent, "dropped": s.Dropped, "kept": s.SpillPending, "buffered": s.Buffered,
+				"connect_failures": refused.Load(),
+			}
 		case "quit":
 			return
 		default:
