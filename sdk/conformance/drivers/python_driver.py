@@ -13,6 +13,12 @@ from nagare_logger import Client
 def main() -> None:
     client: Client | None = None
     seqs: dict[str, int] = {}
+    refused = [0]  # connection attempts refused (the runner waits on it, not on sleeps)
+
+    def on_error(e: BaseException) -> None:
+        if isinstance(e, ConnectionRefusedError):
+            refused[0] += 1
+
     for line in sys.stdin:
         cmd, _, arg = line.strip().partition(" ")
         try:
@@ -24,6 +30,9 @@ def main() -> None:
                     require_ack=o.get("require_ack", False),
                     backoff_base=o.get("backoff_base_ms", 100) / 1000,
                     backoff_max=o.get("backoff_max_ms", 30_000) / 1000,
+                    on_error=on_error,
+                    **({"buffer_max_bytes": o["buffer_bytes"]} if "buffer_bytes" in o else {}),
+                    **({"overflow": o["overflow"]} if "overflow" in o else {}),
                 )
                 reply = {"ok": True}
             elif cmd == "emit":
@@ -44,6 +53,7 @@ def main() -> None:
                     "dropped": s.dropped,
                     "kept": s.spilled,
                     "buffered": s.buffered,
+                    "connect_failures": refused[0],
                 }
             elif cmd == "fork":
                 # the child emits and closes on its own; the parent goes on

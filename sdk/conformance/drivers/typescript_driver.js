@@ -5,6 +5,8 @@ const readline = require("node:readline");
 const { NagareClient } = require("../../typescript/dist/index.js");
 
 let client;
+let blockMode = false;
+let refused = 0; // connection attempts refused (the runner waits on it, not on sleeps)
 const seqs = new Map();
 
 async function handle(cmd, arg) {
@@ -13,6 +15,8 @@ async function handle(cmd, arg) {
       const o = JSON.parse(arg);
       client = new NagareClient({
         servers: o.servers.map((s) => {
+          if (s.startsWith("unix://"))
+            return { path: s.slice("unix://".length) };
           const i = s.lastIndexOf(":");
           return { host: s.slice(0, i), port: Number(s.slice(i + 1)) };
         }),
@@ -20,7 +24,14 @@ async function handle(cmd, arg) {
         requireAck: o.require_ack ?? false,
         backoffBaseMs: o.backoff_base_ms ?? 100,
         backoffMaxMs: o.backoff_max_ms ?? 30000,
+        bufferLimit: o.buffer_bytes,
+        overflow: o.overflow,
+        onError: (e) => {
+          if (/ECONNREFUSED/.test(e.message)) refused++;
+        },
       });
+      // emit() never blocks the event loop: block mode is emitAsync()
+      blockMode = o.overflow === "block";
       return { ok: true };
     }
     case "emit": {
@@ -28,7 +39,14 @@ async function handle(cmd, arg) {
       const start = seqs.get(tag) ?? 0;
       seqs.set(tag, start + Number(n));
       let accepted = 0;
-      for (let i = start; i < start + Number(n); i++) if (client.emit(tag, { seq: i })) accepted++;
+      for (let i = start; i < start + Number(n); i++) {
+        if (
+          blockMode
+            ? await client.emitAsync(tag, { seq: i })
+            : client.emit(tag, { seq: i })
+        )
+          accepted++;
+      }
       return { accepted };
     }
     case "close": {
@@ -39,7 +57,13 @@ async function handle(cmd, arg) {
     case "stats": {
       const s = client.stats();
       // kept: events still in the spill file
-      return { sent: s.sent, dropped: s.dropped, kept: s.spillPending, buffered: s.buffered };
+      return {
+        sent: s.sent,
+        dropped: s.dropped,
+        kept: s.spillPending,
+        buffered: s.buffered,
+        connect_failures: refused,
+      };
     }
     default:
       return { error: `unknown command ${cmd}` };

@@ -9,7 +9,9 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
+import java.util.Locale;
 import java.util.Map;
+import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * Drives the Java library for the conformance suite (protocol: sdk/conformance/README.md): one
@@ -24,6 +26,8 @@ public final class ConformanceDriver {
         new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
     NagareLogger log = null;
     Map<String, Long> seqs = new HashMap<>();
+    // connection attempts that failed (the runner waits on it, not on sleeps)
+    AtomicLong connectFailures = new AtomicLong();
     String line;
     while ((line = in.readLine()) != null) {
       String[] parts = line.trim().split(" ", 2);
@@ -46,6 +50,18 @@ public final class ConformanceDriver {
             for (JsonNode s : o.path("servers")) {
               b.server(s.asText());
             }
+            if (o.hasNonNull("buffer_bytes")) {
+              b.bufferLimit(o.get("buffer_bytes").asLong());
+            }
+            if (o.hasNonNull("overflow")) {
+              b.overflow(Overflow.valueOf(o.get("overflow").asText().toUpperCase(Locale.ROOT)));
+            }
+            b.errorHandler(
+                e -> {
+                  if (e.kind() == NagareError.Kind.CONNECT) {
+                    connectFailures.incrementAndGet();
+                  }
+                });
             if (o.hasNonNull("spill_path")) {
               b.spillPath(Path.of(o.get("spill_path").asText()));
             }
@@ -78,6 +94,7 @@ public final class ConformanceDriver {
             // kept: what the spill file holds, fsync'd (after close, what it keeps)
             reply.put("kept", s.spillPending());
             reply.put("buffered", s.buffered());
+            reply.put("connect_failures", connectFailures.get());
           }
           case "quit" -> {
             return;
