@@ -29,7 +29,7 @@ elif [ ! -x "$flowbench" ]; then
 fi
 tmp=$(mktemp -d)
 sink=""
-trap '[ -z "$sink" ] || kill $sink 2>/dev/null; rm -rf "$tmp"' EXIT
+trap '[ -z "$sink" ] || kill $sink 2>/dev/null || true; rm -rf "$tmp"' EXIT
 (cd "$here" && go build -o "$tmp/bench" .)
 
 free_port() {
