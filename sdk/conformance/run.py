@@ -61,6 +61,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def seq_of(record: dict) -> int:
+    """The event's seq: a field, or (logging integrations that keep only the
+    message) the N of the message "seq N"."""
+    if "seq" in record:
+        return int(record["seq"])
+    message = record.get("message", record.get("msg", ""))
+    return int(message.removeprefix("seq "))
+
+
 class Seen:
     """The events (tag, seq) servers printed, counted; several servers may share one."""
 
@@ -144,7 +153,7 @@ class Nagare:
     def _read(self, proc: subprocess.Popen) -> None:
         for raw in proc.stdout:
             ev = json.loads(raw)
-            self.seen.add(ev["tag"], ev["record"]["seq"])
+            self.seen.add(ev["tag"], seq_of(ev["record"]))
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -408,6 +417,19 @@ def unix_socket(d: Driver, srv: Nagare, tag: str, cfg: dict, ctx: Ctx) -> tuple[
     return 2000, closed, d.call("stats")
 
 
+def logging_integration(
+    d: Driver, srv: Nagare, tag: str, cfg: dict, ctx: Ctx
+) -> tuple[int, dict, dict]:
+    """1,000 log records through the library's logging integration (Python
+    logging, Go slog, Java java.util.logging, TypeScript winston, Rust tracing),
+    message "seq N"; close(10 s): all arrive once."""
+    srv.start()
+    d.call("configure " + json.dumps(cfg))
+    d.call(f"log {tag} 1000")
+    closed = d.call("close 10000")
+    return 1000, closed, d.call("stats")
+
+
 def kill_during_outage(
     d: Driver, srv: Nagare, tag: str, cfg: dict, ctx: Ctx
 ) -> tuple[int, dict, dict]:
@@ -454,12 +476,13 @@ SCENARIOS = {
     "overflow_block": overflow_block,
     "overflow_spill": overflow_spill,
     "unix_socket": unix_socket,
+    "logging": logging_integration,
     "kill_during_outage": kill_during_outage,
     "fork": fork,
 }
 
 # Scenarios that need something only some languages have.
-ONLY_FOR = {"fork": {"python"}}
+ONLY_FOR = {"fork": {"python"}, "logging": {"python", "go", "java", "typescript", "rust"}}
 
 # Scenarios only some READMEs promise; for the others a loss is reported
 # ("not promised") without failing the run.

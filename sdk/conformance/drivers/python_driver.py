@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
 
 from nagare_logger import Client
+from nagare_logger.handler import NagareHandler
 
 
 def main() -> None:
@@ -41,6 +43,19 @@ def main() -> None:
                 seqs[tag] = start + int(n)
                 accepted = sum(client.emit(tag, {"seq": i}) for i in range(start, start + int(n)))
                 reply = {"accepted": accepted}
+            elif cmd == "log":
+                # through the logging integration: message "seq N", seq also an extra field
+                tag, n = arg.split()
+                start = seqs.get(tag, 0)
+                seqs[tag] = start + int(n)
+                logger = logging.getLogger(f"conformance.{tag}")
+                if not logger.handlers:
+                    logger.addHandler(NagareHandler(tag, client=client))
+                    logger.setLevel(logging.INFO)
+                    logger.propagate = False
+                for i in range(start, start + int(n)):
+                    logger.info("seq %d", i, extra={"seq": i})
+                reply = {"logged": int(n)}
             elif cmd == "close":
                 t0 = time.monotonic()
                 ok = client.close(int(arg) / 1000)

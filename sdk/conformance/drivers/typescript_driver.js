@@ -3,6 +3,7 @@
 "use strict";
 const readline = require("node:readline");
 const { NagareClient } = require("../../typescript/dist/index.js");
+const { NagareTransport } = require("../../typescript/dist/winston.js");
 
 let client;
 let blockMode = false;
@@ -48,6 +49,27 @@ async function handle(cmd, arg) {
           accepted++;
       }
       return { accepted };
+    }
+    case "log": {
+      // through the winston integration: message "seq N", seq also a meta field
+      const winston = require("../../typescript/node_modules/winston");
+      const [tag, n] = arg.split(" ");
+      const start = seqs.get(tag) ?? 0;
+      seqs.set(tag, start + Number(n));
+      const transport = new NagareTransport({ client, tag });
+      let logged = 0;
+      transport.on("logged", () => logged++);
+      const logger = winston.createLogger({ transports: [transport] });
+      for (let i = start; i < start + Number(n); i++)
+        logger.info(`seq ${i}`, { seq: i });
+      // winston hands records to the transport asynchronously: wait for all
+      for (
+        const until = Date.now() + 20_000;
+        logged < Number(n) && Date.now() < until;
+      ) {
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      return { logged };
     }
     case "close": {
       const t0 = Date.now();

@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nagare_logger::{Config, Error, Logger, Overflow};
+use nagare_logger::{Config, Error, Logger, NagareLayer, Overflow};
 use serde_json::{json, Value};
+use tracing_subscriber::layer::SubscriberExt;
 
 fn configure(o: &Value, connect_failures: Arc<AtomicU64>) -> Result<Logger, String> {
     let servers: Vec<String> = o["servers"]
@@ -71,6 +72,21 @@ fn main() {
                     .filter(|i| l.emit(tag, &json!({ "seq": i })).is_ok())
                     .count();
                 json!({ "accepted": accepted })
+            }
+            ("log", Some(l)) => {
+                // through the tracing integration: message "seq N", seq also a field
+                let (tag, n) = arg.split_once(' ').unwrap_or((arg, "0"));
+                let n: u64 = n.parse().unwrap_or(0);
+                let start = *seqs.get(tag).unwrap_or(&0);
+                seqs.insert(tag.to_string(), start + n);
+                let subscriber =
+                    tracing_subscriber::registry().with(NagareLayer::new(l.clone(), tag));
+                tracing::subscriber::with_default(subscriber, || {
+                    for i in start..start + n {
+                        tracing::info!(seq = i, "seq {i}");
+                    }
+                });
+                json!({ "logged": n })
             }
             ("close", Some(l)) => {
                 closed = true;

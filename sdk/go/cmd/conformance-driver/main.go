@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -84,6 +85,17 @@ func main() {
 				}
 			}
 			reply = map[string]any{"accepted": accepted}
+		case "log":
+			// through the slog integration: message "seq N", seq also an attribute
+			tag, ns, _ := strings.Cut(arg, " ")
+			n, _ := strconv.Atoi(ns)
+			start := seqs[tag]
+			seqs[tag] = start + n
+			logger := slog.New(nagare.NewSlogHandler(c, tag, nil))
+			for i := start; i < start+n; i++ {
+				logger.Info(fmt.Sprintf("seq %d", i), "seq", i)
+			}
+			reply = map[string]any{"logged": n}
 		case "close":
 			ms, _ := strconv.Atoi(arg)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(ms)*time.Millisecond)

@@ -81,6 +81,23 @@ public final class ConformanceDriver {
             }
             reply.put("accepted", accepted);
           }
+          case "log" -> {
+            // through the java.util.logging integration: message "seq N"
+            String[] tn = arg.split(" ");
+            long n = Long.parseLong(tn[1]);
+            long start = seqs.getOrDefault(tn[0], 0L);
+            seqs.put(tn[0], start + n);
+            java.util.logging.Logger jul =
+                java.util.logging.Logger.getLogger("conformance." + tn[0]);
+            if (jul.getHandlers().length == 0) {
+              jul.setUseParentHandlers(false);
+              jul.addHandler(new dev.nagare.logger.jul.NagareHandler(log, tn[0]));
+            }
+            for (long i = start; i < start + n; i++) {
+              jul.info("seq " + i);
+            }
+            reply.put("logged", n);
+          }
           case "close" -> {
             long t0 = System.nanoTime();
             boolean ok = log.close(Duration.ofMillis(Long.parseLong(arg)));
