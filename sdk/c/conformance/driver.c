@@ -81,6 +81,10 @@ int main(void) {
       if (json_list(o, "servers", v, sizeof v)) nagare_config_set(cfg, "servers", v);
       if (json_field(o, "buffer_bytes", v, sizeof v)) nagare_config_set(cfg, "buffer_limit", v);
       if (json_field(o, "overflow", v, sizeof v)) nagare_config_set(cfg, "overflow", v);
+      if (json_field(o, "tls_ca", v, sizeof v)) {
+        nagare_config_set(cfg, "tls", "true");
+        nagare_config_set(cfg, "tls_ca_file", v);
+      }
       nagare_config_set_error_callback(cfg, on_error, NULL);
       if (json_field(o, "spill_path", v, sizeof v)) nagare_config_set(cfg, "spill_path", v);
       if (json_field(o, "require_ack", v, sizeof v)) nagare_config_set(cfg, "require_ack", v);

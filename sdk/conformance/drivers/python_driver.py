@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import ssl
 import sys
 import time
 
@@ -33,6 +34,7 @@ def main() -> None:
                     backoff_base=o.get("backoff_base_ms", 100) / 1000,
                     backoff_max=o.get("backoff_max_ms", 30_000) / 1000,
                     on_error=on_error,
+                    tls=ssl.create_default_context(cafile=o["tls_ca"]) if "tls_ca" in o else False,
                     **({"buffer_max_bytes": o["buffer_bytes"]} if "buffer_bytes" in o else {}),
                     **({"overflow": o["overflow"]} if "overflow" in o else {}),
                 )

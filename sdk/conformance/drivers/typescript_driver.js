@@ -1,6 +1,7 @@
 // Conformance driver for the TypeScript library (protocol: sdk/conformance/README.md).
 // Needs the built library: npm ci && npm run build in sdk/typescript.
 "use strict";
+const fs = require("node:fs");
 const readline = require("node:readline");
 const { NagareClient } = require("../../typescript/dist/index.js");
 const { NagareTransport } = require("../../typescript/dist/winston.js");
@@ -19,7 +20,8 @@ async function handle(cmd, arg) {
           if (s.startsWith("unix://"))
             return { path: s.slice("unix://".length) };
           const i = s.lastIndexOf(":");
-          return { host: s.slice(0, i), port: Number(s.slice(i + 1)) };
+          const tls = o.tls_ca ? { ca: fs.readFileSync(o.tls_ca) } : undefined;
+          return { host: s.slice(0, i), port: Number(s.slice(i + 1)), tls };
         }),
         spillPath: o.spill_path,
         requireAck: o.require_ack ?? false,

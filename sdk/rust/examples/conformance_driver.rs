@@ -33,6 +33,10 @@ fn configure(o: &Value, connect_failures: Arc<AtomicU64>) -> Result<Logger, Stri
     if let Some(p) = o["spill_path"].as_str() {
         cfg = cfg.spill_path(p);
     }
+    if let Some(ca) = o["tls_ca"].as_str() {
+        cfg.set("tls", "true").map_err(|e| e.to_string())?;
+        cfg.set("tls_ca_file", ca).map_err(|e| e.to_string())?;
+    }
     if let Some(n) = o["buffer_bytes"].as_u64() {
         cfg = cfg.buffer_limit(n as usize);
     }

@@ -6,6 +6,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +30,7 @@ type options struct {
 	BackoffMaxMs  int      `json:"backoff_max_ms"`
 	BufferBytes   int      `json:"buffer_bytes"`
 	Overflow      string   `json:"overflow"`
+	TLSCA         string   `json:"tls_ca"`
 }
 
 func main() {
@@ -59,6 +62,16 @@ func main() {
 						refused.Add(1)
 					}
 				},
+			}
+			if o.TLSCA != "" {
+				pem, err := os.ReadFile(o.TLSCA)
+				if err != nil {
+					reply = map[string]any{"error": err.Error()}
+					break
+				}
+				pool := x509.NewCertPool()
+				pool.AppendCertsFromPEM(pem)
+				cfg.TLS = &tls.Config{RootCAs: pool}
 			}
 			for _, s := range o.Servers {
 				if p, ok := strings.CutPrefix(s, "unix://"); ok {

@@ -20,6 +20,23 @@ import java.util.concurrent.atomic.AtomicLong;
 public final class ConformanceDriver {
   private ConformanceDriver() {}
 
+  /** An SSLContext that trusts the CA certificate in a PEM file. */
+  private static javax.net.ssl.SSLContext trusting(Path caPem) throws Exception {
+    java.security.KeyStore ks = java.security.KeyStore.getInstance("PKCS12");
+    ks.load(null, null);
+    try (java.io.InputStream in = java.nio.file.Files.newInputStream(caPem)) {
+      ks.setCertificateEntry(
+          "ca", java.security.cert.CertificateFactory.getInstance("X.509").generateCertificate(in));
+    }
+    javax.net.ssl.TrustManagerFactory tmf =
+        javax.net.ssl.TrustManagerFactory.getInstance(
+            javax.net.ssl.TrustManagerFactory.getDefaultAlgorithm());
+    tmf.init(ks);
+    javax.net.ssl.SSLContext ctx = javax.net.ssl.SSLContext.getInstance("TLS");
+    ctx.init(null, tmf.getTrustManagers(), null);
+    return ctx;
+  }
+
   public static void main(String[] args) throws Exception {
     ObjectMapper json = new ObjectMapper();
     BufferedReader in =
@@ -49,6 +66,9 @@ public final class ConformanceDriver {
                         0.2);
             for (JsonNode s : o.path("servers")) {
               b.server(s.asText());
+            }
+            if (o.hasNonNull("tls_ca")) {
+              b.tls(true).sslContext(trusting(Path.of(o.get("tls_ca").asText())));
             }
             if (o.hasNonNull("buffer_bytes")) {
               b.bufferLimit(o.get("buffer_bytes").asLong());
