@@ -41,6 +41,17 @@ const maxTagLen = 65535
 // closingRetry is how often Close retries the servers until its deadline.
 const closingRetry = 100 * time.Millisecond
 
+// maxInflight is how many frames the sender writes before it waits for their
+// acks (ack mode): a spill file or a full memory buffer drains without one
+// round trip per frame.
+const maxInflight = 8
+
+// spillSyncInterval bounds how long an accepted event waits in memory while no
+// server is reachable, and how long a spill file write waits for its fsync:
+// a kill -9 during an outage loses at most this much (the other SDKs use the
+// same interval).
+const spillSyncInterval = 200 * time.Millisecond
+
 // Server is one forward endpoint.
 type Server struct {
 	// Network is "tcp" (default) or "unix".
@@ -109,19 +120,25 @@ type Config struct {
 	// "block"; then the event is dropped (ErrBufferFull). Default 10s.
 	BlockTimeout time.Duration
 
-	// ErrorHandler receives connection, write and ack errors. It is called
-	// from the sender goroutine and must not block for long.
+	// ErrorHandler receives connection, write and ack errors, and dropped
+	// events once per burst (at most once a second, and at Close) as an
+	// ErrBufferFull error with the count. It is called from the sender
+	// goroutine or a timer and must not block for long.
 	ErrorHandler func(error)
 }
 
 // Stats are the client's counters.
 type Stats struct {
-	Sent       uint64 // events written (acknowledged in ack mode)
-	Buffered   uint64 // events waiting, in memory or in the spill file
-	Spilled    uint64 // events ever written to the spill file
-	Dropped    uint64 // events discarded (overflow "drop", full spill file, undelivered at Close without spill)
-	Reconnects uint64 // connections opened after the first one
-	Errors     uint64 // errors passed to ErrorHandler
+	Sent     uint64 // events written (acknowledged in ack mode)
+	Buffered uint64 // events waiting, in memory or in the spill file
+	Spilled  uint64 // events ever written to the spill file and fsync'd
+	// SpillPending is the part of Buffered that is in the spill file and
+	// fsync'd: what a crash now would not lose. After Close it is what the
+	// file keeps for the next client.
+	SpillPending uint64
+	Dropped      uint64 // events discarded (overflow "drop", full spill file, undelivered at Close without spill)
+	Reconnects   uint64 // connections opened after the first one
+	Errors       uint64 // errors passed to ErrorHandler
 }
 
 type chunk struct {
@@ -131,6 +148,7 @@ type chunk struct {
 	serial uint64
 	id     string // ack id, set at the first send
 	disk   bool
+	synced bool // disk and fsync'd: counted in Stats.Spilled and SpillPending
 	off    int64
 	size   int // bytes of entries on disk
 }
@@ -143,13 +161,18 @@ type Client struct {
 	cond        *sync.Cond
 	staging     map[string]*chunk
 	stagedAt    time.Time
-	queue       []*chunk // queue[0] may be in flight
-	inflight    bool
+	queue       []*chunk // queue[:inflight] is being sent
+	inflight    int
 	memBytes    int
 	nextSerial  uint64
 	doneSerial  uint64
 	diskChunks  int
 	spill       *spillFile
+	spillClosed bool   // Close closed the spill file
+	outage      bool   // no server reachable: memory goes to the spill file on a timer
+	syncArmed   bool   // a spillTick is scheduled
+	dropsUnsaid uint64 // drops not yet told to ErrorHandler (one report per burst)
+	dropArmed   bool   // a reportDrops is scheduled
 	closed      bool
 	stats       Stats
 	conn        net.Conn // owned by the sender; kept here so Close can interrupt it
@@ -247,9 +270,10 @@ func New(cfg Config) (*Client, error) {
 		c.spill = s
 		for _, o := range old {
 			c.nextSerial++
-			c.queue = append(c.queue, &chunk{tag: o.tag, count: o.count, serial: c.nextSerial, disk: true, off: o.off, size: o.size})
+			c.queue = append(c.queue, &chunk{tag: o.tag, count: o.count, serial: c.nextSerial, disk: true, synced: true, off: o.off, size: o.size})
 			c.diskChunks++
 			c.stats.Buffered += uint64(o.count)
+			c.stats.SpillPending += uint64(o.count)
 		}
 	}
 	if len(c.queue) > 0 {
@@ -328,7 +352,7 @@ func (c *Client) add(tag string, entry []byte) error {
 	}
 	if n > c.cfg.BufferLimit/2 {
 		// Can never fit next to a batch in flight.
-		c.stats.Dropped++
+		c.dropLocked()
 		c.mu.Unlock()
 		return fmt.Errorf("%w (event of %d bytes, BufferLimit %d)", ErrBufferFull, n, c.cfg.BufferLimit)
 	}
@@ -336,7 +360,7 @@ func (c *Client) add(tag string, entry []byte) error {
 	for c.memBytes+n > c.cfg.BufferLimit {
 		switch c.cfg.Overflow {
 		case OverflowDrop:
-			c.stats.Dropped++
+			c.dropLocked()
 			c.mu.Unlock()
 			return ErrBufferFull
 		case OverflowBlock:
@@ -350,7 +374,7 @@ func (c *Client) add(tag string, entry []byte) error {
 				})
 				defer wake.Stop()
 			} else if !time.Now().Before(deadline) {
-				c.stats.Dropped++
+				c.dropLocked()
 				c.mu.Unlock()
 				return fmt.Errorf("%w (no room within BlockTimeout %v)", ErrBufferFull, c.cfg.BlockTimeout)
 			}
@@ -363,7 +387,7 @@ func (c *Client) add(tag string, entry []byte) error {
 			}
 		case OverflowSpill:
 			if !c.spillLocked(n) {
-				c.stats.Dropped++
+				c.dropLocked()
 				c.mu.Unlock()
 				return ErrBufferFull
 			}
@@ -382,6 +406,9 @@ func (c *Client) add(tag string, entry []byte) error {
 	st.count++
 	c.memBytes += n
 	c.stats.Buffered++
+	if c.outage {
+		c.armSpillTickLocked() // to the spill file within spillSyncInterval
+	}
 	if len(st.data) >= c.cfg.ChunkSize {
 		c.queueLocked(st)
 		delete(c.staging, tag)
@@ -411,10 +438,7 @@ func (c *Client) spillLocked(need int) bool {
 		return false
 	}
 	c.queueAllStagedLocked()
-	first := 0
-	if c.inflight {
-		first = 1
-	}
+	first := c.inflight
 	// Oldest first, so the file holds batches in sending order.
 	for i := first; i < len(c.queue) && c.memBytes+need > c.cfg.BufferLimit; i++ {
 		if err := c.spillChunkLocked(c.queue[i]); err != nil {
@@ -439,8 +463,104 @@ func (c *Client) spillChunkLocked(ch *chunk) error {
 	ch.disk = true
 	ch.off = off
 	c.diskChunks++
-	c.stats.Spilled += uint64(ch.count)
+	c.armSpillTickLocked() // fsync within spillSyncInterval
 	return nil
+}
+
+// dropReportInterval: ErrorHandler hears of dropped events at most this often,
+// once per burst with the count (Emit returns ErrBufferFull for each).
+const dropReportInterval = time.Second
+
+// dropLocked counts one dropped event and schedules its report.
+func (c *Client) dropLocked() {
+	c.stats.Dropped++
+	c.dropsUnsaid++
+	if !c.dropArmed && c.cfg.ErrorHandler != nil {
+		c.dropArmed = true
+		time.AfterFunc(dropReportInterval, c.reportDrops)
+	}
+}
+
+// reportDrops tells ErrorHandler how many events were dropped since the last report.
+func (c *Client) reportDrops() {
+	c.mu.Lock()
+	n := c.dropsUnsaid
+	c.dropsUnsaid = 0
+	c.dropArmed = false
+	c.mu.Unlock()
+	if n > 0 {
+		c.report(fmt.Errorf("%w: %d events dropped", ErrBufferFull, n))
+	}
+}
+
+// armSpillTickLocked schedules a spillTick unless one is scheduled already.
+func (c *Client) armSpillTickLocked() {
+	if c.syncArmed || c.spill == nil || c.spillClosed {
+		return
+	}
+	c.syncArmed = true
+	time.AfterFunc(spillSyncInterval, c.spillTick)
+}
+
+// spillTick runs spillSyncInterval after a spill file write or, during an
+// outage, after an emit: it moves what waits in memory to the file (outage
+// only) and fsyncs it; only then are the events counted as spilled.
+func (c *Client) spillTick() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.syncArmed = false
+	if c.spillClosed {
+		return
+	}
+	if c.outage {
+		c.spillAllLocked()
+	}
+	c.syncSpillLocked()
+}
+
+// spillAllLocked moves every batch waiting in memory to the spill file, in
+// sending order. Only while no server is reachable: the sender is then not
+// writing any batch, so the first one in the queue can move too.
+func (c *Client) spillAllLocked() {
+	c.queueAllStagedLocked()
+	for _, ch := range c.queue {
+		if err := c.spillChunkLocked(ch); err != nil {
+			// full or failing file: the rest waits in memory, as without spill
+			return
+		}
+	}
+	c.cond.Broadcast() // block-mode emitters: memory was freed
+}
+
+// syncSpillLocked fsyncs the spill file and counts what it made durable.
+func (c *Client) syncSpillLocked() {
+	fresh := false
+	for _, ch := range c.queue {
+		if ch.disk && !ch.synced {
+			fresh = true
+			break
+		}
+	}
+	if !fresh {
+		return
+	}
+	if err := c.spill.f.Sync(); err != nil {
+		c.armSpillTickLocked() // try again; the events stay counted as buffered
+		return
+	}
+	c.markSyncedLocked()
+}
+
+// markSyncedLocked counts the batches on disk not yet counted as spilled,
+// after an fsync.
+func (c *Client) markSyncedLocked() {
+	for _, ch := range c.queue {
+		if ch.disk && !ch.synced {
+			ch.synced = true
+			c.stats.Spilled += uint64(ch.count)
+			c.stats.SpillPending += uint64(ch.count)
+		}
+	}
 }
 
 // Flush queues every buffered event for sending and waits until all events
@@ -504,6 +624,12 @@ func (c *Client) CloseContext(ctx context.Context) error {
 	c.mu.Unlock()
 	<-c.senderDone
 
+	var unsaid uint64 // drops not reported yet: told after the lock is released
+	defer func() {
+		if unsaid > 0 {
+			c.report(fmt.Errorf("%w: %d events dropped", ErrBufferFull, unsaid))
+		}
+	}()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var lost uint64
@@ -523,6 +649,7 @@ func (c *Client) CloseContext(ctx context.Context) error {
 	if werr != nil && lost > 0 {
 		werr = fmt.Errorf("%w: %d events lost", werr, lost)
 	}
+	unsaid, c.dropsUnsaid = c.dropsUnsaid, 0
 	return werr
 }
 
@@ -558,14 +685,14 @@ func (c *Client) run() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		ch := c.next(timer)
-		if ch == nil {
+		batch := c.next(timer)
+		if batch == nil {
 			return
 		}
-		for {
+		for len(batch) > 0 {
 			if c.aborted() {
 				c.mu.Lock()
-				c.inflight = false
+				c.inflight = 0
 				c.mu.Unlock()
 				return
 			}
@@ -573,28 +700,40 @@ func (c *Client) run() {
 			if conn == nil {
 				continue // aborted
 			}
-			if err := c.send(conn, ch); err != nil {
+			delivered, err := c.sendAll(conn, batch)
+			rest := batch[:0:0]
+			for i, ch := range batch {
+				if delivered[i] {
+					c.commit(ch)
+				} else {
+					rest = append(rest, ch)
+				}
+			}
+			batch = rest
+			if err != nil {
 				if !c.aborted() {
 					c.report(err)
 				}
 				c.dropConn()
-				continue
 			}
-			c.commit(ch)
-			break
 		}
 	}
 }
 
-// next waits for a batch to send. It returns nil when the client aborts.
-func (c *Client) next(timer *time.Timer) *chunk {
+// next waits for batches to send: the first maxInflight of the queue in ack
+// mode, else the first one. It returns nil when the client aborts.
+func (c *Client) next(timer *time.Timer) []*chunk {
 	c.mu.Lock()
 	for {
 		if len(c.queue) > 0 {
-			c.inflight = true
-			ch := c.queue[0]
+			n := 1
+			if c.cfg.RequireAck {
+				n = min(len(c.queue), maxInflight)
+			}
+			c.inflight = n
+			batch := append([]*chunk(nil), c.queue[:n]...)
 			c.mu.Unlock()
-			return ch
+			return batch
 		}
 		var wait time.Duration = -1
 		if len(c.staging) > 0 {
@@ -631,14 +770,24 @@ func stopTimer(t *time.Timer) {
 
 func (c *Client) commit(ch *chunk) {
 	c.mu.Lock()
-	c.queue[0] = nil
-	c.queue = c.queue[1:]
+	// ch is among the batches in flight; acks may come out of order
+	for i := 0; i < c.inflight; i++ {
+		if c.queue[i] == ch {
+			copy(c.queue[i:], c.queue[i+1:])
+			c.queue[len(c.queue)-1] = nil
+			c.queue = c.queue[:len(c.queue)-1]
+			break
+		}
+	}
 	if len(c.queue) == 0 {
 		c.queue = nil
 	}
-	c.inflight = false
+	c.inflight--
 	if ch.disk {
 		_ = c.spill.markDone(ch.off)
+		if ch.synced {
+			c.stats.SpillPending -= uint64(ch.count)
+		}
 		c.diskChunks--
 		if c.diskChunks == 0 {
 			_ = c.spill.reset()
@@ -650,7 +799,12 @@ func (c *Client) commit(ch *chunk) {
 	}
 	c.stats.Sent += uint64(ch.count)
 	c.stats.Buffered -= uint64(ch.count)
-	c.doneSerial = ch.serial
+	// every batch before the first one still queued is delivered
+	if len(c.queue) > 0 {
+		c.doneSerial = c.queue[0].serial - 1
+	} else {
+		c.doneSerial = max(c.doneSerial, ch.serial)
+	}
 	c.cond.Broadcast()
 	c.mu.Unlock()
 }
@@ -661,8 +815,56 @@ func newChunkID() string {
 	return base64.StdEncoding.EncodeToString(b[:])
 }
 
-// send writes one PackedForward frame and, in ack mode, waits for its ack.
-func (c *Client) send(conn net.Conn, ch *chunk) error {
+// sendAll writes one PackedForward frame per batch and, in ack mode, waits for
+// their acks. It reports which batches were delivered (written, or
+// acknowledged in ack mode); on an error the others are sent again over a new
+// connection, with the same chunk ids.
+func (c *Client) sendAll(conn net.Conn, batch []*chunk) ([]bool, error) {
+	delivered := make([]bool, len(batch))
+	for i, ch := range batch {
+		if err := c.write(conn, ch); err != nil {
+			if c.cfg.RequireAck {
+				return delivered, err // acks of the frames before are not read: resent, deduplicated by id
+			}
+			return delivered, err
+		}
+		delivered[i] = !c.cfg.RequireAck
+	}
+	for left := len(batch); c.cfg.RequireAck && left > 0; {
+		if err := conn.SetReadDeadline(time.Now().Add(c.cfg.AckTimeout)); err != nil {
+			return delivered, err
+		}
+		m, err := c.dec.DecodeMap()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				return delivered, fmt.Errorf("%w (chunk %s)", ErrAckTimeout, firstUnacked(batch, delivered))
+			}
+			return delivered, fmt.Errorf("nagare: reading ack: %w", err)
+		}
+		id, _ := rawBytes(m["ack"])
+		for i, ch := range batch {
+			if !delivered[i] && ch.id == string(id) {
+				delivered[i] = true
+				left--
+				break
+			}
+		}
+	}
+	return delivered, nil
+}
+
+func firstUnacked(batch []*chunk, delivered []bool) string {
+	for i, ch := range batch {
+		if !delivered[i] {
+			return ch.id
+		}
+	}
+	return ""
+}
+
+// write writes one PackedForward frame (with a chunk id in ack mode).
+func (c *Client) write(conn net.Conn, ch *chunk) error {
 	c.mu.Lock()
 	data := ch.data
 	disk := ch.disk
@@ -698,26 +900,7 @@ func (c *Client) send(conn net.Conn, ch *chunk) error {
 	if _, err := bufs.WriteTo(conn); err != nil {
 		return fmt.Errorf("nagare: write: %w", err)
 	}
-	if !c.cfg.RequireAck {
-		return nil
-	}
-	if err := conn.SetReadDeadline(time.Now().Add(c.cfg.AckTimeout)); err != nil {
-		return err
-	}
-	for {
-		m, err := c.dec.DecodeMap()
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				return fmt.Errorf("%w (chunk %s)", ErrAckTimeout, ch.id)
-			}
-			return fmt.Errorf("nagare: reading ack: %w", err)
-		}
-		id, _ := rawBytes(m["ack"])
-		if string(id) == ch.id {
-			return nil
-		}
-	}
+	return nil
 }
 
 func (c *Client) dropConn() {
@@ -807,6 +990,7 @@ func (c *Client) ensureConn() net.Conn {
 			c.backoffN = 0
 			return conn
 		}
+		c.startOutage()
 		d := c.backoff(c.backoffN)
 		c.backoffN++
 		closing := c.closing
@@ -829,8 +1013,27 @@ func (c *Client) ensureConn() net.Conn {
 	}
 }
 
+// startOutage is called after a round in which no server answered: with a
+// spill file and overflow "spill", what waits in memory goes to the file now
+// and what is emitted until a server answers follows within spillSyncInterval,
+// so a kill -9 of the application during the outage loses at most that much.
+func (c *Client) startOutage() {
+	if c.spill == nil || c.cfg.Overflow != OverflowSpill {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.spillClosed {
+		return
+	}
+	c.outage = true
+	c.spillAllLocked()
+	c.armSpillTickLocked()
+}
+
 func (c *Client) setConn(conn net.Conn, dec *msgpack.Decoder, idx int) {
 	c.mu.Lock()
+	c.outage = false // before the sender writes any batch: spillAllLocked must not move it
 	c.conn = conn
 	if c.everConnect {
 		c.stats.Reconnects++
@@ -898,9 +1101,21 @@ func (c *Client) dial(i int) (net.Conn, *msgpack.Decoder, error) {
 // keep.
 func (c *Client) persistLocked() (lost uint64, err error) {
 	defer func() {
-		if cerr := c.spill.close(); cerr != nil && err == nil {
-			err = cerr
+		c.spillClosed = true
+		cerr := c.spill.close() // fsyncs
+		if cerr != nil {
+			if err == nil {
+				err = cerr
+			}
+			return
 		}
+		if err == nil {
+			// every batch left is now in the file
+			for _, ch := range c.queue {
+				ch.disk = true
+			}
+		}
+		c.markSyncedLocked()
 	}()
 	mem := false
 	for _, ch := range c.queue {
@@ -932,9 +1147,6 @@ func (c *Client) persistLocked() (lost uint64, err error) {
 		}
 		if _, err = out.append(ch.tag, ch.count, data); err != nil {
 			break
-		}
-		if !ch.disk {
-			c.stats.Spilled += uint64(ch.count)
 		}
 	}
 	if err != nil {

@@ -27,6 +27,11 @@ type testServer struct {
 	tlsConfig *tls.Config
 	skipAcks  int // number of frames to leave unacknowledged
 	ackDelay  time.Duration
+	// ackLater sends each ack this long after its frame, from another
+	// goroutine, while the server reads on; maxUnacked is the most frames of
+	// one connection that were read and not yet acknowledged at once
+	ackLater   time.Duration
+	maxUnacked int
 
 	events   []Entry
 	tags     []string
@@ -150,6 +155,8 @@ func (s *testServer) serve(c net.Conn) {
 	if key != "" && !s.handshake(c, d, key) {
 		return
 	}
+	var writeMu sync.Mutex // acks written later (ackLater) share the connection
+	unacked := 0           // under s.mu
 	for {
 		s.mu.Lock()
 		if !s.running {
@@ -178,8 +185,26 @@ func (s *testServer) serve(c net.Conn) {
 			}
 		}
 		delay := s.ackDelay
+		later := s.ackLater
+		if chunk != "" && !skip && later > 0 {
+			unacked++
+			s.maxUnacked = max(s.maxUnacked, unacked)
+		}
 		s.cond.Broadcast()
 		s.mu.Unlock()
+		if chunk != "" && !skip && later > 0 {
+			go func() {
+				time.Sleep(later)
+				s.mu.Lock() // before the ack leaves: the client may answer it at once
+				unacked--
+				s.mu.Unlock()
+				ack, _ := msgpack.Marshal(map[string]any{"ack": chunk})
+				writeMu.Lock()
+				_, _ = c.Write(ack)
+				writeMu.Unlock()
+			}()
+			continue
+		}
 		if chunk != "" && !skip {
 			if delay > 0 {
 				time.Sleep(delay)
@@ -290,6 +315,24 @@ func checkSeqs(t *testing.T, es []Entry, n int) {
 	for i, v := range got {
 		if v != i {
 			t.Fatalf("event %d has seq %d (order or loss problem)", i, v)
+		}
+	}
+}
+
+// checkSeqsOnce verifies every seq in 0..n-1 arrived exactly once, in any order.
+func checkSeqsOnce(t *testing.T, es []Entry, n int) {
+	t.Helper()
+	got := seqs(t, es)
+	seen := make([]int, n)
+	for _, v := range got {
+		if v < 0 || v >= n {
+			t.Fatalf("unexpected seq %d", v)
+		}
+		seen[v]++
+	}
+	for i, k := range seen {
+		if k != 1 {
+			t.Fatalf("seq %d arrived %d times", i, k)
 		}
 	}
 }

@@ -121,6 +121,13 @@ int nagare_get_stats(const struct nagare_client *client, struct nagare_stats *ou
 // delivered in time go to the spill file when one is configured.
 int nagare_close(struct nagare_client *client, uint32_t timeout_ms);
 
+// `nagare_close`, and the counters as they stand after it in `*out` (unless
+// `out` is NULL): then `sent + dropped + buffered` (what the spill file
+// keeps) is the number of events emitted.
+int nagare_close_stats(struct nagare_client *client,
+                       uint32_t timeout_ms,
+                       struct nagare_stats *out);
+
 // The library version, e.g. "0.1.0".
 const char *nagare_version(void);
 

@@ -77,7 +77,7 @@ fn set_error(msg: impl Into<String>) {
 fn code_of(e: &Error) -> c_int {
     match e {
         Error::Config(_) | Error::Encode(_) | Error::NotAMap => NAGARE_EINVAL,
-        Error::Dropped => NAGARE_EDROPPED,
+        Error::Dropped | Error::DroppedEvents { .. } => NAGARE_EDROPPED,
         Error::Closed => NAGARE_ECLOSED,
         Error::Timeout { .. } => NAGARE_ETIMEOUT,
         _ => NAGARE_EIO,
@@ -333,8 +333,13 @@ pub unsafe extern "C" fn nagare_get_stats(
         set_error("out is NULL");
         return NAGARE_EINVAL;
     };
-    let s = c.logger.stats();
-    *out = NagareStats {
+    *out = c_stats(&c.logger);
+    NAGARE_OK
+}
+
+fn c_stats(logger: &Logger) -> NagareStats {
+    let s = logger.stats();
+    NagareStats {
         sent: s.sent,
         buffered: s.buffered,
         buffered_bytes: s.buffered_bytes,
@@ -342,8 +347,7 @@ pub unsafe extern "C" fn nagare_get_stats(
         dropped: s.dropped,
         reconnects: s.reconnects,
         errors: s.errors,
-    };
-    NAGARE_OK
+    }
 }
 
 /// Delivers what is buffered within `timeout_ms`, stops the client and frees
@@ -355,8 +359,27 @@ pub unsafe extern "C" fn nagare_close(client: *mut NagareClient, timeout_ms: u32
         set_error("client is NULL");
         return NAGARE_EINVAL;
     }
+    nagare_close_stats(client, timeout_ms, std::ptr::null_mut())
+}
+
+/// `nagare_close`, and the counters as they stand after it in `*out` (unless
+/// `out` is NULL): then `sent + dropped + buffered` (what the spill file
+/// keeps) is the number of events emitted.
+#[no_mangle]
+pub unsafe extern "C" fn nagare_close_stats(
+    client: *mut NagareClient,
+    timeout_ms: u32,
+    out: *mut NagareStats,
+) -> c_int {
+    if client.is_null() {
+        set_error("client is NULL");
+        return NAGARE_EINVAL;
+    }
     let c = Box::from_raw(client);
     let r = done(c.logger.close(Duration::from_millis(timeout_ms as u64)));
+    if let Some(out) = out.as_mut() {
+        *out = c_stats(&c.logger);
+    }
     drop(c);
     r
 }

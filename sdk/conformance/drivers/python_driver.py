@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
+import ssl
 import sys
 import time
 
 from nagare_logger import Client
+from nagare_logger.handler import NagareHandler
 
 
 def main() -> None:
     client: Client | None = None
     seqs: dict[str, int] = {}
+    refused = [0]  # connection attempts refused (the runner waits on it, not on sleeps)
+
+    def on_error(e: BaseException) -> None:
+        if isinstance(e, ConnectionRefusedError):
+            refused[0] += 1
+
     for line in sys.stdin:
         cmd, _, arg = line.strip().partition(" ")
         try:
@@ -24,6 +33,10 @@ def main() -> None:
                     require_ack=o.get("require_ack", False),
                     backoff_base=o.get("backoff_base_ms", 100) / 1000,
                     backoff_max=o.get("backoff_max_ms", 30_000) / 1000,
+                    on_error=on_error,
+                    tls=ssl.create_default_context(cafile=o["tls_ca"]) if "tls_ca" in o else False,
+                    **({"buffer_max_bytes": o["buffer_bytes"]} if "buffer_bytes" in o else {}),
+                    **({"overflow": o["overflow"]} if "overflow" in o else {}),
                 )
                 reply = {"ok": True}
             elif cmd == "emit":
@@ -32,6 +45,19 @@ def main() -> None:
                 seqs[tag] = start + int(n)
                 accepted = sum(client.emit(tag, {"seq": i}) for i in range(start, start + int(n)))
                 reply = {"accepted": accepted}
+            elif cmd == "log":
+                # through the logging integration: message "seq N", seq also an extra field
+                tag, n = arg.split()
+                start = seqs.get(tag, 0)
+                seqs[tag] = start + int(n)
+                logger = logging.getLogger(f"conformance.{tag}")
+                if not logger.handlers:
+                    logger.addHandler(NagareHandler(tag, client=client))
+                    logger.setLevel(logging.INFO)
+                    logger.propagate = False
+                for i in range(start, start + int(n)):
+                    logger.info("seq %d", i, extra={"seq": i})
+                reply = {"logged": int(n)}
             elif cmd == "close":
                 t0 = time.monotonic()
                 ok = client.close(int(arg) / 1000)
@@ -44,6 +70,7 @@ def main() -> None:
                     "dropped": s.dropped,
                     "kept": s.spilled,
                     "buffered": s.buffered,
+                    "connect_failures": refused[0],
                 }
             elif cmd == "fork":
                 # the child emits and closes on its own; the parent goes on

@@ -1,10 +1,14 @@
 // Conformance driver for the TypeScript library (protocol: sdk/conformance/README.md).
 // Needs the built library: npm ci && npm run build in sdk/typescript.
 "use strict";
+const fs = require("node:fs");
 const readline = require("node:readline");
 const { NagareClient } = require("../../typescript/dist/index.js");
+const { NagareTransport } = require("../../typescript/dist/winston.js");
 
 let client;
+let blockMode = false;
+let refused = 0; // connection attempts refused (the runner waits on it, not on sleeps)
 const seqs = new Map();
 
 async function handle(cmd, arg) {
@@ -13,14 +17,24 @@ async function handle(cmd, arg) {
       const o = JSON.parse(arg);
       client = new NagareClient({
         servers: o.servers.map((s) => {
+          if (s.startsWith("unix://"))
+            return { path: s.slice("unix://".length) };
           const i = s.lastIndexOf(":");
-          return { host: s.slice(0, i), port: Number(s.slice(i + 1)) };
+          const tls = o.tls_ca ? { ca: fs.readFileSync(o.tls_ca) } : undefined;
+          return { host: s.slice(0, i), port: Number(s.slice(i + 1)), tls };
         }),
         spillPath: o.spill_path,
         requireAck: o.require_ack ?? false,
         backoffBaseMs: o.backoff_base_ms ?? 100,
         backoffMaxMs: o.backoff_max_ms ?? 30000,
+        bufferLimit: o.buffer_bytes,
+        overflow: o.overflow,
+        onError: (e) => {
+          if (/ECONNREFUSED/.test(e.message)) refused++;
+        },
       });
+      // emit() never blocks the event loop: block mode is emitAsync()
+      blockMode = o.overflow === "block";
       return { ok: true };
     }
     case "emit": {
@@ -28,8 +42,36 @@ async function handle(cmd, arg) {
       const start = seqs.get(tag) ?? 0;
       seqs.set(tag, start + Number(n));
       let accepted = 0;
-      for (let i = start; i < start + Number(n); i++) if (client.emit(tag, { seq: i })) accepted++;
+      for (let i = start; i < start + Number(n); i++) {
+        if (
+          blockMode
+            ? await client.emitAsync(tag, { seq: i })
+            : client.emit(tag, { seq: i })
+        )
+          accepted++;
+      }
       return { accepted };
+    }
+    case "log": {
+      // through the winston integration: message "seq N", seq also a meta field
+      const winston = require("../../typescript/node_modules/winston");
+      const [tag, n] = arg.split(" ");
+      const start = seqs.get(tag) ?? 0;
+      seqs.set(tag, start + Number(n));
+      const transport = new NagareTransport({ client, tag });
+      let logged = 0;
+      transport.on("logged", () => logged++);
+      const logger = winston.createLogger({ transports: [transport] });
+      for (let i = start; i < start + Number(n); i++)
+        logger.info(`seq ${i}`, { seq: i });
+      // winston hands records to the transport asynchronously: wait for all
+      for (
+        const until = Date.now() + 20_000;
+        logged < Number(n) && Date.now() < until;
+      ) {
+        await new Promise((r) => setTimeout(r, 5));
+      }
+      return { logged };
     }
     case "close": {
       const t0 = Date.now();
@@ -39,7 +81,13 @@ async function handle(cmd, arg) {
     case "stats": {
       const s = client.stats();
       // kept: events still in the spill file
-      return { sent: s.sent, dropped: s.dropped, kept: s.spillPending, buffered: s.buffered };
+      return {
+        sent: s.sent,
+        dropped: s.dropped,
+        kept: s.spillPending,
+        buffered: s.buffered,
+        connect_failures: refused,
+      };
     }
     default:
       return { error: `unknown command ${cmd}` };

@@ -29,18 +29,21 @@ elif [ ! -x "$flowbench" ]; then
 fi
 tmp=$(mktemp -d)
 sink=""
-trap '[ -z "$sink" ] || kill $sink 2>/dev/null; rm -rf "$tmp"' EXIT
+trap '[ -z "$sink" ] || kill $sink 2>/dev/null || true; rm -rf "$tmp"' EXIT
 (cd "$here" && go build -o "$tmp/bench" .)
 
 free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
 }
 
-for lib in nagare fluent; do
-    : > "$tmp/$lib.rates"
-    i=0
-    while [ $i -lt "$RUNS" ]; do
-        i=$((i + 1))
+# Run by run, each library in turn (nagare, fluent, nagare, fluent...): a load
+# change on a busy machine lands on both sides, not on one library's runs.
+: > "$tmp/nagare.rates"
+: > "$tmp/fluent.rates"
+i=0
+while [ $i -lt "$RUNS" ]; do
+    i=$((i + 1))
+    for lib in nagare fluent; do
         port=$(free_port)
         extra=""
         if [ "$NAGARE_SINK" = 1 ]; then

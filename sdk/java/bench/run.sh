@@ -27,10 +27,12 @@ out="$here/target/results"; mkdir -p "$out"; : > "$out/all.jsonl"
 port=$((30000 + RANDOM % 20000))
 sink=""
 trap '[ -z "$sink" ] || kill "$sink" 2>/dev/null || true' EXIT
-for lib in nagare fluency fluent-logger; do
-  n=$count; w=$warmup
-  if [ "$lib" = fluent-logger ]; then n=$((count / 10)); w=$((warmup / 10)); fi
-  for r in $(seq 1 "$runs"); do
+# Run by run, each library in turn (nagare, fluency, fluent-logger, nagare...):
+# a load change on a busy machine lands on every side, not on one library's runs.
+for r in $(seq 1 "$runs"); do
+  for lib in nagare fluency fluent-logger; do
+    n=$count; w=$warmup
+    if [ "$lib" = fluent-logger ]; then n=$((count / 10)); w=$((warmup / 10)); fi
     port=$((port + 1))
     metrics=()
     if [ "$nagare_sink" = 1 ]; then

@@ -48,6 +48,13 @@ class ForwardServer:
         self.tls = tls
         self.answer_acks = answer_acks
         self.withhold_acks = 0  # ignore this many chunk ids (no ack sent)
+        # send each ack this long after its frame, from a timer thread, while
+        # reading on; max_unacked: the most frames of one connection read and
+        # not yet acknowledged at once
+        self.ack_later = 0.0
+        self.max_unacked = 0
+        self._unacked: dict[socket.socket, int] = {}
+        self._write_lock = threading.Lock()
         self.hostname = hostname
         self.lock = threading.Lock()
         self.events: list[tuple[str, protocol.EventTime, dict]] = []
@@ -217,9 +224,21 @@ class ForwardServer:
             if send_ack and self.withhold_acks > 0:
                 self.withhold_acks -= 1
                 send_ack = False
-        if send_ack:
+            later = send_ack and self.ack_later > 0
+            if later:
+                self._unacked[conn] = self._unacked.get(conn, 0) + 1
+                self.max_unacked = max(self.max_unacked, self._unacked[conn])
+        if later:
+            threading.Timer(self.ack_later, self._ack, (conn, chunk)).start()
+        elif send_ack:
             with contextlib.suppress(OSError):
                 conn.sendall(msgpack.packb({"ack": chunk}))
+
+    def _ack(self, conn: socket.socket, chunk: str) -> None:
+        with self.lock:  # before the ack leaves: the client may answer it at once
+            self._unacked[conn] -= 1
+        with self._write_lock, contextlib.suppress(OSError):
+            conn.sendall(msgpack.packb({"ack": chunk}))
 
     def _handshake(self, conn: socket.socket) -> bool:
         nonce = os.urandom(16)

@@ -207,6 +207,32 @@ def test_spill_to_disk_and_drain_in_order(tmp_path):
     assert not os.path.exists(spill)  # drained and removed
 
 
+def test_ack_mode_drains_spill_with_several_frames_in_flight(tmp_path):
+    """Draining a spill file in ack mode, the sender writes the next frames before
+    the first one's ack is back."""
+    port = free_port()
+    c = Client(
+        f"127.0.0.1:{port}",
+        spill_path=str(tmp_path / "window.spill"),
+        require_ack=True,
+        batch_max_bytes=1024,
+        **FAST,
+    )
+    for i in range(800):
+        c.emit("app.window", {"seq": i})
+    deadline = time.monotonic() + 5
+    while c.stats.spilled < 800:  # the outage moved them to the file
+        assert time.monotonic() < deadline, c.stats
+        time.sleep(0.01)
+    srv = ForwardServer(port=port)
+    srv.ack_later = 0.02
+    with srv:
+        assert c.flush(timeout=20)
+        assert srv.wait_seqs(800) == list(range(800))
+        assert srv.max_unacked >= 2, f"at most {srv.max_unacked} frame in flight"
+    c.close(timeout=1)
+
+
 def test_spill_file_survives_close_and_is_sent_by_next_client(tmp_path):
     port = free_port()
     spill = str(tmp_path / "keep.spill")

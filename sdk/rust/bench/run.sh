@@ -29,8 +29,10 @@ sink=""
 trap '[ -z "$sink" ] || kill "$sink" 2>/dev/null || true; rm -rf "$OUT"' EXIT
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-for impl in $IMPLS; do
-  for r in $(seq 1 "$RUNS"); do
+# Run by run, each library in turn (nagare, tracing-fluentd, nagare...): a load
+# change on a busy machine lands on every side, not on one library's runs.
+for r in $(seq 1 "$RUNS"); do
+  for impl in $IMPLS; do
     port=$(free_port)
     metrics=()
     if [ "$NAGARE_SINK" = 1 ]; then

@@ -65,6 +65,11 @@ pub enum Error {
     Closed,
     #[error("buffer full: event dropped")]
     Dropped,
+    /// Told to the error callback instead of one `Dropped` per event: the
+    /// first drop at once, then at most once a second (and at `close`) with
+    /// the number dropped since the last report.
+    #[error("buffer full: {count} events dropped")]
+    DroppedEvents { count: u64 },
     #[error("timed out with {remaining} events not yet delivered")]
     Timeout { remaining: u64 },
     #[error("cannot connect to {server}: {reason}")]
@@ -132,7 +137,9 @@ pub(crate) struct State {
     closing: bool,
     stop: bool,
     exited: bool,
-    overflowing: bool,
+    /// Drops not yet told to the error callback, and when it was last told.
+    unreported_drops: u64,
+    last_drop_report: Option<Instant>,
     scratch: Vec<u8>,
     /// Full batches (`batch_bytes` reached), oldest first, waiting for the sender.
     sealed: Vec<(String, Vec<u8>, u32)>,
@@ -290,7 +297,8 @@ impl Inner {
                 closing: false,
                 stop: false,
                 exited: false,
-                overflowing: false,
+                unreported_drops: 0,
+                last_drop_report: None,
                 scratch: Vec::new(),
                 sealed: Vec::new(),
                 batch_bytes: cfg.batch_bytes,
@@ -336,9 +344,15 @@ impl Drop for Core {
 #[derive(Clone)]
 pub struct Logger(Arc<Core>);
 
+/// The error callback hears of dropped events at most this often (with the count).
+const DROP_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+
 enum Outcome {
     Ok,
-    Dropped { first: bool },
+    /// `report`: drops to tell the error callback now (0: not yet).
+    Dropped {
+        report: u64,
+    },
 }
 
 impl Logger {
@@ -453,7 +467,6 @@ impl Logger {
                     st.pending_bytes += n;
                     st.seal_if_full(i);
                     st.accepted += 1;
-                    st.overflowing = false;
                     if st.first_pending.is_none() {
                         st.first_pending = Some(Instant::now());
                         if st.sender_waiting {
@@ -480,9 +493,9 @@ impl Logger {
         };
         match outcome {
             Outcome::Ok => Ok(()),
-            Outcome::Dropped { first } => {
-                if first {
-                    sh.report(&Error::Dropped);
+            Outcome::Dropped { report } => {
+                if report > 0 {
+                    sh.report(&Error::DroppedEvents { count: report });
                 }
                 Err(Error::Dropped)
             }
@@ -521,7 +534,7 @@ impl Logger {
                         drop(guard);
                         sh.counters.dropped.fetch_add(1, Relaxed);
                         sh.report(&err);
-                        return Ok(Outcome::Dropped { first: false });
+                        return Ok(Outcome::Dropped { report: 0 });
                     }
                 }
                 return Ok(self.drop_event(sh, guard));
@@ -574,12 +587,23 @@ impl Logger {
         Ok(self.drop_event(sh, guard))
     }
 
+    /// Counts a dropped event; the error callback hears of drops at most once
+    /// per DROP_REPORT_INTERVAL, with the count (the first one at once).
     fn drop_event(&self, sh: &Shared, mut guard: MutexGuard<'_, State>) -> Outcome {
-        let first = !guard.overflowing;
-        guard.overflowing = true;
+        guard.unreported_drops += 1;
+        let now = Instant::now();
+        let due = guard
+            .last_drop_report
+            .is_none_or(|t| now.duration_since(t) >= DROP_REPORT_INTERVAL);
+        let report = if due {
+            guard.last_drop_report = Some(now);
+            std::mem::take(&mut guard.unreported_drops)
+        } else {
+            0
+        };
         drop(guard);
         sh.counters.dropped.fetch_add(1, Relaxed);
-        Outcome::Dropped { first }
+        Outcome::Dropped { report }
     }
 
     /// Waits until every event emitted before this call was delivered (acked
@@ -685,8 +709,16 @@ fn close_inner(inner: &Inner, timeout: Duration) -> Result<(), Error> {
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
         }
-        st.accepted.saturating_sub(st.completed) + st.lost_at_close
+        let unreported = std::mem::take(&mut st.unreported_drops);
+        (
+            st.accepted.saturating_sub(st.completed) + st.lost_at_close,
+            unreported,
+        )
     };
+    let (remaining, unreported) = remaining;
+    if unreported > 0 {
+        sh.report(&Error::DroppedEvents { count: unreported });
+    }
     if let Some(t) = inner
         .thread
         .lock()

@@ -86,9 +86,9 @@ export interface ClientStats {
   buffered: number;
   /** Bytes of those events. */
   bufferedBytes: number;
-  /** Events written to the spill file since start. */
+  /** Events written to the spill file and fsync'd, since start. */
   spilled: number;
-  /** Events waiting in the spill file now. */
+  /** Events waiting in the spill file now, fsync'd (after close(): what the file keeps). */
   spillPending: number;
   /** Events dropped (buffer and spill full, overflow "drop", bad records, close timeout). */
   dropped: number;
@@ -128,6 +128,13 @@ const KiB = 1024;
 const MiB = 1024 * KiB;
 /** close() retries the servers this often until its deadline. */
 const CLOSING_RETRY_MS = 100;
+/**
+ * While no server answers (with a configured spillPath), events go to the
+ * spill file at emit() and the file is fsync'd this long after the first
+ * unsynced write: a kill -9 during an outage loses at most this much. Also
+ * how long any spill write waits for its fsync. The same in every SDK.
+ */
+const SPILL_SYNC_MS = 200;
 /** Drops are reported to onError at most once per this window, with their count. */
 const DROP_REPORT_MS = 1000;
 
@@ -179,6 +186,9 @@ export class NagareClient {
   private ackTimer: NodeJS.Timeout | undefined;
   private primaryTimer: NodeJS.Timeout | undefined;
   private spill: SpillFile | undefined;
+  private spillSyncTimer: NodeJS.Timeout | undefined;
+  /** No server answered the last connect round: emit() writes to the spill file. */
+  private outage = false;
   private closing = false;
   private unreportedDrops = 0;
   private lastDropError: Error | undefined;
@@ -237,7 +247,7 @@ export class NagareClient {
       buffered: this.counters.buffered,
       bufferedBytes: this.counters.bufferedBytes,
       spilled: this.counters.spilled,
-      spillPending: this.spill?.pendingEvents ?? 0,
+      spillPending: this.spill?.durableEvents ?? 0,
       dropped: this.counters.dropped,
       reconnects: this.counters.reconnects,
       retried: this.counters.retried,
@@ -255,7 +265,11 @@ export class NagareClient {
     const r = this.encode(tag, record, time);
     if (r === undefined) return false;
     const [eb, size] = r;
-    if ((this.spill === undefined || this.spill.empty) && this.counters.bufferedBytes + size <= this.opts.bufferLimit) {
+    if (
+      !this.outage &&
+      (this.spill === undefined || this.spill.empty) &&
+      this.counters.bufferedBytes + size <= this.opts.bufferLimit
+    ) {
       this.accepted(eb, size);
       return true;
     }
@@ -271,6 +285,7 @@ export class NagareClient {
     if (r === undefined) return false;
     const [eb, size] = r;
     if (
+      !this.outage &&
       (this.spill === undefined || this.spill.empty) &&
       this.blockWaiters.length === 0 &&
       this.counters.bufferedBytes + size <= this.opts.bufferLimit
@@ -321,7 +336,9 @@ export class NagareClient {
     this.backoffWake?.();
     const ok = await this.flush(timeoutMs);
     this.closed = true;
-    for (const t of [this.flushTimer, this.ackTimer, this.primaryTimer, this.backoffTimer]) if (t) clearTimeout(t);
+    for (const t of [this.flushTimer, this.ackTimer, this.primaryTimer, this.backoffTimer, this.spillSyncTimer]) {
+      if (t) clearTimeout(t);
+    }
     if (this.immediate) clearImmediate(this.immediate);
     this.backoffWake?.();
     for (const c of this.conns) {
@@ -334,6 +351,7 @@ export class NagareClient {
     this.conns.clear();
     this.conn = undefined;
     if (!ok) this.persistLeftovers();
+    this.syncSpill();
     this.spill?.close();
     if (this.spill && this.opts.spillPath === undefined) {
       // A default spill file is private to this client: nobody could resend it
@@ -444,9 +462,59 @@ export class NagareClient {
     } catch (e) {
       return this.drop(count, new Error(`spill write failed: ${toError(e).message}`));
     }
-    this.counters.spilled += count;
+    this.armSpillSync();
     this.schedule(this.opts.flushIntervalMs);
     return true;
+  }
+
+  private armSpillSync(): void {
+    if (this.spillSyncTimer !== undefined || this.closed) return;
+    this.spillSyncTimer = setTimeout(() => {
+      this.spillSyncTimer = undefined;
+      this.syncSpill();
+    }, SPILL_SYNC_MS);
+    this.spillSyncTimer.unref(); // the writes are with the OS already
+  }
+
+  /** fsync the spill file; only then are its new events counted as spilled. */
+  private syncSpill(): void {
+    if (this.spill === undefined) return;
+    try {
+      this.counters.spilled += this.spill.sync();
+    } catch (e) {
+      this.report(new Error(`spill file fsync failed: ${toError(e).message}`));
+      this.armSpillSync();
+    }
+  }
+
+  /**
+   * No server answered a whole connect round: with a configured spill path,
+   * what waits in memory goes to the spill file (fsync'd), in front of what
+   * the file holds, and emit() writes there until a server answers, so a
+   * kill -9 of the application during the outage loses at most SPILL_SYNC_MS.
+   */
+  private startOutage(): void {
+    if (this.outage || this.closed || this.opts.overflow !== "spill" || this.opts.spillPath === undefined) return;
+    const spill = this.openSpill();
+    if (spill === undefined) return;
+    const frames = [...this.queue];
+    for (const [tag, tb] of this.tagBufs) {
+      if (tb.count > 0) frames.push({ seq: 0, tag, entries: tb.buf.subarray(0, tb.len), count: tb.count, sentAt: 0 });
+    }
+    try {
+      const durable = spill.prepend(frames);
+      if (durable === undefined) return; // no room in the file: memory keeps them, as without an outage
+      this.counters.spilled += durable;
+    } catch (e) {
+      this.report(new Error(`spill write failed: ${toError(e).message}`));
+      return;
+    }
+    this.queue = [];
+    for (const tb of this.tagBufs.values()) tb.reset();
+    this.counters.buffered = 0;
+    this.counters.bufferedBytes = 0;
+    this.outage = true;
+    this.wakeBlocked();
   }
 
   /**
@@ -553,25 +621,32 @@ export class NagareClient {
   /** Move spilled events back into memory, cut batches into frames, write them. */
   private pump(): void {
     if (this.closed) return;
-    this.drainSpill();
-    for (const [tag, tb] of this.tagBufs) {
-      if (tb.count === 0) continue;
-      this.queue.push({
-        seq: this.seq++,
-        tag,
-        entries: Buffer.from(tb.buf.subarray(0, tb.len)),
-        count: tb.count,
-        chunk: this.opts.requireAck ? randomBytes(16).toString("base64") : undefined,
-        sentAt: 0,
-      });
-      tb.reset();
-      if (tb.buf.length > 4 * this.opts.maxBatchBytes) this.tagBufs.delete(tag);
-    }
+    if (!this.outage) this.drainSpill(); // during an outage the events stay on disk
+    for (const [tag, tb] of this.tagBufs) this.cutFrame(tag, tb);
     this.ensureConnecting();
     this.writeFrames();
     this.updateRefs();
   }
 
+  /** Queue a tag's batch as one frame. */
+  private cutFrame(tag: string, tb: EntryBuffer): void {
+    if (tb.count === 0) return;
+    this.queue.push({
+      seq: this.seq++,
+      tag,
+      entries: Buffer.from(tb.buf.subarray(0, tb.len)),
+      count: tb.count,
+      chunk: this.opts.requireAck ? randomBytes(16).toString("base64") : undefined,
+      sentAt: 0,
+    });
+    tb.reset();
+    if (tb.buf.length > 4 * this.opts.maxBatchBytes) this.tagBufs.delete(tag);
+  }
+
+  /**
+   * Move spilled events back into memory, as far as it has room, in frames of
+   * up to maxBatchBytes: writeFrames() then has several in flight at once.
+   */
   private drainSpill(): void {
     const spill = this.spill;
     if (spill === undefined) return;
@@ -581,6 +656,8 @@ export class NagareClient {
       const rec = spill.next();
       if (rec === undefined) break;
       this.append(rec.tag, rec.entries, rec.count);
+      const tb = this.batch(rec.tag);
+      if (tb.len >= this.opts.maxBatchBytes) this.cutFrame(rec.tag, tb);
     }
   }
 
@@ -653,10 +730,7 @@ export class NagareClient {
     for (const f of frames) {
       if (spill) {
         try {
-          if (spill.append(f.tag, f.count, f.entries)) {
-            this.counters.spilled += f.count;
-            continue;
-          }
+          if (spill.append(f.tag, f.count, f.entries)) continue; // counted as spilled at the fsync
         } catch {
           // counted as lost below
         }
@@ -707,6 +781,7 @@ export class NagareClient {
           }
         }
         if (this.closed) return;
+        this.startOutage();
         await this.backoff();
       }
     } finally {
@@ -736,6 +811,7 @@ export class NagareClient {
   private activate(c: Conn): void {
     const old = this.conn;
     this.conn = c;
+    this.outage = false; // pump() drains the spill file now
     if (this.everConnected) this.counters.reconnects++;
     this.everConnected = true;
     if (old && old !== c) this.retire(old);

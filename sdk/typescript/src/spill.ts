@@ -3,8 +3,8 @@
  *
  * Record layout: u32 BE record length (bytes after this field), u16 BE tag
  * length, tag (UTF-8), u32 BE entry count, concatenated msgpack entries.
- * Records are written with synchronous I/O: the file is only used when the
- * memory buffer is full, and a synchronous append keeps emit() ordering exact.
+ * Records are written with synchronous I/O (a synchronous append keeps emit()
+ * ordering exact) and fsync'd by the client on a short timer (sync()).
  */
 import * as fs from "node:fs";
 import * as path from "node:path";
@@ -26,6 +26,8 @@ export class SpillFile {
   private readBuf: Buffer = Buffer.alloc(0);
   /** Events currently stored in the file and not yet read back. */
   pendingEvents = 0;
+  /** Events appended since the last fsync. */
+  unsyncedEvents = 0;
 
   constructor(filePath: string, limitBytes: number) {
     this.path = filePath;
@@ -69,19 +71,66 @@ export class SpillFile {
 
   /** Append a record; false when the size limit would be exceeded. */
   append(tag: string, count: number, entries: Uint8Array): boolean {
-    const tagBytes = Buffer.from(tag, "utf8");
-    const len = 2 + tagBytes.length + 4 + entries.length;
-    if (this.writePos + 4 + len > this.limit) return false;
-    const rec = Buffer.allocUnsafe(4 + len);
-    rec.writeUInt32BE(len, 0);
-    rec.writeUInt16BE(tagBytes.length, 4);
-    tagBytes.copy(rec, 6);
-    rec.writeUInt32BE(count, 6 + tagBytes.length);
-    rec.set(entries, 10 + tagBytes.length);
+    const rec = encodeRecord(tag, count, entries);
+    if (this.writePos + rec.length > this.limit) return false;
     fs.writeSync(this.fd, rec, 0, rec.length, this.writePos);
     this.writePos += rec.length;
     this.pendingEvents += count;
+    this.unsyncedEvents += count;
     return true;
+  }
+
+  /** Events in the file, not yet read back, and fsync'd. */
+  get durableEvents(): number {
+    return Math.max(0, this.pendingEvents - this.unsyncedEvents);
+  }
+
+  /** fsync; returns the number of events it made durable. */
+  sync(): number {
+    const n = this.unsyncedEvents;
+    if (n === 0) return 0;
+    fs.fsyncSync(this.fd);
+    this.unsyncedEvents = 0;
+    return n;
+  }
+
+  /**
+   * Put records in front of what the file holds (they are older), through a
+   * new file that is fsync'd and renamed over this one. Returns the events it
+   * made durable (the new ones and those appended since the last fsync), or
+   * undefined, and nothing changed, when the size limit would be exceeded.
+   */
+  prepend(records: SpillRecord[]): number | undefined {
+    const restLen = this.writePos - this.readPos;
+    const encoded = records.map((r) => encodeRecord(r.tag, r.count, r.entries));
+    const total = encoded.reduce((n, b) => n + b.length, restLen);
+    if (total > this.limit) return undefined;
+    const rest = Buffer.allocUnsafe(restLen);
+    fs.readSync(this.fd, rest, 0, restLen, this.readPos);
+    const tmp = `${this.path}.tmp`;
+    const fd = fs.openSync(tmp, fs.constants.O_RDWR | fs.constants.O_CREAT | fs.constants.O_TRUNC, 0o600);
+    try {
+      let pos = 0;
+      for (const b of [...encoded, rest]) {
+        fs.writeSync(fd, b, 0, b.length, pos);
+        pos += b.length;
+      }
+      fs.fsyncSync(fd);
+      fs.renameSync(tmp, this.path);
+    } catch (e) {
+      fs.closeSync(fd);
+      fs.rmSync(tmp, { force: true });
+      throw e;
+    }
+    fs.closeSync(this.fd);
+    this.fd = fd;
+    this.readPos = 0;
+    this.writePos = total;
+    const added = records.reduce((n, r) => n + r.count, 0);
+    this.pendingEvents += added;
+    const durable = added + this.unsyncedEvents;
+    this.unsyncedEvents = 0;
+    return durable;
   }
 
   /** Read the next record in order, or undefined when the file is drained. */
@@ -115,6 +164,7 @@ export class SpillFile {
     this.readPos = 0;
     this.writePos = 0;
     this.pendingEvents = 0;
+    this.unsyncedEvents = 0;
   }
 
   close(): void {
@@ -124,4 +174,16 @@ export class SpillFile {
       // already closed
     }
   }
+}
+
+function encodeRecord(tag: string, count: number, entries: Uint8Array): Buffer {
+  const tagBytes = Buffer.from(tag, "utf8");
+  const len = 2 + tagBytes.length + 4 + entries.length;
+  const rec = Buffer.allocUnsafe(4 + len);
+  rec.writeUInt32BE(len, 0);
+  rec.writeUInt16BE(tagBytes.length, 4);
+  tagBytes.copy(rec, 6);
+  rec.writeUInt32BE(count, 6 + tagBytes.length);
+  rec.set(entries, 10 + tagBytes.length);
+  return rec;
 }

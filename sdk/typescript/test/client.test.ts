@@ -33,6 +33,14 @@ after(() => fs.rmSync(tmp, { recursive: true, force: true }));
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const seqs = (s: TestServer, tag?: string) =>
   s.events.filter((e) => tag === undefined || e.tag === tag).map((e) => e.record.seq as number);
+/** Waits (with a deadline) until cond() holds. */
+async function until(what: string, cond: () => boolean, ms = 5000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > deadline) assert.fail(`${what}: not within ${ms} ms`);
+    await sleep(10);
+  }
+}
 const range = (a: number, b: number) => Array.from({ length: b - a }, (_, i) => a + i);
 
 function collectErrors(): { errors: Error[]; onError: (e: Error) => void } {
@@ -183,8 +191,9 @@ describe("client", () => {
       backoffMaxMs: 100,
     });
     for (let i = 0; i < 500; i++) assert.equal(client.emit("spill", { seq: i, pad: "x".repeat(20) }), true);
+    // counted as spilled once fsync'd, within SPILL_SYNC_MS
+    await until("spilled, fsync'd", () => client.stats().spilled > 400);
     const st = client.stats();
-    assert.ok(st.spilled > 400, `spilled ${st.spilled}`);
     assert.ok(st.bufferedBytes <= 2000);
     assert.equal(st.spillPending + st.buffered, 500);
     assert.ok(fs.statSync(spillPath).size > 10_000);
@@ -208,9 +217,11 @@ describe("client", () => {
       backoffBaseMs: 1000,
     });
     for (let i = 0; i < 200; i++) client.emit("limit", { seq: i, pad: "y".repeat(20) });
-    const st = client.stats();
-    assert.ok(st.dropped > 0);
-    assert.equal(st.buffered + st.spillPending + st.dropped, 200);
+    assert.ok(client.stats().dropped > 0);
+    await until("spill file fsync'd", () => {
+      const st = client.stats();
+      return st.buffered + st.spillPending + st.dropped === 200;
+    });
     await client.close(0);
   });
 
@@ -230,6 +241,27 @@ describe("client", () => {
     assert.deepEqual(seqs(server), range(0, 20));
     await b.close(1000);
     await server.stop();
+  });
+
+  test("spills while no server answers, with room in memory: the file a kill -9 leaves holds everything", async () => {
+    const port = await refusedPort();
+    const spillPath = path.join(tmp, "spill-outage.bin");
+    const a = new NagareClient({ port, spillPath, backoffBaseMs: 20, backoffMaxMs: 50 });
+    for (let i = 0; i < 100; i++) a.emit("outage", { seq: i });
+    await until("first 100 on disk", () => a.stats().spillPending === 100);
+    for (let i = 100; i < 200; i++) a.emit("outage", { seq: i }); // the client knows of the outage now
+    await until("all 200 on disk", () => a.stats().spillPending === 200);
+    const st = a.stats();
+    assert.deepEqual([st.buffered, st.spilled, st.dropped], [0, 200, 0]);
+    // the file as a kill -9 now would leave it
+    const crashed = path.join(tmp, "spill-outage-crashed.bin");
+    fs.copyFileSync(spillPath, crashed);
+    const server = await TestServer.start();
+    const b = new NagareClient({ port: server.port, spillPath: crashed, requireAck: true });
+    assert.equal(await b.flush(5000), true);
+    await server.waitForEvents(200);
+    assert.deepEqual(seqs(server), range(0, 200));
+    assert.deepEqual([b.stats().sent, b.stats().spillPending], [200, 0]);
   });
 
   test("overflow drop counts dropped events", async () => {

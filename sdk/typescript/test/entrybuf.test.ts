@@ -122,6 +122,23 @@ test("bigint is written as the smallest int, int64 or uint64", () => {
   assert.ok(fast(1, 2, { b: -(2n ** 63n) }).endsWith("a162d38000000000000000"));
 });
 
+test("a Map is a msgpack map of its entries, bigint and Date values included", () => {
+  const m = new Map<unknown, unknown>([
+    ["n", 5n],
+    ["big", 2n ** 64n - 1n],
+    ["at", new Date(1500)],
+    [7, "seven"],
+  ]);
+  // the same bytes as the plain object with those keys and the values the fast path writes
+  const asObject = fast(1, 2, { m: { n: 5, big: 2n ** 64n - 1n, at: new Date(1500), x: "seven" } });
+  const asMap = fast(1, 2, { m });
+  // "x" (a1 78) stands where the Map has the integer key 7 (07)
+  assert.equal(asMap, asObject.replace("a178a5736576656e", "07a5736576656e"));
+  assert.equal(fast(1, 2, { m: new Map() }), fast(1, 2, { m: {} }));
+  const eb = new EntryBuffer(16);
+  assert.throws(() => eb.appendEntry(1, 2, { m: new Map([["b", 2n ** 64n]]) }, fallback), RangeError);
+});
+
 test("values outside the fast path go through the library", () => {
   const cases: unknown[] = [
     { bin: new Uint8Array([1, 2, 3]) },

@@ -109,6 +109,10 @@ describe("against the nagare daemon", () => {
         at,
         whole: new Date(0),
         before: new Date(-1500),
+        map: new Map<string, unknown>([
+          ["id", 7n],
+          ["seen", new Date(0)],
+        ]),
       };
       assert.equal(client.emit("e2e.types", record), true);
       assert.equal(await client.close(20_000), true);
@@ -117,7 +121,8 @@ describe("against the nagare daemon", () => {
       const line = d.rawLines()[0] ?? "";
       const want =
         '"record":{"small":5,"big":9223372036854775809,"neg":-4611686018427387904,' +
-        '"at":"2026-11-24T09:30:15.250Z","whole":"1970-01-01T00:00:00Z","before":"1969-12-31T23:59:58.500Z"}';
+        '"at":"2026-11-24T09:30:15.250Z","whole":"1970-01-01T00:00:00Z","before":"1969-12-31T23:59:58.500Z",' +
+        '"map":{"id":7,"seen":"1970-01-01T00:00:00Z"}}';
       assert.ok(line.includes(want), line);
     } finally {
       await d.stop();

@@ -6,11 +6,17 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	nagare "github.com/nagare-log/nagare/sdk/go"
@@ -22,11 +28,16 @@ type options struct {
 	RequireAck    bool     `json:"require_ack"`
 	BackoffBaseMs int      `json:"backoff_base_ms"`
 	BackoffMaxMs  int      `json:"backoff_max_ms"`
+	BufferBytes   int      `json:"buffer_bytes"`
+	Overflow      string   `json:"overflow"`
+	TLSCA         string   `json:"tls_ca"`
 }
 
 func main() {
 	var c *nagare.Client
 	seqs := map[string]int{}
+	// connection attempts refused (the runner waits on it, not on sleeps)
+	var refused atomic.Int64
 	in := bufio.NewScanner(os.Stdin)
 	out := json.NewEncoder(os.Stdout)
 	for in.Scan() {
@@ -44,9 +55,30 @@ func main() {
 				RequireAck:  o.RequireAck,
 				BackoffBase: time.Duration(o.BackoffBaseMs) * time.Millisecond,
 				BackoffMax:  time.Duration(o.BackoffMaxMs) * time.Millisecond,
+				BufferLimit: o.BufferBytes,
+				Overflow:    o.Overflow,
+				ErrorHandler: func(err error) {
+					if errors.Is(err, syscall.ECONNREFUSED) {
+						refused.Add(1)
+					}
+				},
+			}
+			if o.TLSCA != "" {
+				pem, err := os.ReadFile(o.TLSCA)
+				if err != nil {
+					reply = map[string]any{"error": err.Error()}
+					break
+				}
+				pool := x509.NewCertPool()
+				pool.AppendCertsFromPEM(pem)
+				cfg.TLS = &tls.Config{RootCAs: pool}
 			}
 			for _, s := range o.Servers {
-				cfg.Servers = append(cfg.Servers, nagare.Server{Address: s})
+				if p, ok := strings.CutPrefix(s, "unix://"); ok {
+					cfg.Servers = append(cfg.Servers, nagare.Server{Network: "unix", Address: p})
+				} else {
+					cfg.Servers = append(cfg.Servers, nagare.Server{Address: s})
+				}
 			}
 			var err error
 			if c, err = nagare.New(cfg); err != nil {
@@ -66,6 +98,17 @@ func main() {
 				}
 			}
 			reply = map[string]any{"accepted": accepted}
+		case "log":
+			// through the slog integration: message "seq N", seq also an attribute
+			tag, ns, _ := strings.Cut(arg, " ")
+			n, _ := strconv.Atoi(ns)
+			start := seqs[tag]
+			seqs[tag] = start + n
+			logger := slog.New(nagare.NewSlogHandler(c, tag, nil))
+			for i := start; i < start+n; i++ {
+				logger.Info(fmt.Sprintf("seq %d", i), "seq", i)
+			}
+			reply = map[string]any{"logged": n}
 		case "close":
 			ms, _ := strconv.Atoi(arg)
 			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(ms)*time.Millisecond)
@@ -75,8 +118,11 @@ func main() {
 			reply = map[string]any{"closed": err == nil, "ms": time.Since(t0).Milliseconds()}
 		case "stats":
 			s := c.Stats()
-			// kept: after Close, Buffered is what the spill file keeps
-			reply = map[string]any{"sent": s.Sent, "dropped": s.Dropped, "kept": s.Buffered, "buffered": s.Buffered}
+			// kept: what the spill file holds, fsync'd (after Close, what it keeps)
+			reply = map[string]any{
+				"sent": s.Sent, "dropped": s.Dropped, "kept": s.SpillPending, "buffered": s.Buffered,
+				"connect_failures": refused.Load(),
+			}
 		case "quit":
 			return
 		default:

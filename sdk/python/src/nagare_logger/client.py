@@ -13,6 +13,7 @@ import dataclasses
 # half-imported codec: "LookupError: unknown encoding: idna" on every connect.
 # Importing it here, before any thread exists, keeps children able to connect.
 import encodings.idna  # noqa: F401
+import itertools
 import os
 import random
 import select
@@ -46,6 +47,9 @@ _BILLION = 1_000_000_000
 _CLOSING_RETRY = 0.1
 # while events are spilled during an outage, the file is fsync'd this often
 _SPILL_SYNC_INTERVAL = 0.2
+# in ack mode the sender writes this many frames before it waits for their
+# acks, so a spill file or a full buffer drains without a round trip per frame
+_MAX_INFLIGHT = 8
 
 
 class AckTimeoutError(TimeoutError):
@@ -110,7 +114,7 @@ class Stats:
 
 
 class _Frame:
-    __slots__ = ("chunk", "count", "data", "encoded", "mem_bytes", "tag")
+    __slots__ = ("chunk", "count", "data", "delivered", "encoded", "mem_bytes", "tag")
 
     def __init__(self, tag: str, data: bytes, count: int, mem_bytes: int):
         self.tag = tag
@@ -119,6 +123,7 @@ class _Frame:
         self.mem_bytes = mem_bytes  # how much of the memory budget this frame holds
         self.chunk: str | None = None
         self.encoded: bytes | None = None
+        self.delivered = False  # acknowledged (ack mode)
 
 
 class _Conn:
@@ -525,10 +530,12 @@ class Client:
                         self._frames_locked(tag, entries)
                     return self._outbox[0]
                 if self._spilling and self._spill is not None:
-                    for tag, data, count in self._spill.read(self.batch_max_bytes):
-                        f = _Frame(tag, data, count, 0)
-                        self._outbox.append(f)
-                        self._outbox_events += count
+                    # a window's worth of frames: several in flight in ack mode
+                    frames = _MAX_INFLIGHT if self.require_ack else 1
+                    while len(self._outbox) < frames and not self._spill.exhausted:
+                        for tag, data, count in self._spill.read(self.batch_max_bytes):
+                            self._outbox.append(_Frame(tag, data, count, 0))
+                            self._outbox_events += count
                     if self._spill.exhausted:
                         self._spill.reset()
                         self._spilling = False
@@ -575,43 +582,62 @@ class Client:
             frame = self._next_frame()
             if frame is None:
                 return True
-            if not self._deliver(frame):
+            with self._lock:
+                # ack mode: the first frames of the outbox, written before any ack is read
+                window = list(
+                    itertools.islice(self._outbox, _MAX_INFLIGHT if self.require_ack else 1)
+                )
+            if not self._deliver(window):
                 return True  # aborted by close()
-            with self._cond:
-                if self._outbox and self._outbox[0] is frame:
-                    self._outbox.popleft()
+            self._report_drops()
+
+    def _commit(self, frame: _Frame) -> None:
+        """frame was delivered: out of the outbox (wherever it is: acks may come out of order)."""
+        with self._cond:
+            for i, f in enumerate(self._outbox):
+                if f is frame:
+                    del self._outbox[i]
                     self._outbox_events -= frame.count
                     self._mem_bytes -= frame.mem_bytes
                     self._sent += frame.count
-                self._cond.notify_all()
-            self._failures = 0
-            self._report_drops()
+                    break
+            self._cond.notify_all()
+        self._failures = 0
 
-    def _deliver(self, frame: _Frame) -> bool:
-        if frame.encoded is None:
-            if self.require_ack and frame.chunk is None:
-                frame.chunk = base64.b64encode(os.urandom(16)).decode("ascii")
-            frame.encoded = protocol.encode_packed(
-                frame.tag, frame.data, frame.count, frame.chunk, compress=self.compress
-            )
-        while True:
+    def _deliver(self, window: list[_Frame]) -> bool:
+        """Write the frames (and in ack mode wait for their acks) until each is delivered,
+        or has moved to the spill file; False when close() gave up."""
+        for frame in window:
+            if frame.encoded is None:
+                if self.require_ack and frame.chunk is None:
+                    frame.chunk = base64.b64encode(os.urandom(16)).decode("ascii")
+                frame.encoded = protocol.encode_packed(
+                    frame.tag, frame.data, frame.count, frame.chunk, compress=self.compress
+                )
+        while window:
             conn = self._connection()
             if conn is None:
                 return False
             with self._lock:
-                if not (self._outbox and self._outbox[0] is frame):
+                if not (self._outbox and self._outbox[0] is window[0]):
                     return True  # moved to the spill file during the outage
             try:
                 self._check_peer(conn)
                 conn.sock.settimeout(self.write_timeout)
-                conn.sock.sendall(frame.encoded)
-                if self.require_ack:
-                    self._wait_ack(conn, frame.chunk)
+                for frame in window:
+                    conn.sock.sendall(frame.encoded)
+                if not self.require_ack:
+                    self._commit(window[0])  # a window of one without acks
+                    return True
+                self._wait_acks(conn, window)
                 return True
             except (OSError, AckTimeoutError, protocol.ProtocolError, ValueError) as e:
                 self._error(e)
                 self._drop_conn(conn)
                 self._failures += 1
+                # the acknowledged ones are committed; the others go again, same chunk ids
+                window = [f for f in window if not f.delivered]
+        return True
 
     def _check_peer(self, conn: _Conn) -> None:
         """Notice a closed connection (peer's FIN) before writing into it."""
@@ -634,17 +660,26 @@ class Client:
             raise protocol.HandshakeError("server requires a shared key (got HELO)")
         # stale acks of frames that were already resent, heartbeats: ignore
 
-    def _wait_ack(self, conn: _Conn, chunk: str | None) -> None:
-        want = (chunk or "").encode("ascii")
+    def _wait_acks(self, conn: _Conn, window: list[_Frame]) -> None:
+        """Read acks until every frame of the window has its own; each is committed
+        as its ack comes. The ack timeout runs from the last ack (or the writes)."""
+        waiting = {(f.chunk or "").encode("ascii"): f for f in window}
         deadline = _now() + self.ack_timeout
         while True:
             for obj in conn.unpacker:
-                if isinstance(obj, dict) and obj.get(b"ack") == want:
+                f = waiting.pop(obj.get(b"ack"), None) if isinstance(obj, dict) else None
+                if f is None:
+                    self._unexpected(obj)
+                    continue
+                f.delivered = True
+                self._commit(f)
+                if not waiting:
                     return
-                self._unexpected(obj)
+                deadline = _now() + self.ack_timeout
             remaining = deadline - _now()
             if remaining <= 0 or self._abort:
-                raise AckTimeoutError(f"no ack for chunk {chunk} from {conn.server}")
+                first = next(iter(waiting.values())).chunk
+                raise AckTimeoutError(f"no ack for chunk {first} from {conn.server}")
             conn.sock.settimeout(min(remaining, 0.25))
             try:
                 data = conn.sock.recv(65536)

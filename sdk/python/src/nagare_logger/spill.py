@@ -105,12 +105,24 @@ class SpillFile:
         Consecutive records of one tag are joined into one (tag, entries, count)
         of at most max_bytes, so events spilled one by one drain as big frames.
         """
+        # one read of about max_bytes, parsed in memory: events spilled one by
+        # one are one record each, and a read call per record is what cost
         self._r.seek(self.read_pos)
+        block = self._r.read(min(self.size - self.read_pos, max_bytes + _HEAD.size))
         out: list[tuple[str, list[bytes], int, int]] = []  # tag, parts, count, bytes
-        got = 0
+        got = pos = 0
         while self.read_pos < self.size and (not out or got < max_bytes):
-            n, tag_len, count = _HEAD.unpack(self._r.read(_HEAD.size))
-            body = self._r.read(n)
+            if pos + _HEAD.size > len(block) or pos + _HEAD.size + _HEAD.unpack_from(block, pos)[
+                0
+            ] > len(block):
+                # the next record goes past the block: a new block from it on
+                self._r.seek(self.read_pos)
+                head = self._r.read(_HEAD.size)
+                block = head + self._r.read(max(_HEAD.unpack(head)[0], max_bytes))
+                pos = 0
+            n, tag_len, count = _HEAD.unpack_from(block, pos)
+            body = block[pos + _HEAD.size : pos + _HEAD.size + n]
+            pos += _HEAD.size + n
             tag, entries = body[:tag_len].decode("utf-8"), body[tag_len:]
             if out and out[-1][0] == tag and out[-1][3] + len(entries) <= max_bytes:
                 t, parts, c, b = out[-1]

@@ -38,6 +38,13 @@ final class Pipeline implements Connection.Listener {
   /** close() retries the servers this often until its deadline. */
   private static final long CLOSING_RETRY_NS = 100_000_000L;
 
+  /**
+   * While no server answers (with a spill file), open chunks are sealed into the spill file at
+   * least this often, and any spill write is fsync'd within this long: a kill -9 during an outage
+   * loses at most this much. The same interval in every SDK.
+   */
+  private static final long SPILL_SYNC_NS = 200_000_000L;
+
   private final Config cfg;
   private final ReentrantLock lock = new ReentrantLock();
   private final Condition work = lock.newCondition();
@@ -55,6 +62,10 @@ final class Pipeline implements Connection.Listener {
   private long queuedBytes;
   private long pending;
   private boolean spilling;
+  private boolean outage; // no server answered the last connect round: seal into the spill file
+  private long diskEvents; // events in the spill file not yet delivered (fsync'd or not)
+  private long unsyncedEvents; // appended to the spill file since the last fsync
+  private long nextSync; // when they are fsync'd (valid while unsyncedEvents > 0)
   private boolean sealRequested;
   private boolean closing;
   private boolean closed;
@@ -96,6 +107,7 @@ final class Pipeline implements Connection.Listener {
     this.spill = cfg.spillPath != null ? new SpillFile(cfg.spillPath, cfg.spillLimit) : null;
     if (spill != null) {
       pending += spill.recoveredEvents();
+      diskEvents = spill.recoveredEvents();
     }
     if (cfg.errorHandler != null) {
       reporter =
@@ -238,10 +250,14 @@ final class Pipeline implements Connection.Listener {
   private void seal(Chunk c) {
     openBytes -= c.size();
     chunkSizeHint = Math.min(initialChunkCapacity, Math.max(4096, c.size() + (c.size() >> 3)));
-    if (spill != null && (spilling || spill.hasUnread())) {
+    if (spill != null && (spilling || outage || spill.hasUnread())) {
       try {
         if (spill.append(c)) {
-          spilled += c.count;
+          diskEvents += c.count;
+          if (unsyncedEvents == 0) {
+            nextSync = System.nanoTime() + SPILL_SYNC_NS;
+          }
+          unsyncedEvents += c.count; // counted as spilled at the fsync
           return;
         }
         dropChunk(c, "spill file full (" + cfg.spillLimit + " bytes)", NagareError.Kind.DROPPED);
@@ -283,6 +299,7 @@ final class Pipeline implements Connection.Listener {
       c.inMemory = false;
     }
     if (c.spillStart >= 0) {
+      diskEvents -= c.count;
       try {
         spill.complete(c);
       } catch (IOException e) {
@@ -408,7 +425,9 @@ final class Pipeline implements Connection.Listener {
           report(new NagareError(NagareError.Kind.SPILL, null, "spill at close: " + e, e));
         }
         saved = pending - lost;
-        spilled += Math.max(0, fresh - lost);
+        spilled += Math.max(0, fresh - lost) + unsyncedEvents; // rewrite() or close() fsyncs
+        unsyncedEvents = 0;
+        diskEvents = saved;
       } else {
         lost = pending;
       }
@@ -458,7 +477,15 @@ final class Pipeline implements Connection.Listener {
   Stats stats() {
     lock.lock();
     try {
-      return new Stats(sent, pending, spilled, dropped, reconnects, resent, errors);
+      return new Stats(
+          sent,
+          pending,
+          spilled,
+          dropped,
+          reconnects,
+          resent,
+          errors,
+          Math.max(0, diskEvents - unsyncedEvents));
     } finally {
       lock.unlock();
     }
@@ -496,7 +523,10 @@ final class Pipeline implements Connection.Listener {
         if (sealRequested || (!open.isEmpty() && now - nextTick >= 0)) {
           sealAll();
           sealRequested = false;
-          nextTick = now + flushIntervalNs;
+          nextTick = now + (outage ? Math.min(flushIntervalNs, SPILL_SYNC_NS) : flushIntervalNs);
+        }
+        if (unsyncedEvents > 0 && now - nextSync >= 0) {
+          syncSpill();
         }
         if (spilling && !spill.hasUnread() && openBytes + queuedBytes <= cfg.bufferLimit / 2) {
           spilling = false;
@@ -508,6 +538,9 @@ final class Pipeline implements Connection.Listener {
             break;
           }
           long wait = open.isEmpty() ? flushIntervalNs : Math.max(1, nextTick - now);
+          if (unsyncedEvents > 0) {
+            wait = Math.min(wait, Math.max(1, nextSync - now));
+          }
           if (!inflight.isEmpty()) {
             wait = Math.max(1, Math.min(wait, inflight.peekFirst().sentAt + ackTimeoutNs - now));
           }
@@ -524,7 +557,14 @@ final class Pipeline implements Connection.Listener {
         }
         if (conn == null) {
           if (now - nextAttempt < 0) {
-            work.awaitNanos(nextAttempt - now);
+            long wait = nextAttempt - now;
+            if (outage && !open.isEmpty()) {
+              wait = Math.min(wait, Math.max(1, nextTick - now));
+            }
+            if (unsyncedEvents > 0) {
+              wait = Math.min(wait, Math.max(1, nextSync - now));
+            }
+            work.awaitNanos(wait);
             continue;
           }
           connect();
@@ -703,18 +743,83 @@ final class Pipeline implements Connection.Listener {
     if (c == null) {
       failures++;
       nextAttempt = now + retryDelayNs(failures);
+      startOutage();
       return;
     }
     if (stopNow) {
       c.close();
       return;
     }
+    outage = false;
     conn = c;
     connections++;
     if (connections > 1) {
       reconnects++;
     }
     nextPrimaryProbe = now + primaryRetryNs;
+  }
+
+  /** fsync the spill file; only then are its new events counted as spilled. */
+  private void syncSpill() {
+    try {
+      spill.sync();
+      spilled += unsyncedEvents;
+      unsyncedEvents = 0;
+    } catch (IOException e) {
+      nextSync = System.nanoTime() + SPILL_SYNC_NS;
+      report(new NagareError(NagareError.Kind.SPILL, null, "spill file fsync: " + e, e));
+    }
+  }
+
+  /**
+   * No server answered a whole connect round: with a spill file and overflow SPILL, what waits in
+   * memory (to resend, queued, open) goes in front of what the file holds, fsync'd, and chunks are
+   * sealed into the file at least every SPILL_SYNC_NS until a server answers, so a kill -9 of the
+   * application during the outage loses at most that much.
+   */
+  private void startOutage() {
+    if (outage || spill == null || cfg.overflow != Overflow.SPILL || closed) {
+      return;
+    }
+    List<Chunk> before = new ArrayList<>(retry); // no connection: nothing is in flight
+    before.addAll(queue);
+    List<Chunk> after = new ArrayList<>(open.values());
+    long fresh = 0; // not yet in the spill file
+    for (Chunk c : before) {
+      fresh += c.spillStart < 0 ? c.count : 0;
+    }
+    for (Chunk c : after) {
+      fresh += c.count;
+    }
+    try {
+      long lost = spill.rewrite(before, after);
+      dropped += lost;
+      pending -= lost;
+      diskEvents = pending; // nothing is in memory any more
+      spilled += Math.max(0, fresh - lost) + unsyncedEvents;
+      unsyncedEvents = 0;
+      if (lost > 0) {
+        report(
+            new NagareError(
+                NagareError.Kind.DROPPED,
+                null,
+                "spill file full (" + cfg.spillLimit + " bytes): dropped " + lost + " events",
+                null));
+      }
+    } catch (IOException e) {
+      report(new NagareError(NagareError.Kind.SPILL, null, "spill at outage: " + e, e));
+      return; // memory keeps them
+    }
+    retry.clear();
+    queue.clear();
+    open.clear();
+    openBytes = 0;
+    queuedBytes = 0;
+    outage = true;
+    nextTick = System.nanoTime() + Math.min(flushIntervalNs, SPILL_SYNC_NS);
+    if (blockedWaiters > 0) {
+      space.signalAll();
+    }
   }
 
   private void probePrimary() {

@@ -26,7 +26,7 @@ final class SpillFile implements AutoCloseable {
   final Path path;
   private final Path offsetPath;
   private final long limit;
-  private final FileChannel ch;
+  private FileChannel ch;
   private final FileChannel offCh;
   private long writePos;
   private long readPos;
@@ -133,8 +133,10 @@ final class SpillFile implements AutoCloseable {
   }
 
   /**
-   * At close: rewrites the file as (before, the unread records, after), so events still in memory
-   * keep their order relative to those already in the file. Returns the events that did not fit.
+   * Rewrites the file as (before, the unread records, after), fsync'd, so events still in memory
+   * keep their order relative to those already in the file (at close, and when an outage starts).
+   * Chunks in {@code before} that were read from this file (outstanding) become unread records
+   * again. Returns the events that did not fit.
    */
   synchronized long rewrite(List<Chunk> before, List<Chunk> after) throws IOException {
     Path tmp = path.resolveSibling(path.getFileName() + ".tmp");
@@ -173,8 +175,15 @@ final class SpillFile implements AutoCloseable {
       }
       out.force(false);
     }
-    Files.move(tmp, path, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+    // The offset belongs to the old file: cleared first, so a crash in between resends delivered
+    // records (duplicates) instead of skipping undelivered ones.
     offCh.truncate(0);
+    offCh.force(false);
+    Files.move(tmp, path, StandardCopyOption.REPLACE_EXISTING, StandardCopyOption.ATOMIC_MOVE);
+    ch.close();
+    ch =
+        FileChannel.open(
+            path, StandardOpenOption.CREATE, StandardOpenOption.READ, StandardOpenOption.WRITE);
     outstanding.clear();
     readPos = 0;
     writePos = pos;
@@ -278,6 +287,11 @@ final class SpillFile implements AutoCloseable {
     offCh.truncate(0);
     readPos = 0;
     writePos = 0;
+  }
+
+  /** fsync: what was appended survives a machine crash too. */
+  synchronized void sync() throws IOException {
+    ch.force(false);
   }
 
   synchronized long sizeBytes() {

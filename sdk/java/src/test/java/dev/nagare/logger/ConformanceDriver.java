@@ -9,7 +9,9 @@ import java.nio.file.Path;
 import java.time.Duration;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
+import java.util.Locale;
 import java.util.Map;
+import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * Drives the Java library for the conformance suite (protocol: sdk/conformance/README.md): one
@@ -18,12 +20,31 @@ import java.util.Map;
 public final class ConformanceDriver {
   private ConformanceDriver() {}
 
+  /** An SSLContext that trusts the CA certificate in a PEM file. */
+  private static javax.net.ssl.SSLContext trusting(Path caPem) throws Exception {
+    java.security.KeyStore ks = java.security.KeyStore.getInstance("PKCS12");
+    ks.load(null, null);
+    try (java.io.InputStream in = java.nio.file.Files.newInputStream(caPem)) {
+      ks.setCertificateEntry(
+          "ca", java.security.cert.CertificateFactory.getInstance("X.509").generateCertificate(in));
+    }
+    javax.net.ssl.TrustManagerFactory tmf =
+        javax.net.ssl.TrustManagerFactory.getInstance(
+            javax.net.ssl.TrustManagerFactory.getDefaultAlgorithm());
+    tmf.init(ks);
+    javax.net.ssl.SSLContext ctx = javax.net.ssl.SSLContext.getInstance("TLS");
+    ctx.init(null, tmf.getTrustManagers(), null);
+    return ctx;
+  }
+
   public static void main(String[] args) throws Exception {
     ObjectMapper json = new ObjectMapper();
     BufferedReader in =
         new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
     NagareLogger log = null;
     Map<String, Long> seqs = new HashMap<>();
+    // connection attempts that failed (the runner waits on it, not on sleeps)
+    AtomicLong connectFailures = new AtomicLong();
     String line;
     while ((line = in.readLine()) != null) {
       String[] parts = line.trim().split(" ", 2);
@@ -46,6 +67,21 @@ public final class ConformanceDriver {
             for (JsonNode s : o.path("servers")) {
               b.server(s.asText());
             }
+            if (o.hasNonNull("tls_ca")) {
+              b.tls(true).sslContext(trusting(Path.of(o.get("tls_ca").asText())));
+            }
+            if (o.hasNonNull("buffer_bytes")) {
+              b.bufferLimit(o.get("buffer_bytes").asLong());
+            }
+            if (o.hasNonNull("overflow")) {
+              b.overflow(Overflow.valueOf(o.get("overflow").asText().toUpperCase(Locale.ROOT)));
+            }
+            b.errorHandler(
+                e -> {
+                  if (e.kind() == NagareError.Kind.CONNECT) {
+                    connectFailures.incrementAndGet();
+                  }
+                });
             if (o.hasNonNull("spill_path")) {
               b.spillPath(Path.of(o.get("spill_path").asText()));
             }
@@ -65,6 +101,23 @@ public final class ConformanceDriver {
             }
             reply.put("accepted", accepted);
           }
+          case "log" -> {
+            // through the java.util.logging integration: message "seq N"
+            String[] tn = arg.split(" ");
+            long n = Long.parseLong(tn[1]);
+            long start = seqs.getOrDefault(tn[0], 0L);
+            seqs.put(tn[0], start + n);
+            java.util.logging.Logger jul =
+                java.util.logging.Logger.getLogger("conformance." + tn[0]);
+            if (jul.getHandlers().length == 0) {
+              jul.setUseParentHandlers(false);
+              jul.addHandler(new dev.nagare.logger.jul.NagareHandler(log, tn[0]));
+            }
+            for (long i = start; i < start + n; i++) {
+              jul.info("seq " + i);
+            }
+            reply.put("logged", n);
+          }
           case "close" -> {
             long t0 = System.nanoTime();
             boolean ok = log.close(Duration.ofMillis(Long.parseLong(arg)));
@@ -75,9 +128,10 @@ public final class ConformanceDriver {
             Stats s = log.stats();
             reply.put("sent", s.sent());
             reply.put("dropped", s.dropped());
-            // kept: after close, buffered is what the spill file keeps
-            reply.put("kept", s.buffered());
+            // kept: what the spill file holds, fsync'd (after close, what it keeps)
+            reply.put("kept", s.spillPending());
             reply.put("buffered", s.buffered());
+            reply.put("connect_failures", connectFailures.get());
           }
           case "quit" -> {
             return;
