@@ -84,6 +84,16 @@ flush_interval = "50ms"
     )
 }
 
+/// SIGTERM: the daemon commits, drains and exits 0.
+fn assert_stopped(d: &mut Daemon) {
+    let st = d.terminate();
+    assert!(
+        st.success(),
+        "nagare exited with {st}; stderr:\n{}",
+        d.stderr()
+    );
+}
+
 /// Waits until the daemon's log says it holds partitions of its topics.
 fn wait_assigned(d: &Daemon, want: usize) {
     wait_until(
@@ -158,7 +168,7 @@ flush_interval = "20ms"
     s.send_acked("mp", 0..50, 25, "mp");
     let got = broker.read_all("out.app", n as usize);
     let mp = broker.read_all("out.mp", 50);
-    nagare.terminate();
+    assert_stopped(&mut nagare);
 
     let mut seqs = Vec::new();
     let mut by_key: HashMap<Vec<u8>, KeyedMessages> = HashMap::new();
@@ -247,7 +257,7 @@ fn input_reads_json_text_and_bad_data() {
                 == 1001
         },
     );
-    nagare.terminate();
+    assert_stopped(&mut nagare);
 
     let records = sink.records();
     assert_eq!(records.len(), 1021);
@@ -319,7 +329,7 @@ fn consumer_killed_and_restarted_loses_nothing() {
     wait_until(WAIT * 3, "every event at the sink", || {
         lost_and_duplicated(&sink.seqs(), n).0.is_empty()
     });
-    nagare.terminate();
+    assert_stopped(&mut nagare);
     let (missing, dups) = lost_and_duplicated(&sink.seqs(), n);
     eprintln!(
         "kill -9 of the consumer after {at_kill} events: lost {}, duplicated {dups}",
@@ -386,8 +396,8 @@ retry_max_interval = "1s"
     wait_until(WAIT * 3, "every event at the sink", || {
         lost_and_duplicated(&sink.seqs(), n).0.is_empty()
     });
-    producer.terminate();
-    consumer.terminate();
+    assert_stopped(&mut producer);
+    assert_stopped(&mut consumer);
     let (missing, dups) = lost_and_duplicated(&sink.seqs(), n);
     eprintln!(
         "broker restarted mid-stream: lost {}, duplicated {dups}",
@@ -441,8 +451,8 @@ fn a_killed_consumers_partitions_go_to_the_other() {
     wait_until(WAIT * 3, "every event at the sink", || {
         lost_and_duplicated(&sink.seqs(), n).0.is_empty()
     });
-    a.terminate();
-    b.terminate();
+    assert_stopped(&mut a);
+    assert_stopped(&mut b);
     let (missing, dups) = lost_and_duplicated(&sink.seqs(), n);
     eprintln!(
         "one of two consumers killed: lost {}, duplicated {dups}",
