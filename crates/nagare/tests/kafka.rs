@@ -1,6 +1,7 @@
 //! The kafka input and output against a real single-node Kafka broker (one
 //! for the whole file, KRaft mode, from Maven Central jars): what the output
-//! writes (content, count, key → partition, headers), what the input reads
+//! writes (content, count, key → partition, headers; a forward input's
+//! `ack = "delivered"` held until Kafka stored the events), what the input reads
 //! (content, count, bad data kept), and faults counted in lost and
 //! duplicated events: nagare killed with SIGKILL while it consumes, the
 //! broker killed and restarted mid-stream, one of two consumers of a group
@@ -220,6 +221,56 @@ flush_interval = "20ms"
         .collect();
     assert_eq!(mp_seqs, (0..50).collect::<Vec<_>>());
     assert!(mp.iter().all(|r| r.key.is_none()));
+}
+
+#[test]
+fn delivered_acks_wait_for_kafka() {
+    let Some(broker) = broker() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // The topic does not exist yet (the test broker creates none on first use).
+    let cfg = format!(
+        r#"[[input]]
+type = "forward"
+bind = "127.0.0.1:{port}"
+ack = "delivered"
+
+[[output]]
+type = "kafka"
+match = "**"
+addresses = ["{}"]
+topic = "late"
+timeout = "60s"
+[output.buffer]
+flush_interval = "20ms"
+"#,
+        broker.bootstrap()
+    );
+    let mut nagare = Daemon::start(dir.path(), "delivered", &cfg, None);
+    nagare.wait_port(port);
+    let mut s = Sender::tcp(port);
+    s.packed("app", 0..10, Some(b"d1"));
+    // No ack while Kafka cannot store the events: an absence, observed for
+    // a while (there is no event to wait for).
+    s.conn.set_timeout(Some(std::time::Duration::from_secs(2)));
+    assert!(
+        s.read_msg().is_err(),
+        "acked before Kafka stored the events"
+    );
+    s.conn.set_timeout(Some(WAIT));
+    broker.create_topic("late", 1);
+    assert_eq!(
+        s.read_ack(),
+        ack_bytes(&mp_str(b"d1")),
+        "the ack once Kafka has them"
+    );
+    let got = broker.read_all("late", 10);
+    let seqs: Vec<u64> = got
+        .iter()
+        .map(|r| json_value(&r.payload)["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, (0..10).collect::<Vec<_>>());
+    assert_stopped(&mut nagare);
 }
 
 #[test]
