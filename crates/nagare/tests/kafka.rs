@@ -223,6 +223,76 @@ flush_interval = "20ms"
     assert!(mp.iter().all(|r| r.key.is_none()));
 }
 
+/// Kafka's own Java client and nagare agree: a key goes to the same
+/// partition from either producer (murmur2), and what the Java console
+/// producer writes, the kafka input reads.
+#[test]
+fn java_producer_and_nagare_agree_on_keys() {
+    let Some(broker) = broker() else { return };
+    broker.create_topic("interop", 5);
+    let lines: Vec<String> = (0..50)
+        .map(|i| {
+            format!(
+                r#"u{}:{{"seq":{i},"message":"{}","from":"java"}}"#,
+                i % 10,
+                message_for(i)
+            )
+        })
+        .collect();
+    broker.console_produce("interop", &lines);
+
+    let dir = tempfile::tempdir().unwrap();
+    let (port, sink) = (free_port(), Sink::start(SinkOpts::default()));
+    let cfg = format!(
+        "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:{port}\"\n\n[[output]]\ntype = \"kafka\"\nmatch = \"app\"\naddresses = [\"{b}\"]\ntopic = \"interop\"\nkey_field = \"user\"\n\n[[input]]\ntype = \"kafka\"\naddresses = [\"{b}\"]\ntopics = [\"interop\"]\ngroup = \"interop\"\nstart_from = \"earliest\"\n{}",
+        forward_output_to("interop", sink.port),
+        b = broker.bootstrap()
+    );
+    let mut nagare = Daemon::start(dir.path(), "interop", &cfg, None);
+    nagare.wait_port(port);
+    let records: Vec<rmpv::Value> = (50..100)
+        .map(|i| {
+            m(&[
+                ("seq", i.into()),
+                ("user", format!("u{}", i % 10).into()),
+                ("from", "nagare".into()),
+            ])
+        })
+        .collect();
+    send_records_acked(&mut Sender::tcp(port), "app", &records, "n1");
+    // The input reads both producers' messages.
+    sink.wait_count(100);
+    let got = broker.read_all("interop", 100);
+    assert_stopped(&mut nagare);
+    assert_exact_seqs(&sink.seqs(), 100);
+    let java = sink
+        .records()
+        .iter()
+        .filter(|(_, _, r)| field_of(r, "from").and_then(|v| v.as_str()) == Some("java"))
+        .count();
+    assert_eq!(java, 50);
+    // key → the partitions it was found in, by producer.
+    let mut partitions: BTreeMap<(Vec<u8>, String), std::collections::BTreeSet<i32>> =
+        BTreeMap::new();
+    for r in &got {
+        let from = json_value(&r.payload)["from"].as_str().unwrap().to_string();
+        partitions
+            .entry((r.key.clone().expect("a key"), from))
+            .or_default()
+            .insert(r.partition);
+    }
+    for k in 0..10 {
+        let key = format!("u{k}").into_bytes();
+        let java = &partitions[&(key.clone(), "java".to_string())];
+        let nagare = &partitions[&(key, "nagare".to_string())];
+        assert_eq!(java.len(), 1, "u{k}: one partition from Java");
+        assert_eq!(
+            java, nagare,
+            "u{k}: the Java client and nagare chose different partitions"
+        );
+    }
+}
+
 #[test]
 fn delivered_acks_wait_for_kafka() {
     let Some(broker) = broker() else { return };

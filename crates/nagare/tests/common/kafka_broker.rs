@@ -232,6 +232,43 @@ impl KafkaBroker {
         assert_eq!(producer.in_flight_count(), 0);
     }
 
+    /// Writes `key:value` lines to `topic` with Kafka's own console producer
+    /// (the Java client, as kafka-console-producer.sh runs it), acks=all.
+    pub fn console_produce(&self, topic: &str, lines: &[String]) {
+        let libs = Command::new("bash")
+            .arg(FETCH_SH)
+            .output()
+            .expect("tests/kafka/fetch.sh");
+        let libs = format!("{}/libs/*", String::from_utf8_lossy(&libs.stdout).trim());
+        let mut child = Command::new("java")
+            .args([
+                "-Xmx256m",
+                "-XX:TieredStopAtLevel=1",
+                "-Dlog4j.configuration=file:/dev/null",
+                "-cp",
+                &libs,
+            ])
+            .arg("kafka.tools.ConsoleProducer")
+            .args(["--bootstrap-server", &self.bootstrap(), "--topic", topic])
+            .args(["--producer-property", "acks=all"])
+            .args([
+                "--property",
+                "parse.key=true",
+                "--property",
+                "key.separator=:",
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("java kafka.tools.ConsoleProducer");
+        let mut stdin = child.stdin.take().unwrap();
+        std::io::Write::write_all(&mut stdin, (lines.join("\n") + "\n").as_bytes()).unwrap();
+        drop(stdin);
+        // It sends what it read, then exits at the end of its input.
+        let st = child.wait().unwrap();
+        assert!(st.success(), "kafka.tools.ConsoleProducer: {st}");
+    }
+
     /// Every message of `topic`, read from the start until `n` arrived.
     pub fn read_all(&self, topic: &str, n: usize) -> Vec<Received> {
         let consumer: BaseConsumer = self
