@@ -3,7 +3,7 @@
 # JVM) on loopback, for the tests (crates/nagare/tests/common/kafka_broker.rs)
 # and the bench (benches/queues-kafka.sh):
 #
-#   tests/kafka/broker.sh DIR PORT CONTROLLER_PORT [PARTITIONS]
+#   tests/kafka/broker.sh DIR PORT CONTROLLER_PORT [PARTITIONS [SASL_PORT]]
 #
 # Writes DIR/server.properties, formats DIR/data with a random cluster id
 # the first time (a restart on the same DIR keeps the data), then execs the
@@ -11,21 +11,27 @@
 #   KAFKA_JAVA_OPTS  JVM options (default: a small heap and a quick start)
 #   PARTITIONS       partitions of a topic created on first use (default 1;
 #                    0 = topics are never created on first use)
+#   SASL_PORT        also a SASL_PLAINTEXT listener there, mechanism PLAIN,
+#                    one user: "nagare", password "kafka-secret"
 set -euo pipefail
-dir=$1 port=$2 cport=$3 partitions=${4:-1}
+dir=$1 port=$2 cport=$3 partitions=${4:-1} sasl_port=${5:-}
 libs="$("$(dirname "$0")/fetch.sh")/libs"
 mkdir -p "$dir"
 auto=true
 [ "$partitions" = 0 ] && { auto=false; partitions=1; }
+listeners=PLAINTEXT://127.0.0.1:$port
+[ -n "$sasl_port" ] && listeners="$listeners,SASL_PLAINTEXT://127.0.0.1:$sasl_port"
 cat > "$dir/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$cport
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=$listeners,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=$listeners
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
+sasl.enabled.mechanisms=PLAIN
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_nagare="kafka-secret";
 log.dirs=$dir/data
 num.partitions=$partitions
 auto.create.topics.enable=$auto

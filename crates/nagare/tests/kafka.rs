@@ -293,6 +293,57 @@ fn java_producer_and_nagare_agree_on_keys() {
     }
 }
 
+/// SASL PLAIN is passed through to librdkafka: the right password writes,
+/// a wrong one is refused by the broker (and nothing is written).
+#[test]
+fn sasl_plain_authenticates() {
+    let Some(broker) = broker() else { return };
+    broker.create_topic("sasl", 1);
+    let dir = tempfile::tempdir().unwrap();
+    let (port, bad_port) = (free_port(), free_port());
+    let config = |port: u16, password: &str| {
+        format!(
+            r#"[[input]]
+type = "forward"
+bind = "127.0.0.1:{port}"
+
+[[output]]
+type = "kafka"
+match = "**"
+addresses = ["127.0.0.1:{}"]
+topic = "sasl"
+sasl = {{ mechanism = "PLAIN", username = "nagare", password = "{password}" }}
+[output.buffer]
+flush_interval = "20ms"
+"#,
+            broker.sasl_port
+        )
+    };
+    let mut good = Daemon::start(dir.path(), "good", &config(port, "kafka-secret"), None);
+    let mut bad = Daemon::start(dir.path(), "bad", &config(bad_port, "wrong"), None);
+    good.wait_port(port);
+    bad.wait_port(bad_port);
+    Sender::tcp(port).send_acked("good", 0..20, 10, "g");
+    Sender::tcp(bad_port).send_acked("bad", 100..120, 10, "b");
+    let got = broker.read_all("sasl", 20);
+    let seqs: Vec<u64> = got
+        .iter()
+        .map(|r| json_value(&r.payload)["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, (0..20).collect::<Vec<_>>());
+    wait_until(WAIT, "the broker to refuse the wrong password", || {
+        bad.stderr().contains("Authentication failed")
+    });
+    assert_stopped(&mut good);
+    // Its events stay in its buffer (memory: dropped at exit after retries).
+    bad.signal(libc::SIGKILL);
+    // Nothing of the refused producer reached the topic.
+    assert!(broker
+        .read_all("sasl", 20)
+        .iter()
+        .all(|r| json_value(&r.payload)["seq"].as_u64() < Some(100)));
+}
+
 #[test]
 fn delivered_acks_wait_for_kafka() {
     let Some(broker) = broker() else { return };

@@ -332,6 +332,11 @@ impl Reader {
                 break;
             }
             self.mark_done(consumer.context(), &batch);
+            // While messages keep coming, recv() is always ready: commit here too.
+            if tokio::time::Instant::now() >= next_commit {
+                commit(&consumer, CommitMode::Async);
+                next_commit = tokio::time::Instant::now() + self.cfg.commit_interval.0;
+            }
         }
         commit(&consumer, CommitMode::Sync);
         tracing::info!(input = %self.name, "kafka input stopped");

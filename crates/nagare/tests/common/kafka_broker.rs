@@ -23,6 +23,8 @@ const START: Duration = Duration::from_secs(90);
 
 pub struct KafkaBroker {
     pub port: u16,
+    /// A SASL_PLAINTEXT listener (PLAIN, user "nagare", password "kafka-secret").
+    pub sasl_port: u16,
     controller_port: u16,
     pub dir: PathBuf,
     child: Option<Child>,
@@ -84,6 +86,7 @@ impl KafkaBroker {
         std::fs::create_dir_all(&dir).unwrap();
         KafkaBroker {
             port: free_port(),
+            sasl_port: free_port(),
             controller_port: free_port(),
             dir,
             child: None,
@@ -104,15 +107,12 @@ impl KafkaBroker {
             .append(true)
             .open(self.dir.join("broker.log"))
             .unwrap();
-        // Topics are created by the tests (partitions 0: none on first use).
+        // Topics are created by the tests (partitions 0: none on first use);
+        // a SASL listener for the SASL test.
         let child = Command::new("bash")
             .arg(BROKER_SH)
             .arg(&self.dir)
-            .args([
-                self.port.to_string(),
-                self.controller_port.to_string(),
-                "0".into(),
-            ])
+            .args([self.port, self.controller_port, 0, self.sasl_port].map(|p| p.to_string()))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -314,6 +314,19 @@ impl KafkaBroker {
             }
         }
         got
+    }
+
+    /// The offset after the last message of each partition of `topic`.
+    pub fn end_offsets(&self, topic: &str, partitions: i32) -> Vec<i64> {
+        let consumer: BaseConsumer = self.client().create().unwrap();
+        (0..partitions)
+            .map(|p| {
+                consumer
+                    .fetch_watermarks(topic, p, Duration::from_secs(10))
+                    .expect("watermarks")
+                    .1
+            })
+            .collect()
     }
 
     /// The offsets `group` committed in each partition of `topic`.
