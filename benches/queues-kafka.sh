@@ -46,7 +46,9 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 "$ROOT/tests/kafka/broker.sh" "$dir/kafka" "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$PARTITIONS" >"$dir/broker.log" 2>&1 &
 broker=$!
-for _ in $(seq 600); do grep -q "Kafka Server started" "$dir/broker.log" && break; sleep 0.1; done
+# Up to 3 minutes: a cold JVM on a loaded machine.
+for _ in $(seq 1800); do grep -q "Kafka Server started" "$dir/broker.log" && break; sleep 0.1; done
+grep -q "Kafka Server started" "$dir/broker.log" || { echo "the broker did not start:" >&2; tail -n 20 "$dir/broker.log" >&2; exit 1; }
 "$NAGARE" run -c "$ROOT/benches/queues-kafka-in.toml" &
 consumer=$!
 "$NAGARE" run -c "$ROOT/benches/queues-kafka-out.toml" &
@@ -71,7 +73,7 @@ for size in $SIZES; do
     echo "size $size run $i" >&2
     "$FB" relay --sut-port "$SUT_PORT" --sink-port "$SINK_PORT" \
       --duration "$DURATION" --warmup 3s --size "$size" --batch 200 --quiet \
-      --ready-timeout 120s --drain-max 60s \
+      --ready-timeout 240s --drain-max 60s \
       --sut-cmd "CPU_FILE=$OUT/cpu-$size-$i.json exec $OUT/sut.sh" 2>/dev/null | tail -n 1 >> "$OUT/e2e-$size.jsonl"
   done
   # Kafka's own tools alone, on a new broker: records of the size nagare
@@ -80,7 +82,7 @@ for size in $SIZES; do
   dir=$(mktemp -d)
   tests/kafka/broker.sh "$dir/kafka" "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$PARTITIONS" >"$dir/broker.log" 2>&1 &
   kpid=$!
-  for _ in $(seq 600); do grep -q "Kafka Server started" "$dir/broker.log" && break; sleep 0.1; done
+  for _ in $(seq 1800); do grep -q "Kafka Server started" "$dir/broker.log" && break; sleep 0.1; done
   records=${PERF_RECORDS:-$(( size < 1000 ? 5000000 : 1000000 ))}
   perf org.apache.kafka.tools.ProducerPerformance --topic perf --num-records "$records" \
     --record-size $((size + 25)) --throughput -1 \
