@@ -11,8 +11,9 @@
 #   KAFKA_JAVA_OPTS  JVM options (default: a small heap and a quick start)
 #   PARTITIONS       partitions of a topic created on first use (default 1;
 #                    0 = topics are never created on first use)
-#   SASL_PORT        also a SASL_PLAINTEXT listener there, mechanism PLAIN,
-#                    one user: "nagare", password "kafka-secret"
+#   SASL_PORT        also a SASL_PLAINTEXT listener there, mechanisms PLAIN
+#                    and SCRAM-SHA-256, one user: "nagare", password
+#                    "kafka-secret"
 set -euo pipefail
 dir=$1 port=$2 cport=$3 partitions=${4:-1} sasl_port=${5:-}
 libs="$("$(dirname "$0")/fetch.sh")/libs"
@@ -30,8 +31,9 @@ advertised.listeners=$listeners
 controller.listener.names=CONTROLLER
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
-sasl.enabled.mechanisms=PLAIN
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256
 listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_nagare="kafka-secret";
+listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
 log.dirs=$dir/data
 num.partitions=$partitions
 auto.create.topics.enable=$auto
@@ -56,7 +58,9 @@ run() { # run CLASS ARGS...: a Kafka class with the broker's class path
 if [ ! -e "$dir/data/meta.properties" ]; then
   # A cluster id is 16 random bytes in URL-safe base64 without padding.
   id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
-  run kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" >/dev/null
+  # The SCRAM user lives in the cluster's metadata, written at format time.
+  run kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" \
+    --add-scram 'SCRAM-SHA-256=[name=nagare,password=kafka-secret]' >/dev/null
 fi
 # shellcheck disable=SC2086
 exec java $java_opts "-Dlog4j.configuration=file:$dir/log4j.properties" -cp "$libs/*" kafka.Kafka "$dir/server.properties"

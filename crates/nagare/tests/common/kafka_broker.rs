@@ -23,7 +23,8 @@ const START: Duration = Duration::from_secs(90);
 
 pub struct KafkaBroker {
     pub port: u16,
-    /// A SASL_PLAINTEXT listener (PLAIN, user "nagare", password "kafka-secret").
+    /// A SASL_PLAINTEXT listener (PLAIN and SCRAM-SHA-256, user "nagare",
+    /// password "kafka-secret").
     pub sasl_port: u16,
     controller_port: u16,
     pub dir: PathBuf,
