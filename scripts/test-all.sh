@@ -54,6 +54,10 @@ need ip iproute2                 # a private network namespace for cli.rs
 need python3 python3             # fuse tests write through python3; exec filter tests run Python programs
 need redis-server redis-server   # the redis input and output tests (tests/redis.rs)
 need openssl openssl             # a CA and a server certificate for the redis TLS test
+need java default-jre-headless   # the Kafka broker of the kafka tests (tests/kafka/broker.sh)
+need mvn maven                   # fetches the broker's jars (tests/kafka/fetch.sh)
+need cmake cmake                 # builds librdkafka into nagare (the kafka input and output)
+pkg-config --exists libssl 2>/dev/null || need_apt+=(libssl-dev)  # OpenSSL, linked statically into librdkafka
 need pkg-config pkg-config       # the rest: nagare-bench's `png` feature (suite below)
 pkg-config --exists fontconfig 2>/dev/null || need_apt+=(libfontconfig1-dev)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_apt+=(fonts-dejavu-core)
@@ -64,6 +68,9 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     echo "not root: cannot install ${need_apt[*]}; suites that need them will fail" >&2
   fi
 fi
+
+# The Kafka broker's jars, once, into a cache outside the repository.
+bash tests/kafka/fetch.sh >/dev/null || echo "cannot fetch the Kafka jars; the kafka tests will fail" >&2
 
 # --- Rust --------------------------------------------------------------------
 suite "cargo fmt" cargo fmt --all -- --check

@@ -10,6 +10,7 @@ mod formats;
 mod forward_io;
 mod holder;
 mod inputs;
+mod kafka_conn;
 mod logging;
 mod monitor;
 mod outputs;

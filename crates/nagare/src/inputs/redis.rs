@@ -77,6 +77,7 @@ pub enum InputFormat {
     /// A msgpack map, or a `[time, record]` entry (the `redis` output's msgpack).
     Msgpack,
     /// Text, through `[input.parser]` (default type "none": `{"message": "<text>"}`).
+    #[serde(alias = "raw")]
     Text,
 }
 
@@ -585,29 +586,37 @@ impl Shared {
     /// Appends the entry `[time, record]` of one element; false when it did
     /// not parse (the record then holds it and a `parse_error`).
     fn decode(&self, v: &[u8], now: EventTime, out: &mut Vec<u8>) -> bool {
-        if self.cfg.format != InputFormat::Msgpack {
-            return encode_line(out, now, v, &self.parser, None);
-        }
-        match msgpack_event(v) {
-            Some(MsgpackEvent::Entry) => out.extend_from_slice(v),
-            Some(MsgpackEvent::Record) => {
-                out.push(0x92);
-                out.extend_from_slice(&now.to_bytes());
-                out.extend_from_slice(v);
-            }
-            None => {
-                out.push(0x92);
-                out.extend_from_slice(&now.to_bytes());
-                write_map_len(out, 2);
-                write_str(out, self.parser.message_key().as_bytes());
-                write_str(out, &String::from_utf8_lossy(v).into_owned().into_bytes());
-                write_str(out, b"parse_error");
-                write_str(out, b"not a msgpack map or [time, map] entry");
-                return false;
-            }
-        }
-        true
+        decode_element(self.cfg.format, &self.parser, v, now, out)
     }
+}
+
+/// Appends the entry `[time, record]` of one queue element read in `format`
+/// (shared with the kafka input); `now` is the time of an element without
+/// its own. False when it did not parse (the record then holds it and a
+/// `parse_error`).
+pub(crate) fn decode_element(format: InputFormat, parser: &Parser, v: &[u8], now: EventTime, out: &mut Vec<u8>) -> bool {
+    if format != InputFormat::Msgpack {
+        return encode_line(out, now, v, parser, None);
+    }
+    match msgpack_event(v) {
+        Some(MsgpackEvent::Entry) => out.extend_from_slice(v),
+        Some(MsgpackEvent::Record) => {
+            out.push(0x92);
+            out.extend_from_slice(&now.to_bytes());
+            out.extend_from_slice(v);
+        }
+        None => {
+            out.push(0x92);
+            out.extend_from_slice(&now.to_bytes());
+            write_map_len(out, 2);
+            write_str(out, parser.message_key().as_bytes());
+            write_str(out, &String::from_utf8_lossy(v).into_owned().into_bytes());
+            write_str(out, b"parse_error");
+            write_str(out, b"not a msgpack map or [time, map] entry");
+            return false;
+        }
+    }
+    true
 }
 
 enum MsgpackEvent {
@@ -635,7 +644,7 @@ fn msgpack_event(v: &[u8]) -> Option<MsgpackEvent> {
 }
 
 /// A string field of the record of entry `[time, record]`.
-fn record_field<'a>(entry: &'a [u8], key: &str) -> Option<&'a str> {
+pub(crate) fn record_field<'a>(entry: &'a [u8], key: &str) -> Option<&'a str> {
     let rec = skip_value(entry, 1).ok()?;
     crate::formats::field(&entry[rec..], key.as_bytes()).and_then(|v| std::str::from_utf8(v).ok())
 }

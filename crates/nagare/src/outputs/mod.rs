@@ -20,6 +20,7 @@ registry! {
     file => output::<file::FileConfig>(),
     forward => output::<forward::ForwardOutputConfig>(),
     redis => output::<redis::RedisOutputConfig>(),
+    kafka => output::<kafka::KafkaOutputConfig>(),
     copy => copy::REGISTRATION,
 }
 

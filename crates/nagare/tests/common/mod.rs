@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod kafka_broker;
 pub mod redis_server;
 
 use std::collections::BTreeMap;
