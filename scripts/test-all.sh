@@ -53,6 +53,8 @@ need fusermount3 fuse3           # the fuse input's tests
 need ip iproute2                 # a private network namespace for cli.rs
 need python3 python3             # fuse tests write through python3; exec filter tests run Python programs
 need redis-server redis-server   # the redis input and output tests (tests/redis.rs)
+need logger bsdutils             # the syslog input tests send with util-linux logger (tests/syslog.rs)
+need rsyslogd rsyslog            # rsyslog forwards to and receives from nagare (tests/syslog.rs)
 need openssl openssl             # a CA and a server certificate for the redis TLS test
 need pkg-config pkg-config       # the rest: nagare-bench's `png` feature (suite below)
 pkg-config --exists fontconfig 2>/dev/null || need_apt+=(libfontconfig1-dev)

@@ -4,6 +4,7 @@
 use crate::plugin::{input, registry, InputRegistration};
 
 pub(crate) mod append;
+pub(crate) mod net;
 
 registry! {
     InputRegistration;
@@ -12,4 +13,8 @@ registry! {
     directory => input::<directory::DirectoryConfig>(),
     fuse => input::<fuse::FuseConfig>(),
     redis => input::<redis::RedisInputConfig>(),
+    syslog => input::<syslog::SyslogInputConfig>(),
+    tcp => input::<tcp::TcpInputConfig>(),
+    udp => input::<udp::UdpInputConfig>(),
+    unix => input::<unix::UnixInputConfig>(),
 }
