@@ -438,6 +438,91 @@ max_connections = 2
     assert_eq!(events(dir.path()).len(), 7, "nothing more, nothing lost");
 }
 
+#[test]
+fn bad_input_on_udp_and_unix_sockets() {
+    let dir = tempfile::tempdir().unwrap();
+    let udp = free_port();
+    let path = dir.path().join("bad.sock");
+    let d = daemon(
+        dir.path(),
+        &format!(
+            r#"
+[[input]]
+type = "udp"
+bind = "127.0.0.1:{udp}"
+tag = "bad.udp"
+max_line_size = "100B"
+[input.parser]
+type = "json"
+
+[[input]]
+type = "unix"
+path = "{path}"
+tag = "bad.unix"
+max_line_size = "100B"
+max_connections = 1
+idle_timeout = "1s"
+"#,
+            path = path.display()
+        ),
+    );
+    wait_listening(&d, &format!(":{udp}"));
+    wait_listening(&d, &path.display().to_string());
+    // UDP: garbage and a truncated JSON record are kept with parse_error, an
+    // oversized line is cut; the good datagram after them arrives.
+    let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let big = format!("{{\"m\":\"{}\"}}", "B".repeat(1000));
+    for d in [
+        &b"\x00\xff garbage"[..],
+        b"{\"m\":\"cut",
+        big.as_bytes(),
+        b"{\"m\":\"good\"}",
+    ] {
+        u.send_to(d, ("127.0.0.1", udp)).unwrap();
+    }
+    let ev = wait_events(dir.path(), 4);
+    let r: Vec<&serde_json::Value> = ev
+        .iter()
+        .filter(|(t, _)| t == "bad.udp")
+        .map(|(_, r)| r)
+        .collect();
+    assert!(
+        r[0]["parse_error"].is_string() && r[1]["parse_error"].is_string(),
+        "{r:?}"
+    );
+    assert_eq!(r[1]["message"], "{\"m\":\"cut");
+    assert_eq!(
+        r[2]["message"].as_str().unwrap().len(),
+        100,
+        "cut to max_line_size: {}",
+        r[2]
+    );
+    assert_eq!(r[3]["m"], "good");
+    // UNIX stream: the one connection allowed trickles (slowloris) and is
+    // closed after idle_timeout; meanwhile a second is refused; afterwards
+    // a good one gets through.
+    let mut slow = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    slow.write_all(b"never ends").unwrap();
+    let mut second = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    second.set_read_timeout(Some(WAIT)).unwrap();
+    assert!(
+        matches!(second.read(&mut [0u8; 8]), Ok(0) | Err(_)),
+        "refused at once"
+    );
+    let peer = format!("unix:{}", path.display());
+    wait_until(WAIT, "both unix connections logged", || {
+        bad_peer_lines(&d.stderr(), &peer).len() >= 2
+    });
+    let lines = bad_peer_lines(&d.stderr(), &peer);
+    assert!(lines[0].contains("max_connections"), "{lines:?}");
+    assert!(lines[1].contains("no complete message"), "{lines:?}");
+    let mut good = std::os::unix::net::UnixStream::connect(&path).unwrap();
+    good.write_all(b"good unix\n").unwrap();
+    drop(good);
+    let ev = wait_events(dir.path(), 5);
+    assert_eq!(messages(&ev, "bad.unix"), ["good unix"]);
+}
+
 fn which(cmd: &str) -> bool {
     Command::new("sh")
         .arg("-c")

@@ -182,6 +182,9 @@ fn severity_number(s: &str) -> Option<u8> {
     SEVERITIES.iter().position(|f| *f == s).map(|n| n as u8)
 }
 
+/// The largest UDP payload over IPv4.
+const MAX_DATAGRAM: usize = 65_507;
+
 struct SyslogOutput {
     cfg: SyslogOutputConfig,
     facility: u8,
@@ -285,6 +288,8 @@ impl Output for SyslogOutput {
                 for (time, record, _) in chunk.entries() {
                     msg.clear();
                     self.message(&mut msg, time, record);
+                    // A message a datagram cannot hold is cut (RFC 5426 allows it).
+                    msg.truncate(MAX_DATAGRAM);
                     sock.send(&msg).await.map_err(|e| {
                         FlushError::Retry(format!("sending to {}: {e}", self.cfg.address))
                     })?;
