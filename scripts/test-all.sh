@@ -53,6 +53,8 @@ need fusermount3 fuse3           # the fuse input's tests
 need ip iproute2                 # a private network namespace for cli.rs
 need python3 python3             # fuse tests write through python3; exec filter tests run Python programs
 need redis-server redis-server   # the redis input and output tests (tests/redis.rs)
+need logger bsdutils             # the syslog input tests send with util-linux logger (tests/syslog.rs)
+need rsyslogd rsyslog            # rsyslog forwards to and receives from nagare (tests/syslog.rs)
 need openssl openssl             # a CA and a server certificate for the redis TLS test
 need java default-jre-headless   # the Kafka broker of the kafka tests (tests/kafka/broker.sh)
 need mvn maven                   # fetches the broker's jars (tests/kafka/fetch.sh)

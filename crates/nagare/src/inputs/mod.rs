@@ -4,6 +4,7 @@
 use crate::plugin::{input, registry, InputRegistration};
 
 pub(crate) mod append;
+pub(crate) mod net;
 
 registry! {
     InputRegistration;
@@ -13,4 +14,8 @@ registry! {
     fuse => input::<fuse::FuseConfig>(),
     redis => input::<redis::RedisInputConfig>(),
     kafka => input::<kafka::KafkaInputConfig>(),
+    syslog => input::<syslog::SyslogInputConfig>(),
+    tcp => input::<tcp::TcpInputConfig>(),
+    udp => input::<udp::UdpInputConfig>(),
+    unix => input::<unix::UnixInputConfig>(),
 }

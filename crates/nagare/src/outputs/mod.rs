@@ -13,6 +13,8 @@ use crate::plugin::{output, registry, OutputRegistration};
 use crate::router::{Outputs, Pattern};
 use crate::stats::Registry;
 
+pub(crate) mod net;
+
 registry! {
     OutputRegistration;
     stdout => output::<stdout::StdoutConfig>(),
@@ -21,6 +23,8 @@ registry! {
     forward => output::<forward::ForwardOutputConfig>(),
     redis => output::<redis::RedisOutputConfig>(),
     kafka => output::<kafka::KafkaOutputConfig>(),
+    syslog => output::<syslog::SyslogOutputConfig>(),
+    tcp => output::<tcp::TcpOutputConfig>(),
     copy => copy::REGISTRATION,
 }
 

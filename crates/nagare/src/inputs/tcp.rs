@@ -1,0 +1,96 @@
+//! `tcp`: lines over TCP, each through the input's parser (default `none`:
+//! `{"message": "<line>"}`), like Fluentd's in_tcp. The shared socket code
+//! is in net/.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+use tokio::task::JoinHandle;
+
+use super::net::lines::LineOptions;
+use super::net::{self, Endpoint, Settings};
+use crate::config::units::{Dur, Size};
+use crate::parsers::ParserConfig;
+use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TcpInputConfig {
+    /// "HOST:PORT" to listen on. Required.
+    pub bind: String,
+    /// The events' tag. Required.
+    pub tag: String,
+    /// What ends a line (default "\n"; e.g. "\r\n" or "\u0000").
+    #[serde(default = "default_delimiter")]
+    pub delimiter: String,
+    /// Longest line kept whole (default "1MiB"); a longer line is cut to
+    /// this size, the rest of it skipped, and counted as an error.
+    #[serde(default = "default_max_line")]
+    pub max_line_size: Size,
+    /// Add the sender's IP address to each record under this key.
+    #[serde(default)]
+    pub source_address_key: Option<String>,
+    /// Open connections at most (default 1024); more are closed at once.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// A connection that completes no line for this long is closed (default "5m").
+    #[serde(default = "default_idle")]
+    pub idle_timeout: Dur,
+    /// `[input.parser]`: how a line becomes a record (default type "none").
+    #[serde(default)]
+    pub parser: Option<Box<ParserConfig>>,
+}
+
+pub(super) fn default_delimiter() -> String {
+    "\n".into()
+}
+pub(super) fn default_max_line() -> Size {
+    Size(1 << 20)
+}
+pub(super) fn default_max_connections() -> usize {
+    1024
+}
+pub(super) fn default_idle() -> Dur {
+    Dur(Duration::from_secs(300))
+}
+
+impl TcpInputConfig {
+    fn lines(&self) -> LineOptions<'_> {
+        LineOptions {
+            tag: &self.tag,
+            parser: self.parser.as_deref(),
+            delimiter: &self.delimiter,
+            source_address_key: self.source_address_key.as_deref(),
+        }
+    }
+}
+
+impl InputPlugin for TcpInputConfig {
+    const TYPE: &'static str = "tcp";
+    const DOC: &'static str = "Receives lines over TCP; each line becomes an event through `[input.parser]` (see [Network inputs](network-inputs.md)).";
+
+    fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
+        let addr = crate::config::resolve(&self.bind).map_err(|e| OptionError::new("bind", e))?;
+        cx.listen("bind", Endpoint::Tcp(addr).listen());
+        self.lines().check()?;
+        if self.max_connections == 0 {
+            return Err(OptionError::new("max_connections", "must be at least 1"));
+        }
+        Ok(Box::new(self))
+    }
+}
+
+#[async_trait::async_trait]
+impl Input for TcpInputConfig {
+    async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
+        let addr = crate::config::resolve(&self.bind).map_err(anyhow::Error::msg)?;
+        let settings = Settings {
+            framing: self.lines().framing(),
+            max_message: self.max_line_size.0 as usize,
+            max_connections: self.max_connections,
+            idle_timeout: self.idle_timeout.0,
+            datagram_is_message: false,
+        };
+        net::start(Endpoint::Tcp(addr), settings, self.lines().decoder()?, cx).await
+    }
+}

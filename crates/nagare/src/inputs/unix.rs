@@ -1,0 +1,107 @@
+//! `unix`: lines over a UNIX socket, stream (connections, like `tcp`) or
+//! datagram (like `udp`), each through the input's parser. The shared
+//! socket code is in net/.
+
+use serde::Deserialize;
+use tokio::task::JoinHandle;
+
+use super::net::lines::LineOptions;
+use super::net::{self, Endpoint, Settings};
+use super::tcp::{default_delimiter, default_idle, default_max_connections, default_max_line};
+use crate::config::units::{Dur, Size};
+use crate::parsers::ParserConfig;
+use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
+
+/// The kind of UNIX socket.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum SocketType {
+    /// Connections, each a stream of lines (default for `unix`).
+    #[default]
+    Stream,
+    /// Datagrams, each one line or several (as /dev/log).
+    Dgram,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UnixInputConfig {
+    /// The socket's path; a socket file left by a stopped process is replaced. Required.
+    pub path: String,
+    /// "stream" (default) or "dgram".
+    #[serde(default)]
+    pub socket_type: SocketType,
+    /// The events' tag. Required.
+    pub tag: String,
+    /// What ends a line (default "\n").
+    #[serde(default = "default_delimiter")]
+    pub delimiter: String,
+    /// Longest line kept whole (default "1MiB"); a longer line is cut to
+    /// this size, the rest of it skipped, and counted as an error.
+    #[serde(default = "default_max_line")]
+    pub max_line_size: Size,
+    /// Add the socket's path to each record under this key.
+    #[serde(default)]
+    pub source_address_key: Option<String>,
+    /// Stream: open connections at most (default 1024); more are closed at once.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: usize,
+    /// Stream: a connection that completes no line for this long is closed (default "5m").
+    #[serde(default = "default_idle")]
+    pub idle_timeout: Dur,
+    /// `[input.parser]`: how a line becomes a record (default type "none").
+    #[serde(default)]
+    pub parser: Option<Box<ParserConfig>>,
+}
+
+impl UnixInputConfig {
+    fn lines(&self) -> LineOptions<'_> {
+        LineOptions {
+            tag: &self.tag,
+            parser: self.parser.as_deref(),
+            delimiter: &self.delimiter,
+            source_address_key: self.source_address_key.as_deref(),
+        }
+    }
+
+    fn endpoint(&self) -> Endpoint {
+        match self.socket_type {
+            SocketType::Stream => Endpoint::UnixStream(self.path.clone().into()),
+            SocketType::Dgram => Endpoint::UnixDgram(self.path.clone().into()),
+        }
+    }
+}
+
+impl InputPlugin for UnixInputConfig {
+    const TYPE: &'static str = "unix";
+    const DOC: &'static str = "Receives lines over a UNIX socket (stream or datagram); each line becomes an event through `[input.parser]` (see [Network inputs](network-inputs.md)).";
+
+    fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
+        if self.path.trim().is_empty() {
+            return Err(OptionError::new("path", "must name a socket file"));
+        }
+        cx.listen("path", self.endpoint().listen());
+        cx.writes_file("path", &self.path);
+        self.lines().check()?;
+        if self.max_connections == 0 {
+            return Err(OptionError::new("max_connections", "must be at least 1"));
+        }
+        Ok(Box::new(self))
+    }
+}
+
+#[async_trait::async_trait]
+impl Input for UnixInputConfig {
+    async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
+        let settings = Settings {
+            framing: self.lines().framing(),
+            max_message: self.max_line_size.0 as usize,
+            max_connections: self.max_connections,
+            idle_timeout: self.idle_timeout.0,
+            datagram_is_message: false,
+        };
+        net::start(self.endpoint(), settings, self.lines().decoder()?, cx).await
+    }
+}

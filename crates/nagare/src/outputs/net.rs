@@ -1,0 +1,88 @@
+//! The connection the stream outputs (`tcp`, `syslog` over TCP) keep to
+//! their destination: opened on the first write, checked before each
+//! write, dropped on any error (the buffer then retries the chunk with its
+//! backoff, and the retry connects again).
+
+use std::time::Duration;
+
+use futures_util::FutureExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Mutex;
+
+use super::FlushError;
+use crate::inputs::net::Stream;
+
+pub(crate) struct Connection {
+    address: String,
+    timeout: Duration,
+    stream: Mutex<Option<Box<dyn Stream>>>,
+}
+
+impl Connection {
+    pub(crate) fn new(address: &str, timeout: Duration) -> Connection {
+        Connection {
+            address: address.to_string(),
+            timeout,
+            stream: Mutex::new(None),
+        }
+    }
+
+    async fn connect(&self) -> Result<Box<dyn Stream>, FlushError> {
+        let fail = |e: String| FlushError::Retry(format!("connecting to {}: {e}", self.address));
+        let s = tokio::time::timeout(self.timeout, TcpStream::connect(&self.address))
+            .await
+            .map_err(|_| {
+                fail(format!(
+                    "no answer in {}",
+                    humantime::format_duration(self.timeout)
+                ))
+            })?
+            .map_err(|e| fail(e.to_string()))?;
+        let _ = s.set_nodelay(true);
+        // TLS: the client handshake (tls.rs) wraps `s` here.
+        Ok(Box::new(s))
+    }
+
+    /// Writes `data` whole on the open connection (opening it first); on
+    /// any error the connection is dropped and the chunk is to be retried.
+    pub(crate) async fn send(&self, data: &[u8]) -> Result<(), FlushError> {
+        let mut guard = self.stream.lock().await;
+        if let Some(s) = guard.as_mut() {
+            // A peer that closed (or sent something) since the last write:
+            // writing would seem to work once and lose the data.
+            let mut probe = [0u8; 1];
+            if let Some(r) = s.read(&mut probe).now_or_never() {
+                let why = match r {
+                    Ok(0) => "closed by the peer".to_string(),
+                    Ok(_) => "the peer sent data".to_string(),
+                    Err(e) => e.to_string(),
+                };
+                tracing::info!(address = %self.address, reason = %why, "reconnecting");
+                *guard = None;
+            }
+        }
+        let s = match guard.as_mut() {
+            Some(s) => s,
+            None => guard.insert(self.connect().await?),
+        };
+        let written = tokio::time::timeout(self.timeout, async {
+            s.write_all(data).await?;
+            s.flush().await
+        })
+        .await;
+        let e = match written {
+            Ok(Ok(())) => return Ok(()),
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!(
+                "write took over {}",
+                humantime::format_duration(self.timeout)
+            ),
+        };
+        *guard = None;
+        Err(FlushError::Retry(format!(
+            "writing to {}: {e}",
+            self.address
+        )))
+    }
+}

@@ -1,0 +1,73 @@
+//! `tcp`: writes each event as a formatted line (json, ltsv, single_value,
+//! or raw msgpack entries) to a TCP server, over one connection kept open
+//! and opened again after an error (the buffer retries with backoff).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+
+use super::net::Connection;
+use super::stdout::{default_message_key, render};
+use super::{FlushError, Output};
+use crate::buffer::Chunk;
+use crate::config::units::Dur;
+use crate::formats::Format;
+use crate::plugin::{BuildContext, OptionError, OutputPlugin};
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TcpOutputConfig {
+    /// "HOST:PORT" to connect to. Required.
+    pub address: String,
+    /// "json" (default), "ltsv", "msgpack" or "single_value", as the file output writes them.
+    #[serde(default)]
+    pub format: Format,
+    /// The field written by format "single_value" (default "message").
+    #[serde(default = "default_message_key")]
+    pub message_key: String,
+    /// Connecting, and writing a chunk, may take this long before the
+    /// chunk is retried (default "10s").
+    #[serde(default = "default_timeout")]
+    pub timeout: Dur,
+}
+
+pub(super) fn default_timeout() -> Dur {
+    Dur(std::time::Duration::from_secs(10))
+}
+
+struct TcpOutput {
+    cfg: TcpOutputConfig,
+    conn: Connection,
+}
+
+#[async_trait]
+impl Output for TcpOutput {
+    async fn write(&self, chunk: &Chunk) -> Result<(), FlushError> {
+        let mut out = Vec::with_capacity(chunk.len * 2);
+        render(self.cfg.format, &self.cfg.message_key, chunk, &mut out);
+        self.conn.send(&out).await
+    }
+}
+
+impl OutputPlugin for TcpOutputConfig {
+    const TYPE: &'static str = "tcp";
+    const DOC: &'static str = "Writes events as lines (json, ltsv, single_value) or msgpack entries to a TCP server; reconnects after errors (see [Network inputs](network-inputs.md)).";
+
+    fn build(self, _cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
+        check_address(&self.address)?;
+        let conn = Connection::new(&self.address, self.timeout.0);
+        Ok(Arc::new(TcpOutput { cfg: self, conn }))
+    }
+}
+
+/// "HOST:PORT" with a port (the host is resolved when connecting).
+pub(super) fn check_address(address: &str) -> Result<(), OptionError> {
+    match address.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
+        _ => Err(OptionError::new(
+            "address",
+            format!("{address:?} is not HOST:PORT (e.g. \"127.0.0.1:5170\")"),
+        )),
+    }
+}
