@@ -22,6 +22,7 @@ mod service;
 mod shutdown;
 mod stats;
 mod testing;
+mod tls;
 
 use std::process::ExitCode;
 

@@ -10,44 +10,9 @@
 use std::time::Duration;
 
 use ::redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError};
-use serde::Deserialize;
 
 use crate::plugin::OptionError;
-
-/// `tls`: a table with the same keys as every other client's.
-#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RedisTls {
-    /// PEM file of the CA certificates the server's certificate must chain
-    /// to (default: the system's trust store).
-    #[serde(default)]
-    pub ca: Option<String>,
-    /// PEM file of a client certificate, for servers that ask for one (with `key`).
-    #[serde(default)]
-    pub cert: Option<String>,
-    /// PEM file of the client certificate's private key.
-    #[serde(default)]
-    pub key: Option<String>,
-    /// Check the server's certificate and name (default true). false accepts any certificate.
-    #[serde(default = "yes")]
-    pub verify: bool,
-}
-
-/// A `rediss://` address without a `tls` table: the system's trust store, verified.
-impl Default for RedisTls {
-    fn default() -> Self {
-        RedisTls {
-            ca: None,
-            cert: None,
-            key: None,
-            verify: true,
-        }
-    }
-}
-
-pub fn yes() -> bool {
-    true
-}
+use crate::tls::{TlsOptions, TlsVersion};
 
 pub fn default_address() -> String {
     "127.0.0.1:6379".into()
@@ -84,10 +49,10 @@ macro_rules! redis_options {
             /// The database number (SELECT) (default 0).
             #[serde(default)]
             pub db: i64,
-            /// TLS settings (`ca`, `cert`, `key`, `verify`); setting this
-            /// table, or an address "rediss://…", turns TLS on.
+            /// TLS (`ca`, `cert`, `key`, `verify`; see docs/tls.md); setting
+            /// this table, or an address "rediss://…", turns TLS on.
             #[serde(default)]
-            pub tls: Option<crate::redis_conn::RedisTls>,
+            pub tls: Option<crate::tls::TlsOptions>,
         }
 
         impl $name {
@@ -115,7 +80,7 @@ pub struct Connection<'a> {
     pub username: Option<&'a str>,
     pub password: Option<&'a str>,
     pub db: i64,
-    pub tls: Option<&'a RedisTls>,
+    pub tls: Option<&'a TlsOptions>,
 }
 
 impl Connection<'_> {
@@ -140,11 +105,11 @@ impl Connection<'_> {
         }
         info = info.set_redis_settings(redis);
         let tls_url = matches!(info.addr(), ConnectionAddr::TcpTls { .. });
-        let Some(tls) = self.tls.cloned().or(tls_url.then(RedisTls::default)) else {
+        let Some(tls) = self.tls_options(tls_url)? else {
             return ::redis::Client::open(info)
                 .map_err(|e| OptionError::new("address", e.to_string()));
         };
-        install_crypto_provider();
+        crate::tls::provider();
         let addr = match info.addr().clone() {
             ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
                 ConnectionAddr::TcpTls {
@@ -204,8 +169,8 @@ impl Connection<'_> {
         if let Some(p) = self.password {
             b = b.password(p);
         }
-        if let Some(tls) = self.tls.cloned().or(tls_url.then(RedisTls::default)) {
-            install_crypto_provider();
+        if let Some(tls) = self.tls_options(tls_url)? {
+            crate::tls::provider();
             let mode = if tls.verify {
                 ::redis::TlsMode::Secure
             } else {
@@ -216,6 +181,31 @@ impl Connection<'_> {
         b.build()
             .map(Some)
             .map_err(|e| OptionError::new("addresses", e.to_string()))
+    }
+}
+
+impl Connection<'_> {
+    /// The `tls` table when TLS is on (it is, or the address is rediss://),
+    /// refusing the keys the redis client has no setting for.
+    fn tls_options(&self, tls_url: bool) -> Result<Option<TlsOptions>, OptionError> {
+        let tls = match self.tls {
+            Some(t) if t.enable || tls_url => t.clone(),
+            _ if tls_url => TlsOptions::default(),
+            _ => return Ok(None),
+        };
+        if tls.server_name.is_some() {
+            return Err(OptionError::new(
+                "tls.server_name",
+                "the redis client checks the host of `address`; it has no server_name setting",
+            ));
+        }
+        if tls.min_version != TlsVersion::default() {
+            return Err(OptionError::new(
+                "tls.min_version",
+                "the redis client has no min_version setting (it offers TLS 1.2 and 1.3)",
+            ));
+        }
+        Ok(Some(tls))
     }
 }
 
@@ -235,7 +225,7 @@ fn tcp_info(key: &str, address: &str) -> Result<ConnectionInfo, OptionError> {
 }
 
 /// The CA and client certificate of the `tls` table, read from their files.
-fn certificates(tls: &RedisTls) -> Result<::redis::TlsCertificates, OptionError> {
+fn certificates(tls: &TlsOptions) -> Result<::redis::TlsCertificates, OptionError> {
     let read = |key: &str, path: &Option<String>| -> Result<Option<Vec<u8>>, OptionError> {
         path.as_ref()
             .map(|p| {
@@ -262,13 +252,6 @@ fn certificates(tls: &RedisTls) -> Result<::redis::TlsCertificates, OptionError>
         client_tls,
         root_cert: read("ca", &tls.ca)?,
     })
-}
-
-/// rustls needs one crypto provider per process; redis leaves the choice
-/// to the program.
-fn install_crypto_provider() {
-    // An error means one is installed already, which is what we want.
-    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// Whether a retry can help: a reply that refuses the command itself
@@ -352,9 +335,9 @@ mod tests {
 
     #[test]
     fn tls_files_that_cannot_be_read_name_their_key() {
-        let tls = RedisTls {
+        let tls = TlsOptions {
             ca: Some("/nonexistent/ca.pem".into()),
-            ..RedisTls::default()
+            ..TlsOptions::default()
         };
         let c = Connection {
             tls: Some(&tls),

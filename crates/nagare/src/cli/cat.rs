@@ -1,5 +1,6 @@
-//! `nagare cat [--address HOST:PORT | --unix PATH] [--ack] TAG`: reads JSON
-//! objects, one per line, from stdin and sends them as events, as fluent-cat does.
+//! `nagare cat [--address HOST:PORT | --unix PATH] [--ack] [--tls …] TAG`:
+//! reads JSON objects, one per line, from stdin and sends them as events, as
+//! fluent-cat does; over TLS with `--tls` (or any `--tls-*` option).
 //!
 //! It exits non-zero whenever the server did not take the events, saying why:
 //! a handshake refused, or required and not started (the server's HELO is
@@ -15,6 +16,8 @@ use nagare_forward::{encode_packed_forward, write_entry, Compression, EventTime}
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::forward_io::{self, ClientError};
+use crate::plugin::BuildContext;
+use crate::tls::{TlsClient, TlsOptions};
 
 /// Without acks, how long cat waits at the end for the server to close the
 /// connection (it has read everything then; a server that wanted a
@@ -47,6 +50,43 @@ pub struct CatArgs {
     /// handshake's HELO and PONG.
     #[arg(long, default_value = "30s", value_parser = crate::config::units::parse_duration)]
     pub ack_timeout: Duration,
+    /// Connect over TLS (implied by every other --tls-* option).
+    #[arg(long)]
+    pub tls: bool,
+    /// PEM file of the CA certificates to trust (default: the system's).
+    #[arg(long, value_name = "PATH")]
+    pub tls_ca: Option<String>,
+    /// PEM file of a client certificate, for servers that require one (mTLS).
+    #[arg(long, value_name = "PATH", requires = "tls_key")]
+    pub tls_cert: Option<String>,
+    /// PEM file of the client certificate's key.
+    #[arg(long, value_name = "PATH", requires = "tls_cert")]
+    pub tls_key: Option<String>,
+    /// The name the server's certificate must hold (default: the host of --address).
+    #[arg(long, value_name = "NAME")]
+    pub tls_server_name: Option<String>,
+    /// Accept any server certificate (no protection against a man in the middle).
+    #[arg(long)]
+    pub tls_no_verify: bool,
+}
+
+impl CatArgs {
+    /// The `tls` table these flags stand for, when TLS is on.
+    fn tls_options(&self) -> Option<TlsOptions> {
+        let on = self.tls
+            || self.tls_ca.is_some()
+            || self.tls_cert.is_some()
+            || self.tls_server_name.is_some()
+            || self.tls_no_verify;
+        on.then(|| TlsOptions {
+            ca: self.tls_ca.clone(),
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            server_name: self.tls_server_name.clone(),
+            verify: !self.tls_no_verify,
+            ..TlsOptions::default()
+        })
+    }
 }
 
 trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -65,17 +105,36 @@ fn said(e: ClientError) -> String {
 }
 
 async fn connect(a: &CatArgs, buf: &mut BytesMut) -> Result<Box<dyn Stream>, String> {
-    let mut s: Box<dyn Stream> = match &a.unix {
-        Some(p) => Box::new(
+    let mut cx = BuildContext::new("cat");
+    let tls = TlsClient::build(a.tls_options().as_ref(), &mut cx).map_err(|e| {
+        let flag = e.key.replace("tls.", "--tls-").replace('_', "-");
+        format!("{flag}: {}", e.message)
+    })?;
+    for (key, w) in &cx.warnings {
+        eprintln!("nagare cat: warning: {key}: {w}");
+    }
+    let mut s: Box<dyn Stream> = match (&a.unix, tls) {
+        (Some(p), _) if a.tls_options().is_some() => {
+            return Err(format!("--unix {p}: TLS is for TCP (--address)"))
+        }
+        (Some(p), _) => Box::new(
             tokio::net::UnixStream::connect(p)
                 .await
                 .map_err(|e| format!("cannot connect to {p}: {e}"))?,
         ),
-        None => Box::new(
-            tokio::net::TcpStream::connect(&a.address)
+        (None, tls) => {
+            let tcp = tokio::net::TcpStream::connect(&a.address)
                 .await
-                .map_err(|e| format!("cannot connect to {}: {e}", a.address))?,
-        ),
+                .map_err(|e| format!("cannot connect to {}: {e}", a.address))?;
+            match tls {
+                None => Box::new(tcp),
+                Some(t) => Box::new(
+                    t.connect(tcp, &a.address)
+                        .await
+                        .map_err(|e| format!("{}: {e}", a.address))?,
+                ),
+            }
+        }
     };
     if let Some(key) = &a.shared_key {
         let (user, pass) = a

@@ -29,6 +29,7 @@ use crate::forward_io;
 use crate::router::{Route, Router};
 use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, Listen, OptionError};
 use crate::stats::PluginStats;
+use crate::tls::{self, TlsOptions, TlsServer};
 
 /// Users allowed by a forward input with `shared_key`.
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -82,6 +83,10 @@ pub struct ForwardInputConfig {
     /// "delivered" (every matched output delivered it downstream).
     #[serde(default)]
     pub ack: AckMode,
+    /// TLS (`[input.tls]`: `cert`, `key`, and `ca` to require client
+    /// certificates); as Fluentd's `<transport tls>` and Fluent Bit's `tls on`.
+    #[serde(default)]
+    pub tls: Option<TlsOptions>,
 }
 
 #[derive(
@@ -122,11 +127,13 @@ struct Ctx {
     /// Clones live as long as connections; the count tells when all are done.
     live: Arc<()>,
     recent: RecentIds,
+    tls: Option<Arc<TlsServer>>,
 }
 
 pub async fn start(
     name: &str,
     cfg: ForwardInputConfig,
+    tls: Option<Arc<TlsServer>>,
     router: Arc<Router>,
     stats: Arc<PluginStats>,
     stored_ids: &[Bytes],
@@ -166,6 +173,7 @@ pub async fn start(
         limits,
         auth,
         live: Arc::new(()),
+        tls,
     });
     let mut tasks = Vec::new();
     match (&cfg.bind, &cfg.path) {
@@ -316,6 +324,11 @@ where
     let sd = shutdown.clone();
     tokio::spawn(async move {
         let _live = live;
+        // A failed TLS handshake has been logged with its peer and reason.
+        let Some(s) = tls::accept(&ctx.tls, s, &peer).await else {
+            PluginStats::add(&ctx.stats.bad_input, 1);
+            return;
+        };
         if let Err(reason) = serve(s, &peer, &ctx, sd).await {
             PluginStats::add(&ctx.stats.bad_input, 1);
             tracing::warn!(input = %ctx.name, peer = %peer, reason = %reason, "closing connection");
@@ -661,16 +674,24 @@ impl InputPlugin for ForwardInputConfig {
         if let Some(p) = &self.dedup_path {
             cx.writes_file("dedup_path", p);
         }
-        Ok(Box::new(self))
+        let tls = TlsServer::build(self.tls.as_ref(), cx)?;
+        Ok(Box::new(ForwardInput { cfg: self, tls }))
     }
 }
 
+/// A built forward input: its options and its TLS files, loaded.
+struct ForwardInput {
+    cfg: ForwardInputConfig,
+    tls: Option<Arc<TlsServer>>,
+}
+
 #[async_trait::async_trait]
-impl Input for ForwardInputConfig {
+impl Input for ForwardInput {
     async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
         start(
             &cx.name,
-            *self,
+            self.cfg,
+            self.tls,
             cx.router,
             cx.stats,
             &cx.stored_ids,

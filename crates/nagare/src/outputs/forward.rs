@@ -19,7 +19,8 @@ use nagare_forward::msgpack::{
 };
 use nagare_forward::Compression;
 use serde::Deserialize;
-use tokio::io::AsyncWriteExt;
+use futures_util::FutureExt;
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::{FlushError, Output};
@@ -27,6 +28,10 @@ use crate::buffer::Chunk;
 use crate::config::units::Dur;
 use crate::forward_io;
 use crate::plugin::{BuildContext, OptionError, OutputPlugin};
+use crate::tls::{self, MaybeTls, TlsClient, TlsOptions};
+
+/// A connection to a server, with TLS when the output has it.
+type Conn = MaybeTls<TcpStream>;
 
 /// One server of a forward output.
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -115,6 +120,11 @@ pub struct ForwardOutputConfig {
     /// Hostname sent in PING (default: this machine's hostname).
     #[serde(default)]
     pub self_hostname: Option<String>,
+    /// TLS to every server (`[output.tls]`: `ca`, `server_name`, and `cert`
+    /// and `key` for servers that require client certificates); as Fluentd's
+    /// `transport tls` and Fluent Bit's `tls on`.
+    #[serde(default)]
+    pub tls: Option<TlsOptions>,
 }
 
 fn default_ack_timeout() -> Dur {
@@ -142,7 +152,7 @@ struct Server {
     /// Consecutive failures, for the reconnect backoff.
     failures: AtomicU64,
     down_since: Mutex<Option<Instant>>,
-    idle: Mutex<Vec<TcpStream>>,
+    idle: Mutex<Vec<Conn>>,
 }
 
 impl Server {
@@ -186,10 +196,15 @@ pub struct ForwardOutput {
     servers: Arc<Vec<Server>>,
     rr: AtomicUsize,
     hostname: String,
+    tls: Option<Arc<TlsClient>>,
 }
 
 impl ForwardOutput {
-    pub fn new(cfg: ForwardOutputConfig, name: &str) -> anyhow::Result<Self> {
+    pub fn new(
+        cfg: ForwardOutputConfig,
+        name: &str,
+        tls: Option<Arc<TlsClient>>,
+    ) -> anyhow::Result<Self> {
         let servers: Vec<Server> = cfg
             .server
             .iter()
@@ -214,6 +229,7 @@ impl ForwardOutput {
             name: name.to_string(),
             hostname,
             cfg,
+            tls,
         };
         Ok(out)
     }
@@ -307,8 +323,8 @@ impl ForwardOutput {
         order
     }
 
-    async fn connect(&self, s: &Server) -> Result<TcpStream, String> {
-        let mut stream = tokio::time::timeout(
+    async fn connect(&self, s: &Server) -> Result<Conn, String> {
+        let stream = tokio::time::timeout(
             self.cfg.connect_timeout.0,
             TcpStream::connect(&s.cfg.address),
         )
@@ -316,6 +332,7 @@ impl ForwardOutput {
         .map_err(|_| "connect timed out".to_string())?
         .map_err(|e| format!("connect: {e}"))?;
         let _ = stream.set_nodelay(true);
+        let mut stream = tls::connect(&self.tls, stream, &s.cfg.address).await?;
         let key = s.cfg.shared_key.as_ref().or(self.cfg.shared_key.as_ref());
         if let Some(key) = key {
             let user = s.cfg.username.as_deref().unwrap_or_default();
@@ -335,19 +352,22 @@ impl ForwardOutput {
     }
 
     /// Takes an idle connection that the peer has not closed, or opens one.
-    async fn conn(&self, s: &Server) -> Result<TcpStream, String> {
+    async fn conn(&self, s: &Server) -> Result<Conn, String> {
         loop {
             let c = s.idle.lock().expect("server").pop();
-            let Some(c) = c else { break };
+            let Some(mut c) = c else { break };
             let mut probe = [0u8; 512];
-            match c.try_read(&mut probe) {
+            // One poll, no wait: nothing to read means the connection is
+            // still open. (Under TLS, a session ticket the server sent is
+            // taken in by TLS and is not data.)
+            match c.read(&mut probe).now_or_never() {
+                None => return Ok(c),
                 // The peer closed it (FIN) or sent something unexpected: drop it.
-                Ok(n) => {
+                Some(Ok(n)) => {
                     self.warn_if_helo(s, &probe[..n]);
                     continue;
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(c),
-                Err(_) => continue,
+                Some(Err(_)) => continue,
             }
         }
         self.connect(s).await
@@ -408,13 +428,14 @@ impl ForwardOutput {
         let mut c = self.conn(s).await?;
         let send = async {
             match frame {
-                // The chunk bytes go out as they are, between header and options.
+                // The chunk bytes go out as they are, between header and
+                // options, in as few writes (and TLS records) as possible.
                 Frame::Raw { head, tail } => {
-                    c.write_all(head).await?;
-                    for seg in &chunk.segments {
-                        c.write_all(seg).await?;
-                    }
-                    c.write_all(tail).await?;
+                    let mut parts = Vec::with_capacity(chunk.segments.len() + 2);
+                    parts.push(std::io::IoSlice::new(head));
+                    parts.extend(chunk.segments.iter().map(|seg| std::io::IoSlice::new(seg)));
+                    parts.push(std::io::IoSlice::new(tail));
+                    write_all_vectored(&mut c, &mut parts).await?;
                 }
                 Frame::Whole(b) => c.write_all(b).await?,
             }
@@ -444,6 +465,21 @@ impl ForwardOutput {
         }
         Ok(())
     }
+}
+
+/// Writes every byte of `parts`, several slices per write.
+async fn write_all_vectored<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    mut parts: &mut [std::io::IoSlice<'_>],
+) -> std::io::Result<()> {
+    while !parts.is_empty() {
+        let n = w.write_vectored(parts).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        std::io::IoSlice::advance_slices(&mut parts, n);
+    }
+    Ok(())
 }
 
 fn gcd(a: u64, b: u64) -> u64 {
@@ -541,7 +577,9 @@ impl OutputPlugin for ForwardOutputConfig {
                 ));
             }
         }
-        let out = ForwardOutput::new(self, &cx.name).map_err(|e| OptionError::new("", format!("{e:#}")))?;
+        let tls = TlsClient::build(self.tls.as_ref(), cx)?;
+        let out = ForwardOutput::new(self, &cx.name, tls)
+            .map_err(|e| OptionError::new("", format!("{e:#}")))?;
         Ok(Arc::new(out))
     }
 }

@@ -9,6 +9,7 @@
 
 pub mod kafka_broker;
 pub mod redis_server;
+pub mod tls;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -676,6 +677,14 @@ impl Sender {
         s.set_timeout(Some(WAIT));
         Sender {
             conn: Box::new(s),
+            buf: Vec::new(),
+        }
+    }
+
+    /// A sender over a connection made elsewhere (e.g. `tls::tls_sender`).
+    pub fn over(conn: Box<dyn Conn>) -> Sender {
+        Sender {
+            conn,
             buf: Vec::new(),
         }
     }
