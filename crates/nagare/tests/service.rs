@@ -207,8 +207,7 @@ fn sd_notify_ready_reloading_and_stopping() {
     // The line was logged before READY=1; the test's reader of the
     // daemon's stderr may take a moment to have it.
     wait_until(WAIT, "the SIGHUP log line", || {
-        d.stderr()
-            .contains("SIGHUP: configuration reloaded")
+        d.stderr().contains("SIGHUP: configuration reloaded")
     });
 
     assert_eq!(d.terminate().code(), Some(0), "stderr:\n{}", d.stderr());
