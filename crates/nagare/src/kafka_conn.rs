@@ -28,7 +28,7 @@ pub struct KafkaTls {
     #[serde(default)]
     pub key: Option<String>,
     /// Check the brokers' certificates and names (default true).
-    #[serde(default = "crate::redis_conn::yes")]
+    #[serde(default = "crate::config::yes")]
     pub verify: bool,
 }
 

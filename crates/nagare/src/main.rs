@@ -8,6 +8,7 @@ mod dedup;
 mod filters;
 mod formats;
 mod forward_io;
+mod handover;
 mod holder;
 mod inputs;
 mod kafka_conn;
@@ -17,6 +18,7 @@ mod outputs;
 mod parsers;
 mod plugin;
 mod redis_conn;
+mod reload;
 mod router;
 mod service;
 mod shutdown;
@@ -43,6 +45,8 @@ struct Cli {
 enum Command {
     /// Run the collector (on the embedded default configuration without -c).
     Run(cli::run::RunArgs),
+    /// Ask a running nagare to reload its config (SIGHUP to the process of its pid file).
+    Reload(cli::reload::ReloadArgs),
     /// Check a configuration file and exit 0 (valid) or 2 (errors listed).
     Check(cli::check::CheckArgs),
     /// Run the [[test]] tables of a config (and of test files) through its filters and routes; exit 0, 1 (a test failed) or 2 (bad config).
@@ -64,6 +68,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Run(a) => cli::run::main(a),
+        Command::Reload(a) => cli::reload::main(a),
         Command::Check(a) => cli::check::main(a),
         Command::Test(a) => cli::test::main(a),
         Command::Plugins(a) => cli::plugins::main(a),

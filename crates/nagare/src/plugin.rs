@@ -31,7 +31,7 @@ use tokio::task::JoinHandle;
 use crate::config::{Section, SectionError};
 use crate::filters::Filter;
 use crate::outputs::{Output, OutputTarget};
-use crate::router::Router;
+use crate::router::LiveRouter;
 use crate::stats::PluginStats;
 
 /// A problem with a plugin's options: the key (a path inside the section
@@ -122,7 +122,7 @@ impl BuildContext {
 /// What a started input gets.
 pub struct InputContext {
     pub name: String,
-    pub router: Arc<Router>,
+    pub router: LiveRouter,
     pub stats: Arc<PluginStats>,
     /// Chunk ids already stored in file buffers, for a dedup window.
     pub stored_ids: Arc<Vec<Bytes>>,

@@ -69,6 +69,14 @@ impl Registry {
         s
     }
 
+    /// Forgets a plugin a reload removed (its counters leave the metrics).
+    pub fn remove(&self, stats: &Arc<PluginStats>) {
+        self.plugins
+            .lock()
+            .expect("stats")
+            .retain(|s| !Arc::ptr_eq(s, stats));
+    }
+
     pub fn all(&self) -> Vec<Arc<PluginStats>> {
         self.plugins.lock().expect("stats").clone()
     }

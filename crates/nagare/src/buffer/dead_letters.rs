@@ -53,7 +53,7 @@ impl Buffer {
     /// Gives a chunk to the secondary output, if there is one (a few quick
     /// tries); returns whether it took it.
     pub(super) async fn try_secondary(&self, chunk: &Chunk) -> bool {
-        if let Some((out, stats)) = &self.secondary {
+        if let Some((out, stats)) = &self.secondary() {
             // The secondary gets a few quick tries of its own.
             for attempt in 0..3u32 {
                 match out.write(chunk).await {

@@ -149,8 +149,9 @@ impl Buffer {
             if self.giving_up() {
                 return None;
             }
+            let output = self.output();
             let written = tokio::select! {
-                r = self.output.write(chunk) => r,
+                r = output.write(chunk) => r,
                 _ = &mut stop => return None,
             };
             let err = match written {

@@ -31,7 +31,7 @@ mod testing;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use bytes::Bytes;
 use tokio::sync::{oneshot, Notify};
@@ -71,8 +71,10 @@ pub struct Buffer {
     /// Wakes blocked writers when space is freed.
     space: Notify,
     stats: Arc<PluginStats>,
-    output: Arc<dyn Output>,
-    secondary: Option<(Arc<dyn Output>, Arc<PluginStats>)>,
+    /// The output and its secondary; a reload that changed their options
+    /// (not the buffer's) replaces them, and the chunks stay (`replace_output`).
+    output: RwLock<Arc<dyn Output>>,
+    secondary: RwLock<Option<Secondary>>,
     next_id: AtomicU64,
     id_seed: u64,
     /// When the last disk error was logged (unix ms).
@@ -93,6 +95,9 @@ pub struct Buffer {
     pub shutdown: ShutdownTally,
 }
 
+/// A secondary output and its counters.
+pub type Secondary = (Arc<dyn Output>, Arc<PluginStats>);
+
 /// Where the events undelivered at shutdown went.
 #[derive(Debug, Default)]
 pub struct ShutdownTally {
@@ -112,7 +117,7 @@ impl Buffer {
         cfg: BufferConfig,
         stats: Arc<PluginStats>,
         output: Arc<dyn Output>,
-        secondary: Option<(Arc<dyn Output>, Arc<PluginStats>)>,
+        secondary: Option<Secondary>,
         store: Option<(FileStore, Vec<Recovered>)>,
     ) -> Arc<Buffer> {
         let mut state = State::default();
@@ -128,8 +133,8 @@ impl Buffer {
             queued: Notify::new(),
             space: Notify::new(),
             stats,
-            output,
-            secondary,
+            output: RwLock::new(output),
+            secondary: RwLock::new(secondary),
             next_id: AtomicU64::new(0),
             id_seed: rand::random(),
             last_disk_log: AtomicU64::new(0),
@@ -178,6 +183,44 @@ impl Buffer {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The file buffer's directory (None for a memory buffer).
+    pub fn dir(&self) -> Option<&std::path::Path> {
+        self.store.as_ref().map(|s| s.dir())
+    }
+
+    pub fn stats(&self) -> &Arc<PluginStats> {
+        &self.stats
+    }
+
+    /// Reload: the output (and secondary) built from the new options take
+    /// the chunks from the next write on; a write under way finishes with
+    /// the old one. Returns the old secondary's counters (to unregister).
+    pub fn replace_output(
+        &self,
+        output: Arc<dyn Output>,
+        secondary: Option<Secondary>,
+    ) -> Option<Arc<PluginStats>> {
+        *self.output.write().expect("buffer output") = output;
+        let old = std::mem::replace(
+            &mut *self.secondary.write().expect("buffer secondary"),
+            secondary,
+        );
+        old.map(|(_, st)| st)
+    }
+
+    /// The secondary output's counters.
+    pub fn secondary_stats(&self) -> Option<Arc<PluginStats>> {
+        self.secondary().map(|(_, st)| st)
+    }
+
+    fn output(&self) -> Arc<dyn Output> {
+        self.output.read().expect("buffer output").clone()
+    }
+
+    fn secondary(&self) -> Option<Secondary> {
+        self.secondary.read().expect("buffer secondary").clone()
     }
 
     /// Shutdown stops waiting for the output: the chunk being written and

@@ -3,6 +3,7 @@
 pub mod cat;
 pub mod check;
 pub mod plugins;
+pub mod reload;
 pub mod replay;
 pub mod run;
 pub mod test;

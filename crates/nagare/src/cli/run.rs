@@ -32,11 +32,22 @@ pub fn main(a: RunArgs) -> ExitCode {
             }
         };
     }
-    let parsed = match &a.config {
-        Some(p) => config::load(p),
-        None => config::parse(config::DEFAULT_CONFIG, "<embedded default>"),
+    // The text is kept: a reload compares the file's sections with it.
+    let text = match &a.config {
+        Some(p) => match std::fs::read_to_string(p) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("error: {}: cannot read the file: {e}", p.display());
+                return ExitCode::from(super::EXIT_CONFIG);
+            }
+        },
+        None => config::DEFAULT_CONFIG.to_string(),
     };
-    let cfg = match parsed {
+    let file = a.config.as_ref().map_or_else(
+        || "<embedded default>".to_string(),
+        |p| p.display().to_string(),
+    );
+    let cfg = match config::parse(&text, &file) {
         Ok(c) => c,
         Err(errors) => {
             for e in errors {
@@ -64,7 +75,7 @@ pub fn main(a: RunArgs) -> ExitCode {
         },
         None => None,
     };
-    let result = daemon::run(cfg, a.config.clone());
+    let result = daemon::run(cfg, text, a.config.clone());
     if let (Some(path), Some(lock)) = (&a.pid_file, pid_lock) {
         // Removed while still locked: no other process can have taken it.
         let _ = std::fs::remove_file(path);

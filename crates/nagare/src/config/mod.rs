@@ -1142,3 +1142,8 @@ fn into_table(v: Spanned<DeValue<'_>>) -> (DeTable<'_>, Range<usize>) {
 
 #[cfg(test)]
 mod tests;
+
+/// `#[serde(default = "crate::config::yes")]`: an option that is on unless turned off.
+pub(crate) fn yes() -> bool {
+    true
+}

@@ -4,7 +4,7 @@
 
 use bytes::Bytes;
 
-use crate::router::Router;
+use crate::router::LiveRouter;
 use crate::stats::PluginStats;
 
 /// Appends a batch of `count` entries, through the filters its tag
@@ -15,7 +15,7 @@ use crate::stats::PluginStats;
 /// forward input's ack does, so a queue input may then remove what it read.
 pub(crate) async fn append_batch(
     name: &str,
-    router: &Router,
+    router: &LiveRouter,
     stats: &PluginStats,
     tag: &str,
     entries: Bytes,
@@ -24,6 +24,9 @@ pub(crate) async fn append_batch(
 ) -> bool {
     PluginStats::add(&stats.events_in, count as u64);
     PluginStats::add(&stats.bytes_in, entries.len() as u64);
+    // The batch is routed by one table from start to end, even if a reload
+    // swaps the table meanwhile.
+    let (_, router) = router.load();
     let route = router.route(tag);
     let parts = [entries];
     // The filter chain (none for most tags: then the batch goes on as is).

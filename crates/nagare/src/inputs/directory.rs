@@ -17,7 +17,7 @@ use super::tail::{
 };
 use crate::config::units::{Dur, Size};
 use crate::parsers::ParserConfig;
-use crate::router::Router;
+use crate::router::LiveRouter;
 use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
 use crate::stats::PluginStats;
 
@@ -69,7 +69,7 @@ fn default_tag() -> String {
 pub async fn start(
     name: &str,
     cfg: DirectoryConfig,
-    router: Arc<Router>,
+    router: LiveRouter,
     stats: Arc<PluginStats>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {

@@ -26,7 +26,7 @@ use crate::buffer::SHARE_THRESHOLD;
 use crate::config::units::{Dur, Size};
 use crate::dedup::RecentIds;
 use crate::forward_io;
-use crate::router::{Route, Router};
+use crate::router::{LiveRouter, Route};
 use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, Listen, OptionError};
 use crate::stats::PluginStats;
 use crate::tls::{self, TlsOptions, TlsServer};
@@ -119,7 +119,7 @@ fn yes() -> bool {
 struct Ctx {
     cfg: ForwardInputConfig,
     name: String,
-    router: Arc<Router>,
+    router: LiveRouter,
     stats: Arc<PluginStats>,
     limits: Limits,
     /// The handshake's settings, when a shared key is required.
@@ -134,7 +134,7 @@ pub async fn start(
     name: &str,
     cfg: ForwardInputConfig,
     tls: Option<Arc<TlsServer>>,
-    router: Arc<Router>,
+    router: LiveRouter,
     stats: Arc<PluginStats>,
     stored_ids: &[Bytes],
     shutdown: watch::Receiver<bool>,
@@ -186,20 +186,27 @@ pub async fn start(
             // One listener: each connection is a task of its own, which the
             // runtime spreads over its workers. (No SO_REUSEPORT: it would let
             // a second nagare bind the same port and take connections.)
-            let l = tcp_listener(addr).map_err(|e| anyhow::anyhow!("{name}: cannot listen on {addr}: {e}"))?;
-            tasks.push(tokio::spawn(accept_tcp(l, ctx.clone(), shutdown.clone())));
+            // The listener an input this reload replaced left open, else a new one.
+            let l = match crate::handover::take_tcp(addr) {
+                Some(l) => TcpListener::from_std(l),
+                None => tcp_listener(addr),
+            };
+            let l = l.map_err(|e| anyhow::anyhow!("{name}: cannot listen on {addr}: {e}"))?;
+            tasks.push(tokio::spawn(accept_tcp(l, addr, ctx.clone(), shutdown.clone())));
             if cfg.heartbeat {
                 let udp = UdpSocket::bind(addr)
                     .await
                     .map_err(|e| anyhow::anyhow!("{name}: cannot bind UDP {addr}: {e}"))?;
-                tokio::spawn(answer_heartbeats(udp));
+                tasks.push(tokio::spawn(answer_heartbeats(udp, shutdown.clone())));
             }
             tracing::info!(input = %name, %addr, "forward input listening");
         }
         (None, Some(path)) => {
-            remove_stale_socket(Path::new(path)).map_err(|e| anyhow::anyhow!("{name}: cannot listen on {path}: {e}"))?;
-            let l = UnixListener::bind(path)
-                .map_err(|e| anyhow::anyhow!("{name}: cannot listen on {path}: {e}"))?;
+            let l = match crate::handover::take_unix(Path::new(path)) {
+                Some(l) => UnixListener::from_std(l),
+                None => remove_stale_socket(Path::new(path)).and_then(|_| UnixListener::bind(path)),
+            };
+            let l = l.map_err(|e| anyhow::anyhow!("{name}: cannot listen on {path}: {e}"))?;
             tasks.push(tokio::spawn(accept_unix(l, ctx.clone(), shutdown.clone())));
             tracing::info!(input = %name, path = %path, "forward input listening");
         }
@@ -259,10 +266,14 @@ pub(crate) fn remove_stale_socket(path: &Path) -> std::io::Result<()> {
     std::fs::remove_file(path)
 }
 
-async fn answer_heartbeats(sock: UdpSocket) {
+async fn answer_heartbeats(sock: UdpSocket, mut shutdown: watch::Receiver<bool>) {
     let mut b = [0u8; 64];
     loop {
-        match sock.recv_from(&mut b).await {
+        let received = tokio::select! {
+            r = sock.recv_from(&mut b) => r,
+            _ = stopped(&mut shutdown) => return,
+        };
+        match received {
             Ok((_, peer)) => {
                 let _ = sock.send_to(b"\0", peer).await;
             }
@@ -276,11 +287,22 @@ async fn stopped(rx: &mut watch::Receiver<bool>) {
     let _ = rx.wait_for(|v| *v).await;
 }
 
-async fn accept_tcp(l: TcpListener, ctx: Arc<Ctx>, shutdown: watch::Receiver<bool>) {
+async fn accept_tcp(
+    l: TcpListener,
+    addr: SocketAddr,
+    ctx: Arc<Ctx>,
+    shutdown: watch::Receiver<bool>,
+) {
     let mut sd = shutdown.clone();
     loop {
         tokio::select! {
-            _ = stopped(&mut sd) => return,
+            _ = stopped(&mut sd) => {
+                // A reload passes the open listener to the input replacing this one.
+                if let Ok(l) = l.into_std() {
+                    drop(crate::handover::give_tcp(addr, l));
+                }
+                return;
+            }
             r = l.accept() => match r {
                 Ok((s, peer)) => {
                     let _ = s.set_nodelay(true);
@@ -299,7 +321,13 @@ async fn accept_unix(l: UnixListener, ctx: Arc<Ctx>, shutdown: watch::Receiver<b
     let mut sd = shutdown.clone();
     loop {
         tokio::select! {
-            _ = stopped(&mut sd) => return,
+            _ = stopped(&mut sd) => {
+                let path = ctx.cfg.path.clone().unwrap_or_default();
+                if let Ok(l) = l.into_std() {
+                    drop(crate::handover::give_unix(Path::new(&path), l));
+                }
+                return;
+            }
             r = l.accept() => match r {
                 Ok((s, _)) => {
                     let peer = ctx.cfg.path.clone().unwrap_or_default();
@@ -336,6 +364,13 @@ where
     });
 }
 
+/// A connection's last route, valid for its tag in one table generation.
+struct Cached {
+    generation: u64,
+    tag: String,
+    route: Route,
+}
+
 /// Frames of one tag waiting to be appended together.
 struct Pending {
     tag: String,
@@ -369,7 +404,7 @@ where
         let wait = ctx.cfg.idle_timeout.0.min(Duration::from_secs(30));
         forward_io::serve_handshake(&mut s, &mut rb.buf, &auth.start(), wait).await?;
     }
-    let mut cached: Option<(String, Route)> = None;
+    let mut cached: Option<Cached> = None;
     let mut acks_out = Vec::new();
     let mut closing = false;
     loop {
@@ -570,7 +605,7 @@ fn next_frame(rb: &mut RecvBuf, ctx: &Ctx, now: EventTime, peer: &str) -> Result
 async fn dispatch<S>(
     p: Pending,
     ctx: &Ctx,
-    cached: &mut Option<(String, Route)>,
+    cached: &mut Option<Cached>,
     s: &mut S,
     acks_out: &mut Vec<u8>,
 ) -> Result<(), String>
@@ -578,18 +613,26 @@ where
     S: AsyncWrite + Unpin,
 {
     PluginStats::add(&ctx.stats.events_in, p.count as u64);
+    // One table routes the whole batch, even if a reload swaps it meanwhile;
+    // it is let go before waiting for deliveries (a reload waits for the
+    // batches that hold the old table).
+    let (generation, router) = ctx.router.load();
     let route = match cached {
-        Some((t, r)) if *t == p.tag => r.clone(),
+        Some(c) if c.generation == generation && c.tag == p.tag => c.route.clone(),
         _ => {
-            let r = ctx.router.route(&p.tag);
-            *cached = Some((p.tag.clone(), r.clone()));
+            let r = router.route(&p.tag);
+            *cached = Some(Cached {
+                generation,
+                tag: p.tag.clone(),
+                route: r.clone(),
+            });
             r
         }
     };
     // The filter chain (none for most tags: then the batch goes on as is).
     // Acks stay those of the batch as received, even when filters dropped
     // or rewrote every event.
-    let filtered = ctx.router.filter(&route, &p.tag, &p.parts, p.count);
+    let filtered = router.filter(&route, &p.tag, &p.parts, p.count);
     // The batches the filters made (several when events got tags one by
     // one), or the batch as received.
     let batches = filtered
@@ -613,6 +656,9 @@ where
             deliveries.extend(rx);
         }
     }
+    drop(filtered);
+    drop(route);
+    drop(router);
     // ack = "delivered": hold the ack until every output delivered the batch.
     for rx in deliveries {
         if rx.await != Ok(true) {

@@ -289,7 +289,7 @@ struct Reader {
     cfg: KafkaInputConfig,
     parser: Parser,
     name: String,
-    router: Arc<crate::router::Router>,
+    router: crate::router::LiveRouter,
     stats: Arc<PluginStats>,
 }
 

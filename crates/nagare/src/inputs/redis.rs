@@ -45,7 +45,7 @@ use crate::config::units::Dur;
 use crate::parsers::{Parser, ParserConfig, ParserType};
 use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
 use crate::redis_conn::{redis_options, Backoff};
-use crate::router::Router;
+use crate::router::LiveRouter;
 use crate::stats::PluginStats;
 
 /// Where the events are read from.
@@ -204,7 +204,7 @@ struct Shared {
     name: String,
     client: ::redis::Client,
     parser: Parser,
-    router: Arc<Router>,
+    router: LiveRouter,
     stats: Arc<PluginStats>,
 }
 

@@ -35,7 +35,7 @@ use tokio::task::JoinHandle;
 use super::append::append_batch;
 use crate::config::units::{Dur, Size};
 use crate::parsers::{Parser, ParserConfig};
-use crate::router::Router;
+use crate::router::LiveRouter;
 use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
 use crate::stats::PluginStats;
 
@@ -215,7 +215,7 @@ pub fn tag_for(pattern: &str, path: &Path) -> String {
 pub async fn start(
     name: &str,
     cfg: TailConfig,
-    router: Arc<Router>,
+    router: LiveRouter,
     stats: Arc<PluginStats>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {
@@ -227,7 +227,7 @@ pub async fn start_with(
     name: &str,
     cfg: TailConfig,
     dir: Option<DirectoryMode>,
-    router: Arc<Router>,
+    router: LiveRouter,
     stats: Arc<PluginStats>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {
@@ -343,7 +343,7 @@ struct Tailer {
     parser: Parser,
     globs: Vec<glob::Pattern>,
     excludes: Vec<glob::Pattern>,
-    router: Arc<Router>,
+    router: LiveRouter,
     stats: Arc<PluginStats>,
     /// Followed files by inode.
     files: HashMap<u64, Followed>,

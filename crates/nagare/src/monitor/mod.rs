@@ -1,4 +1,7 @@
-//! The HTTP monitor: `/metrics` (Prometheus text), `/health`, `/api/plugins` (JSON).
+//! The HTTP monitor: `/metrics` (Prometheus text), `/health`, `/api/plugins` (JSON),
+//! `/api/config` and `POST /api/reload` (reload.rs).
+
+mod reload;
 
 use std::fmt::Write;
 use std::sync::Arc;
@@ -7,9 +10,11 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use axum::Extension;
 use axum::{Json, Router};
 use tokio::sync::watch;
 
+use crate::reload::Control;
 use crate::stats::{PluginStats, Registry};
 
 type Counter = fn(&PluginStats) -> u64;
@@ -140,10 +145,13 @@ pub fn plugins_json(reg: &Registry) -> serde_json::Value {
     serde_json::json!({ "plugins": list })
 }
 
-async fn metrics(State(reg): State<Arc<Registry>>) -> impl IntoResponse {
+async fn metrics(
+    State(reg): State<Arc<Registry>>,
+    Extension(control): Extension<Arc<Control>>,
+) -> impl IntoResponse {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        render_metrics(&reg),
+        render_metrics(&reg) + &control.metrics(),
     )
 }
 
@@ -158,6 +166,7 @@ async fn health() -> impl IntoResponse {
 pub async fn serve(
     bind: &str,
     reg: Arc<Registry>,
+    control: Arc<Control>,
     mut shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<tokio::task::JoinHandle<()>> {
     let listener = tokio::net::TcpListener::bind(bind)
@@ -168,6 +177,8 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .route("/health", get(health))
         .route("/api/plugins", get(plugins))
+        .merge(reload::routes(control.clone()))
+        .layer(Extension(control))
         .with_state(reg);
     Ok(tokio::spawn(async move {
         let _ = axum::serve(listener, app)

@@ -238,12 +238,13 @@ impl ForwardOutput {
         if self.cfg.heartbeat_type == HeartbeatType::None {
             return;
         }
-        // The output lives as long as the process; so does this task. It runs
-        // only inside a runtime (not in `nagare check`).
+        // The task ends with the output (a reload replaces it): it holds
+        // the servers weakly. It runs only inside a runtime (not in
+        // `nagare check`).
         let Ok(handle) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let servers = self.servers.clone();
+        let servers = Arc::downgrade(&self.servers);
         let kind = self.cfg.heartbeat_type;
         let interval = self.cfg.heartbeat_interval.0;
         let timeout = self
@@ -256,6 +257,9 @@ impl ForwardOutput {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
+                let Some(servers) = servers.upgrade() else {
+                    return;
+                };
                 for s in servers.iter() {
                     let ok = match kind {
                         HeartbeatType::Transport => {

@@ -100,7 +100,7 @@ kafka_options!(
         /// The idempotent producer (default true, needs acks = "all"): a
         /// message librdkafka resends after a lost answer is stored once, and
         /// the order within a partition holds across resends.
-        #[serde(default = "crate::redis_conn::yes")]
+        #[serde(default = "crate::config::yes")]
         idempotence: bool,
         /// "none" (default), "gzip", "snappy", "lz4" or "zstd".
         #[serde(default)]

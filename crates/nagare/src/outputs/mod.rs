@@ -7,11 +7,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use crate::buffer::{Buffer, BufferType, Chunk, FileStore};
+use crate::buffer::{Buffer, BufferType, Chunk, FileStore, Secondary};
 use crate::config::OutputSection;
 use crate::plugin::{output, registry, OutputRegistration};
 use crate::router::{Outputs, Pattern};
-use crate::stats::Registry;
+use crate::stats::{PluginStats, Registry};
 
 pub(crate) mod net;
 
@@ -63,11 +63,13 @@ pub enum OutputTarget {
 /// An output as the router sees it: the buffer in front of it.
 pub type OutputHandle = Arc<Buffer>;
 
-/// Opens the buffer (and its file store) in front of one built output.
-fn open_buffer(
+/// Opens the buffer (and its file store) in front of one built output, with
+/// `stats` (a reload's replaced output's counters) or new counters.
+pub fn open_buffer_with(
     section: OutputSection,
     output: Arc<dyn Output>,
     reg: &Registry,
+    stats: Option<Arc<PluginStats>>,
 ) -> anyhow::Result<Arc<Buffer>> {
     let b = &section.buffer;
     let store = match (b.kind, &b.path) {
@@ -84,21 +86,9 @@ fn open_buffer(
         // The config loader refuses a file buffer without a path.
         _ => None,
     };
-    let stats = reg.register("output", &section.name, section.type_name);
+    let stats = stats.unwrap_or_else(|| reg.register("output", &section.name, section.type_name));
     output.start();
-    let secondary = match section.secondary {
-        Some(s) => {
-            let st = reg.register("output", &s.name, s.type_name);
-            match s.target {
-                OutputTarget::One(o) => {
-                    o.start();
-                    Some((o, st))
-                }
-                OutputTarget::Copy(_) => anyhow::bail!("{}: a secondary cannot be a copy", s.name),
-            }
-        }
-        None => None,
-    };
+    let secondary = start_secondary(section.secondary, reg)?;
     Ok(Buffer::new(
         &section.name,
         section.buffer,
@@ -107,6 +97,24 @@ fn open_buffer(
         secondary,
         store,
     ))
+}
+
+/// Starts a section's secondary output (with its counters).
+pub fn start_secondary(
+    secondary: Option<Box<OutputSection>>,
+    reg: &Registry,
+) -> anyhow::Result<Option<Secondary>> {
+    let Some(s) = secondary else {
+        return Ok(None);
+    };
+    match s.target {
+        OutputTarget::One(o) => {
+            let st = reg.register("output", &s.name, s.type_name);
+            o.start();
+            Ok(Some((o, st)))
+        }
+        OutputTarget::Copy(_) => anyhow::bail!("{}: a secondary cannot be a copy", s.name),
+    }
 }
 
 /// Routing rules in config order: the patterns of an output and its route.
@@ -118,6 +126,17 @@ pub fn open(
     sections: Vec<OutputSection>,
     reg: &Registry,
 ) -> anyhow::Result<(Rules, Vec<Arc<Buffer>>)> {
+    open_each(sections, |s, o| open_buffer_with(s, o, reg, None))
+}
+
+/// Makes the routing rules of the output sections; `open_buffer` gives
+/// the buffer of each output (a copy's stores one by one), e.g. a reload's
+/// choice between the running buffer and a new one. Returns the rules and
+/// every buffer, in order.
+pub fn open_each(
+    sections: Vec<OutputSection>,
+    mut open_buffer: impl FnMut(OutputSection, Arc<dyn Output>) -> anyhow::Result<Arc<Buffer>>,
+) -> anyhow::Result<(Rules, Vec<Arc<Buffer>>)> {
     let mut rules = Vec::new();
     let mut all = Vec::new();
     for mut section in sections {
@@ -128,14 +147,14 @@ pub fn open(
                     .into_iter()
                     .map(|mut s| {
                         match std::mem::replace(&mut s.target, OutputTarget::Copy(Vec::new())) {
-                            OutputTarget::One(o) => open_buffer(s, o, reg),
+                            OutputTarget::One(o) => open_buffer(s, o),
                             OutputTarget::Copy(_) => {
                                 anyhow::bail!("{}: copy cannot be nested", s.name)
                             }
                         }
                     })
                     .collect::<anyhow::Result<_>>()?,
-                OutputTarget::One(o) => vec![open_buffer(section, o, reg)?],
+                OutputTarget::One(o) => vec![open_buffer(section, o)?],
             };
         all.extend(targets.iter().cloned());
         rules.push((patterns, Outputs::from(targets)));

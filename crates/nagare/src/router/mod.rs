@@ -24,6 +24,9 @@ use crate::filters::Stage;
 use crate::outputs::OutputHandle;
 use crate::stats::PluginStats;
 
+mod live;
+pub use live::{LiveRouter, RouteSwitch};
+
 #[derive(Debug, Clone)]
 pub struct Pattern {
     re: Regex,
@@ -228,6 +231,12 @@ impl Router {
                 label: 0,
             },
         }
+    }
+
+    /// How many views (and the batches routed through them) hold this
+    /// table: 1 when only the caller does (see `RouteSwitch::swap`).
+    pub fn users(&self) -> usize {
+        Arc::strong_count(&self.tables)
     }
 
     /// The route for `tag` in this view's label: cached after the first lookup.

@@ -563,11 +563,20 @@ pub fn metric_value(text: &str, name: &str, plugin: &str) -> u64 {
 
 /// A minimal HTTP/1.1 GET on loopback; returns (status, body).
 pub fn http_get(port: u16, path: &str) -> (u16, String) {
+    http_request("GET", port, path)
+}
+
+/// A POST without a body (e.g. `/api/reload`); returns (status, body).
+pub fn http_post(port: u16, path: &str) -> (u16, String) {
+    http_request("POST", port, path)
+}
+
+fn http_request(method: &str, port: u16, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect to the monitor");
     s.set_read_timeout(Some(WAIT)).unwrap();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
     )
     .unwrap();
     let mut resp = Vec::new();

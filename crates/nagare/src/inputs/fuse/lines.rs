@@ -13,7 +13,7 @@ use super::{FuseConfig, Msg};
 use crate::inputs::append::append_batch;
 use crate::inputs::tail::{encode_line, LongLines};
 use crate::parsers::Parser;
-use crate::router::Router;
+use crate::router::LiveRouter;
 use crate::stats::PluginStats;
 
 /// A tag's batch is appended at once when it holds this many bytes or lines.
@@ -43,7 +43,7 @@ struct Batch {
 /// The line task's state: partial lines per (file, writer), batches per tag.
 pub(super) struct Lines {
     name: String,
-    router: Arc<Router>,
+    router: LiveRouter,
     stats: Arc<PluginStats>,
     parser: Parser,
     max_line: usize,
@@ -61,7 +61,7 @@ impl Lines {
         name: &str,
         cfg: &FuseConfig,
         parser: Parser,
-        router: Arc<Router>,
+        router: LiveRouter,
         stats: Arc<PluginStats>,
     ) -> Lines {
         Lines {

@@ -46,7 +46,7 @@ use self::tree::Tree;
 use super::tail::{default_max_line, LongLines};
 use crate::config::units::{Dur, Size};
 use crate::parsers::{Parser, ParserConfig};
-use crate::router::Router;
+use crate::router::LiveRouter;
 use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
 use crate::stats::PluginStats;
 
@@ -123,7 +123,7 @@ enum Msg {
 pub async fn start(
     name: &str,
     cfg: FuseConfig,
-    router: Arc<Router>,
+    router: LiveRouter,
     stats: Arc<PluginStats>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<Vec<JoinHandle<()>>> {

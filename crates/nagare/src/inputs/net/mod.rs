@@ -35,7 +35,7 @@ use tokio::time::Instant;
 use self::framing::{Framer, Framing, Message};
 use super::append::append_batch;
 use crate::plugin::{InputContext, Listen};
-use crate::router::Router;
+use crate::router::LiveRouter;
 use crate::stats::PluginStats;
 
 /// A connection's byte stream: a TCP or UNIX socket today, a TLS session
@@ -146,7 +146,7 @@ pub(crate) struct Settings {
 
 struct Server {
     name: String,
-    router: Arc<Router>,
+    router: LiveRouter,
     stats: Arc<PluginStats>,
     settings: Settings,
     decoder: Box<dyn Decoder>,
