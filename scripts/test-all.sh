@@ -54,6 +54,7 @@ need ip iproute2                 # a private network namespace for cli.rs
 need python3 python3             # fuse tests write through python3; exec filter tests run Python programs
 need redis-server redis-server   # the redis input and output tests (tests/redis.rs)
 need openssl openssl             # a CA and a server certificate for the redis TLS test
+need thrift thrift-compiler       # Python code generated from the Scribe IDL (crates/nagare/tests/scribe.rs)
 need pkg-config pkg-config       # the rest: nagare-bench's `png` feature (suite below)
 pkg-config --exists fontconfig 2>/dev/null || need_apt+=(libfontconfig1-dev)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_apt+=(fonts-dejavu-core)

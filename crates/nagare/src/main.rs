@@ -21,6 +21,7 @@ mod service;
 mod shutdown;
 mod stats;
 mod testing;
+mod thrift;
 
 use std::process::ExitCode;
 

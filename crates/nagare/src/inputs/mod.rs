@@ -12,4 +12,5 @@ registry! {
     directory => input::<directory::DirectoryConfig>(),
     fuse => input::<fuse::FuseConfig>(),
     redis => input::<redis::RedisInputConfig>(),
+    scribe => input::<scribe::ScribeInputConfig>(),
 }

@@ -20,6 +20,7 @@ registry! {
     file => output::<file::FileConfig>(),
     forward => output::<forward::ForwardOutputConfig>(),
     redis => output::<redis::RedisOutputConfig>(),
+    scribe => output::<scribe::ScribeOutputConfig>(),
     copy => copy::REGISTRATION,
 }
 
