@@ -60,6 +60,7 @@ need java default-jre-headless   # the Kafka broker of the kafka tests (tests/ka
 need mvn maven                   # fetches the broker's jars (tests/kafka/fetch.sh)
 need cmake cmake                 # builds librdkafka into nagare (the kafka input and output)
 pkg-config --exists libssl 2>/dev/null || need_apt+=(libssl-dev)  # OpenSSL, linked statically into librdkafka
+need thrift thrift-compiler       # Python code generated from the Scribe IDL (crates/nagare/tests/scribe.rs)
 need pkg-config pkg-config       # the rest: nagare-bench's `png` feature (suite below)
 pkg-config --exists fontconfig 2>/dev/null || need_apt+=(libfontconfig1-dev)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_apt+=(fonts-dejavu-core)

@@ -25,6 +25,7 @@ mod shutdown;
 mod stats;
 mod testing;
 mod tls;
+mod thrift;
 
 use std::process::ExitCode;
 

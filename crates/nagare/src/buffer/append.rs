@@ -130,6 +130,19 @@ impl Buffer {
         }
     }
 
+    /// Whether `append` would take a batch of `len` bytes now, without
+    /// waiting for space or refusing it (the buffer is not full, or makes
+    /// room by dropping old chunks). For inputs whose protocol answers
+    /// "try later" instead of holding the sender (scribe's TRY_LATER). Only
+    /// a hint: another input may fill the buffer before the append.
+    pub fn has_room(&self, len: usize) -> bool {
+        let st = self.state.lock().expect("buffer state");
+        !st.closing
+            && (st.bytes == 0
+                || st.bytes + len <= self.cfg.total_limit_size.0 as usize
+                || self.cfg.overflow_action == OverflowAction::DropOldestChunk)
+    }
+
     /// `overflow_action = "drop_oldest_chunk"`: drops the oldest queued
     /// chunk; false when none is queued.
     fn drop_oldest(&self, st: &mut State) -> bool {

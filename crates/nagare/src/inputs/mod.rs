@@ -18,4 +18,5 @@ registry! {
     tcp => input::<tcp::TcpInputConfig>(),
     udp => input::<udp::UdpInputConfig>(),
     unix => input::<unix::UnixInputConfig>(),
+    scribe => input::<scribe::ScribeInputConfig>(),
 }

@@ -25,6 +25,7 @@ registry! {
     kafka => output::<kafka::KafkaOutputConfig>(),
     syslog => output::<syslog::SyslogOutputConfig>(),
     tcp => output::<tcp::TcpOutputConfig>(),
+    scribe => output::<scribe::ScribeOutputConfig>(),
     copy => copy::REGISTRATION,
 }
 

@@ -1,0 +1,268 @@
+//! scribe-bench: a fast Scribe sender and sink for benches/scribe.sh.
+//!
+//! `scribe-bench --sut-port A --sink-port B --size S --per-call N --duration D`
+//! listens on B as a Scribe server (answers OK), sends Log calls of N
+//! messages of S bytes to A for D on `--connections` connections (a call
+//! answered TRY_LATER is sent again), waits until the sink got everything
+//! it sent (or 30 s passed), and prints one JSON line: messages/s, Mbps,
+//! lost and duplicated. Each message starts with its sequence number (16 hex
+//! digits: connection << 40 | n), so the sink finds what is missing or twice.
+//!
+//! The Thrift framing is written out here (a few lines): nagare's codec is in
+//! the daemon crate, which this crate must not depend on.
+
+use std::io::{BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Parser;
+
+#[derive(Parser)]
+struct Args {
+    #[arg(long)]
+    sut_port: u16,
+    #[arg(long)]
+    sink_port: u16,
+    /// Bytes per message.
+    #[arg(long, default_value_t = 100)]
+    size: usize,
+    /// Messages per Log call.
+    #[arg(long, default_value_t = 200)]
+    per_call: usize,
+    #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    #[arg(long, default_value_t = 1)]
+    connections: u64,
+}
+
+/// Which sequence numbers the sink got: a bit per message, per connection.
+#[derive(Default)]
+struct Seen {
+    bits: Vec<Vec<u64>>,
+    received: u64,
+    duplicated: u64,
+}
+
+impl Seen {
+    fn add(&mut self, seq: u64) {
+        let (conn, n) = ((seq >> 40) as usize, seq & ((1 << 40) - 1));
+        if self.bits.len() <= conn {
+            self.bits.resize_with(conn + 1, Vec::new);
+        }
+        let words = &mut self.bits[conn];
+        let (w, b) = ((n / 64) as usize, n % 64);
+        if words.len() <= w {
+            words.resize(w + 1, 0);
+        }
+        if words[w] & (1 << b) != 0 {
+            self.duplicated += 1;
+        } else {
+            words[w] |= 1 << b;
+            self.received += 1;
+        }
+    }
+}
+
+fn put_str(b: &mut Vec<u8>, s: &[u8]) {
+    b.extend_from_slice(&(s.len() as i32).to_be_bytes());
+    b.extend_from_slice(s);
+}
+
+/// A framed message header: strict binary protocol, `name`, type, seqid.
+fn header(b: &mut Vec<u8>, kind: u8, seqid: i32) {
+    b.extend_from_slice(&[0; 4]);
+    b.extend_from_slice(&(0x8001_0000u32 | kind as u32).to_be_bytes());
+    put_str(b, b"Log");
+    b.extend_from_slice(&seqid.to_be_bytes());
+}
+
+fn close_frame(b: &mut [u8]) {
+    let n = (b.len() - 4) as i32;
+    b[..4].copy_from_slice(&n.to_be_bytes());
+}
+
+fn read_frame(r: &mut impl Read, buf: &mut Vec<u8>) -> std::io::Result<bool> {
+    let mut head = [0u8; 4];
+    match r.read_exact(&mut head) {
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(false),
+        r => r?,
+    }
+    buf.resize(i32::from_be_bytes(head).max(0) as usize, 0);
+    r.read_exact(buf)?;
+    Ok(true)
+}
+
+struct Cursor<'a>(&'a [u8], usize);
+
+impl Cursor<'_> {
+    fn take(&mut self, n: usize) -> anyhow::Result<&[u8]> {
+        let s = self.0.get(self.1..self.1 + n).context("short frame")?;
+        self.1 += n;
+        Ok(s)
+    }
+    fn i32(&mut self) -> anyhow::Result<i32> {
+        Ok(i32::from_be_bytes(self.take(4)?.try_into()?))
+    }
+}
+
+/// The sequence numbers of a Log call's messages, and its seqid.
+fn decode_call(f: &[u8], seqs: &mut Vec<u64>) -> anyhow::Result<i32> {
+    let mut c = Cursor(f, 0);
+    c.i32()?;
+    let n = c.i32()? as usize;
+    c.take(n)?;
+    let seqid = c.i32()?;
+    if c.take(4)? != [15, 0, 1, 12] {
+        bail!("not a Log call's list");
+    }
+    for _ in 0..c.i32()? {
+        loop {
+            let t = c.take(1)?[0];
+            if t == 0 {
+                break;
+            }
+            let id = c.take(2)?[1];
+            if t != 11 {
+                bail!("field type {t}");
+            }
+            let n = c.i32()? as usize;
+            let s = c.take(n)?;
+            if id == 2 {
+                let hex = std::str::from_utf8(s.get(..16).context("short message")?)?;
+                seqs.push(u64::from_str_radix(hex, 16)?);
+            }
+        }
+    }
+    Ok(seqid)
+}
+
+fn sink_conn(c: TcpStream, seen: &Mutex<Seen>) -> anyhow::Result<()> {
+    let mut w = c.try_clone()?;
+    let mut r = BufReader::with_capacity(1 << 20, c);
+    let (mut frame, mut seqs, mut reply) = (Vec::new(), Vec::new(), Vec::new());
+    while read_frame(&mut r, &mut frame)? {
+        seqs.clear();
+        let seqid = decode_call(&frame, &mut seqs)?;
+        {
+            let mut s = seen.lock().expect("seen");
+            for &q in &seqs {
+                s.add(q);
+            }
+        }
+        reply.clear();
+        header(&mut reply, 2, seqid);
+        reply.extend_from_slice(&[8, 0, 0, 0, 0, 0, 0, 0]);
+        close_frame(&mut reply);
+        w.write_all(&reply)?;
+    }
+    Ok(())
+}
+
+/// Sends calls until `stop`; returns the messages answered OK and the TRY_LATERs.
+fn send(args: &Args, conn: u64, stop: &AtomicBool) -> anyhow::Result<(u64, u64)> {
+    let mut c = TcpStream::connect(("127.0.0.1", args.sut_port))
+        .with_context(|| format!("connecting to the SUT on {}", args.sut_port))?;
+    c.set_nodelay(true)?;
+    let mut r = BufReader::new(c.try_clone()?);
+    let pad = vec![b'x'; args.size.saturating_sub(16)];
+    let (mut sent, mut try_later, mut seqid) = (0u64, 0u64, 0i32);
+    let (mut call, mut answer) = (Vec::new(), Vec::new());
+    while !stop.load(Relaxed) {
+        call.clear();
+        header(&mut call, 1, seqid);
+        call.extend_from_slice(&[15, 0, 1, 12]);
+        call.extend_from_slice(&(args.per_call as i32).to_be_bytes());
+        for i in 0..args.per_call as u64 {
+            call.extend_from_slice(&[11, 0, 1]);
+            put_str(&mut call, b"bench");
+            call.extend_from_slice(&[11, 0, 2]);
+            call.extend_from_slice(&((16 + pad.len()) as i32).to_be_bytes());
+            write!(call, "{:016x}", conn << 40 | (sent + i))?;
+            call.extend_from_slice(&pad);
+            call.push(0);
+        }
+        call.push(0);
+        close_frame(&mut call);
+        loop {
+            c.write_all(&call)?;
+            if !read_frame(&mut r, &mut answer)? {
+                bail!("the SUT closed the connection");
+            }
+            // ... field (I32, id 0) = result code, STOP.
+            let n = answer.len();
+            let code = i32::from_be_bytes(answer[n.saturating_sub(5)..n - 1].try_into()?);
+            if code == 0 {
+                break;
+            }
+            try_later += 1;
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        sent += args.per_call as u64;
+        seqid = seqid.wrapping_add(1);
+    }
+    Ok((sent, try_later))
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Arc::new(Args::parse());
+    if args.size < 16 {
+        bail!("--size must be at least 16 (the sequence number)");
+    }
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let listener = TcpListener::bind(("127.0.0.1", args.sink_port))
+        .with_context(|| format!("sink port {}", args.sink_port))?;
+    {
+        let seen = seen.clone();
+        std::thread::spawn(move || {
+            for c in listener.incoming().flatten() {
+                let seen = seen.clone();
+                std::thread::spawn(move || {
+                    if let Err(e) = sink_conn(c, &seen) {
+                        eprintln!("sink connection: {e:#}");
+                    }
+                });
+            }
+        });
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Instant::now();
+    let senders: Vec<_> = (0..args.connections)
+        .map(|i| {
+            let (args, stop) = (args.clone(), stop.clone());
+            std::thread::spawn(move || send(&args, i, &stop))
+        })
+        .collect();
+    std::thread::sleep(args.duration);
+    stop.store(true, Relaxed);
+    let (mut sent, mut try_later) = (0, 0);
+    for s in senders {
+        let (n, t) = s.join().expect("sender thread")?;
+        sent += n;
+        try_later += t;
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let drained = Instant::now();
+    let received = AtomicU64::new(0);
+    while drained.elapsed() < Duration::from_secs(30) {
+        received.store(seen.lock().expect("seen").received, Relaxed);
+        if received.load(Relaxed) >= sent {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let s = seen.lock().expect("seen");
+    let rate = sent as f64 / seconds;
+    println!(
+        "{{\"size\":{},\"per_call\":{},\"sent\":{sent},\"received\":{},\"lost\":{},\"duplicated\":{},\"try_later\":{try_later},\"seconds\":{seconds:.2},\"msg_per_s\":{rate:.0},\"mbps\":{:.1}}}",
+        args.size,
+        args.per_call,
+        s.received,
+        sent.saturating_sub(s.received),
+        s.duplicated,
+        rate * args.size as f64 * 8.0 / 1e6
+    );
+    Ok(())
+}

@@ -1,0 +1,312 @@
+//! `scribe`: sends chunks to a Scribe server as `Log` calls (Thrift framed
+//! transport, binary protocol), as Fluentd's out_scribe: the category is
+//! the tag (less `remove_prefix`), the message one field of the record
+//! (format "text") or the whole record as JSON (format "json").
+//!
+//! One call per chunk, or per `entries_per_call` entries. `TRY_LATER` and
+//! connection errors are retried by the buffer. When a chunk takes several
+//! calls, the calls the server already answered `OK` are not sent again on
+//! the retry (progress is kept by chunk id), so TRY_LATER in the middle of
+//! a chunk duplicates nothing.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde::Deserialize;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use super::{FlushError, Output};
+use crate::buffer::Chunk;
+use crate::config::units::Dur;
+use crate::formats::{self, json};
+use crate::plugin::{BuildContext, OptionError, OutputPlugin};
+use crate::thrift::{self, LogCall, ResultCode};
+
+/// How a record becomes a Scribe message.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageFormat {
+    /// The string in the record's `message_key` field, as it is. A record
+    /// without that field (or where it is not a string) is sent as JSON, so
+    /// nothing is lost.
+    #[default]
+    Text,
+    /// The whole record as a JSON object.
+    Json,
+}
+
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScribeOutputConfig {
+    /// "HOST:PORT" of the Scribe server. Required.
+    pub address: String,
+    /// Removed from the start of the tag (with the dot after it) to make
+    /// the category; a tag equal to it gets `default_category`.
+    #[serde(default)]
+    pub remove_prefix: Option<String>,
+    /// The category when nothing of the tag is left (default "unknown").
+    #[serde(default = "default_category")]
+    pub default_category: String,
+    /// "text" (default) or "json".
+    #[serde(default)]
+    pub format: MessageFormat,
+    /// Format "text": the record field sent as the message (default "message").
+    #[serde(default = "default_message_key")]
+    pub message_key: String,
+    /// Append a newline to each message (default false).
+    #[serde(default)]
+    pub add_newline: bool,
+    /// Entries per Log call; 0 (default) sends each chunk in one call.
+    #[serde(default)]
+    pub entries_per_call: usize,
+    /// Default "5s".
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout: Dur,
+    /// Sending a call and receiving its answer must take less (default "30s").
+    #[serde(default = "default_timeout")]
+    pub timeout: Dur,
+}
+
+fn default_category() -> String {
+    "unknown".into()
+}
+fn default_message_key() -> String {
+    "message".into()
+}
+fn default_connect_timeout() -> Dur {
+    Dur(Duration::from_secs(5))
+}
+fn default_timeout() -> Dur {
+    Dur(Duration::from_secs(30))
+}
+
+/// The largest answer read from a server (a Log reply is a few dozen bytes;
+/// an exception carries a message).
+const MAX_REPLY: usize = 1 << 20;
+
+/// Chunks whose progress is remembered at most; past this the oldest
+/// entries are forgotten (a chunk that went to the secondary output never
+/// comes back to clear its own).
+const MAX_PROGRESS: usize = 4096;
+
+impl OutputPlugin for ScribeOutputConfig {
+    const TYPE: &'static str = "scribe";
+    const DOC: &'static str = "Sends events to a Scribe server as `Log` calls; `TRY_LATER` is retried (see [Scribe](scribe.md)).";
+
+    fn build(self, _cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
+        let port_ok = self
+            .address
+            .rsplit_once(':')
+            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+        if !port_ok {
+            return Err(OptionError::new(
+                "address",
+                format!(
+                    "expected HOST:PORT such as \"scribe.example:1463\", found {:?}",
+                    self.address
+                ),
+            ));
+        }
+        if self.default_category.is_empty() {
+            return Err(OptionError::new("default_category", "must not be empty"));
+        }
+        if self.message_key.is_empty() {
+            return Err(OptionError::new("message_key", "must not be empty"));
+        }
+        Ok(Arc::new(ScribeOutput {
+            cfg: self,
+            idle: Mutex::new(Vec::new()),
+            seqid: AtomicI32::new(0),
+            progress: Mutex::new(HashMap::new()),
+        }))
+    }
+}
+
+struct ScribeOutput {
+    cfg: ScribeOutputConfig,
+    /// Connections between calls (several flush workers may write at once).
+    idle: Mutex<Vec<TcpStream>>,
+    seqid: AtomicI32,
+    /// Entries of a chunk the server already took, by chunk id, while the
+    /// chunk is being retried.
+    progress: Mutex<HashMap<[u8; 16], u32>>,
+}
+
+impl ScribeOutput {
+    /// The category of a tag.
+    fn category<'a>(&'a self, tag: &'a str) -> &'a str {
+        let Some(p) = self.cfg.remove_prefix.as_deref() else {
+            return tag;
+        };
+        match tag.strip_prefix(p) {
+            Some("") => &self.cfg.default_category,
+            Some(rest) if rest.starts_with('.') && rest.len() > 1 => &rest[1..],
+            _ => tag,
+        }
+    }
+
+    /// Appends the message of one record.
+    fn message(&self, record: &[u8], out: &mut Vec<u8>) {
+        let text = (self.cfg.format == MessageFormat::Text)
+            .then(|| formats::field(record, self.cfg.message_key.as_bytes()))
+            .flatten();
+        match text {
+            Some(t) => out.extend_from_slice(t),
+            None => {
+                json::write_value(out, record);
+            }
+        }
+        if self.cfg.add_newline {
+            out.push(b'\n');
+        }
+    }
+
+    /// An idle connection the server has not closed, or a new one.
+    async fn conn(&self) -> Result<TcpStream, String> {
+        loop {
+            let Some(c) = self.idle.lock().expect("idle connections").pop() else {
+                break;
+            };
+            // Readable on an idle connection means closed (or garbage): drop it.
+            let mut probe = [0u8; 1];
+            match c.try_read(&mut probe) {
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(c),
+                _ => continue,
+            }
+        }
+        let c = tokio::time::timeout(self.cfg.connect_timeout.0, TcpStream::connect(&self.cfg.address))
+            .await
+            .map_err(|_| format!("connecting to {}: timed out", self.cfg.address))?
+            .map_err(|e| format!("connecting to {}: {e}", self.cfg.address))?;
+        let _ = c.set_nodelay(true);
+        // TLS: the tls module's connector wraps `c` here; `call` takes any stream.
+        Ok(c)
+    }
+
+    fn remember(&self, id: [u8; 16], taken: u32) {
+        let mut p = self.progress.lock().expect("progress");
+        if taken == 0 {
+            p.remove(&id);
+            return;
+        }
+        if p.len() >= MAX_PROGRESS && !p.contains_key(&id) {
+            p.clear();
+        }
+        p.insert(id, taken);
+    }
+}
+
+/// Sends one framed call and reads its answer.
+async fn call<S>(s: &mut S, frame: &[u8], seqid: i32) -> Result<ResultCode, String>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    s.write_all(frame).await.map_err(|e| format!("sending: {e}"))?;
+    let mut head = [0u8; 4];
+    s.read_exact(&mut head)
+        .await
+        .map_err(|e| format!("reading the answer: {e}"))?;
+    let len = match thrift::frame_len(&head) {
+        Some(Ok(n)) if n <= MAX_REPLY => n,
+        Some(Ok(n)) => return Err(format!("an answer of {n} bytes (more than {MAX_REPLY})")),
+        _ => return Err(format!("an answer with a bad frame length {head:02x?}")),
+    };
+    let mut body = vec![0u8; len];
+    s.read_exact(&mut body)
+        .await
+        .map_err(|e| format!("reading the answer: {e}"))?;
+    let (got, code) = thrift::decode_log_reply(&body).map_err(|e| e.to_string())?;
+    if got != seqid {
+        return Err(format!("an answer to call {got} where call {seqid} was waited for"));
+    }
+    Ok(code)
+}
+
+#[async_trait]
+impl Output for ScribeOutput {
+    async fn write(&self, chunk: &Chunk) -> Result<(), FlushError> {
+        let category = self.category(&chunk.tag).as_bytes();
+        let per_call = match self.cfg.entries_per_call {
+            0 => usize::MAX,
+            n => n,
+        };
+        let mut taken = self
+            .progress
+            .lock()
+            .expect("progress")
+            .get(&chunk.id)
+            .copied()
+            .unwrap_or(0);
+        let mut entries = chunk.entries().skip(taken as usize).peekable();
+        let mut conn = self.conn().await.map_err(FlushError::Retry)?;
+        let mut frame = Vec::new();
+        while entries.peek().is_some() {
+            frame.clear();
+            let seqid = self.seqid.fetch_add(1, Relaxed);
+            let c = LogCall::begin(&mut frame, seqid);
+            let mut n = 0u32;
+            for (_, record, _) in entries.by_ref().take(per_call) {
+                LogCall::entry(&mut frame, category, |out| self.message(record, out));
+                n += 1;
+            }
+            c.finish(&mut frame, n as usize);
+            let answer = tokio::time::timeout(self.cfg.timeout.0, call(&mut conn, &frame, seqid))
+                .await
+                .unwrap_or_else(|_| Err(format!("no answer within timeout = {}", self.cfg.timeout)));
+            match answer {
+                Ok(ResultCode::Ok) => taken += n,
+                Ok(ResultCode::TryLater) => {
+                    self.remember(chunk.id, taken);
+                    self.idle.lock().expect("idle connections").push(conn);
+                    return Err(FlushError::Retry(format!(
+                        "{} answered TRY_LATER ({} of {} events taken)",
+                        self.cfg.address, taken, chunk.count
+                    )));
+                }
+                Err(e) => {
+                    // The connection is dropped: an answer may still be on its way.
+                    self.remember(chunk.id, taken);
+                    return Err(FlushError::Retry(format!("{}: {e}", self.cfg.address)));
+                }
+            }
+        }
+        self.remember(chunk.id, 0);
+        self.idle.lock().expect("idle connections").push(conn);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn output(remove_prefix: Option<&str>) -> ScribeOutput {
+        let cfg: ScribeOutputConfig = toml::from_str(&format!(
+            "address = \"127.0.0.1:1463\"\n{}",
+            remove_prefix.map_or(String::new(), |p| format!("remove_prefix = {p:?}"))
+        ))
+        .unwrap();
+        ScribeOutput {
+            cfg,
+            idle: Mutex::new(Vec::new()),
+            seqid: AtomicI32::new(0),
+            progress: Mutex::new(HashMap::new()),
+        }
+    }
+
+    #[test]
+    fn category_from_tag() {
+        let o = output(Some("scribe"));
+        assert_eq!(o.category("scribe.app.web"), "app.web");
+        assert_eq!(o.category("scribe"), "unknown");
+        assert_eq!(o.category("scribes.app"), "scribes.app");
+        assert_eq!(o.category("other"), "other");
+        assert_eq!(output(None).category("scribe.app"), "scribe.app");
+    }
+}
