@@ -180,6 +180,18 @@ impl Buffer {
         &self.name
     }
 
+    /// Whether appending `len` bytes now would wait or be refused (the
+    /// buffer is at `total_limit_size` and drops nothing to make room): an
+    /// input that can tell its sender "try later" (HTTP 503) asks this
+    /// first instead of holding the sender.
+    pub fn is_full(&self, len: usize) -> bool {
+        if self.cfg.overflow_action == OverflowAction::DropOldestChunk {
+            return false;
+        }
+        let st = self.state.lock().expect("buffer state");
+        st.closing || (st.bytes > 0 && st.bytes + len > self.cfg.total_limit_size.0 as usize)
+    }
+
     /// Shutdown stops waiting for the output: the chunk being written and
     /// every chunk still queued go, without more tries of the output, to the
     /// file buffer's chunk files (sent after the next start), else the

@@ -212,7 +212,7 @@ pub async fn start(
     Ok(tasks)
 }
 
-fn tcp_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+pub(crate) fn tcp_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
     use socket2::{Domain, Protocol, Socket, Type};
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     // Binds again at once after a restart (connections in TIME_WAIT).

@@ -4,6 +4,7 @@
 use crate::plugin::{input, registry, InputRegistration};
 
 pub(crate) mod append;
+pub(crate) mod http_listener;
 
 registry! {
     InputRegistration;
@@ -12,4 +13,6 @@ registry! {
     directory => input::<directory::DirectoryConfig>(),
     fuse => input::<fuse::FuseConfig>(),
     redis => input::<redis::RedisInputConfig>(),
+    http => input::<http::HttpInputConfig>(),
+    opentelemetry => input::<opentelemetry::OtlpInputConfig>(),
 }

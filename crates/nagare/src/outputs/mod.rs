@@ -13,6 +13,8 @@ use crate::plugin::{output, registry, OutputRegistration};
 use crate::router::{Outputs, Pattern};
 use crate::stats::Registry;
 
+pub(crate) mod http_client;
+
 registry! {
     OutputRegistration;
     stdout => output::<stdout::StdoutConfig>(),
@@ -20,6 +22,8 @@ registry! {
     file => output::<file::FileConfig>(),
     forward => output::<forward::ForwardOutputConfig>(),
     redis => output::<redis::RedisOutputConfig>(),
+    http => output::<http::HttpOutputConfig>(),
+    opentelemetry => output::<opentelemetry::OtlpOutputConfig>(),
     copy => copy::REGISTRATION,
 }
 
