@@ -65,6 +65,13 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
 fi
 
+# The OpenTelemetry Python SDK (a client that is not nagare's) for tests/opentelemetry.rs.
+otlp=crates/nagare/tests/otlp
+if [ ! -x "$otlp/.venv/bin/python" ]; then
+  python3 -m venv "$otlp/.venv" && "$otlp/.venv/bin/python" -m pip install --quiet \
+    --disable-pip-version-check -r "$otlp/requirements.txt"
+fi
+
 # --- Rust --------------------------------------------------------------------
 suite "cargo fmt" cargo fmt --all -- --check
 # The daemon alone (no workspace feature unification): tests check it links
