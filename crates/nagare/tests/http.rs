@@ -653,3 +653,17 @@ fn output_to_a_second_nagare_keeps_tags_times_and_records() {
         assert!(t.secs > 1_600_000_000);
     }
 }
+
+#[test]
+fn check_names_bad_options() {
+    let cases: &[(&str, &str, &str)] = &[
+        ("[[input]]\ntype = \"http\"\nbind = \"nowhere\"\n", ":7: key `bind`:", "nowhere"),
+        ("[[input]]\ntype = \"http\"\nbind = \"127.0.0.1:0\"\nmax_connections = 0\n", ":8: key `max_connections`:", "at least 1"),
+        ("[[input]]\ntype = \"http\"\nbind = \"127.0.0.1:0\"\ntag = \"a b\"\n", ":8: key `tag`:", "not a tag"),
+        ("[[output]]\ntype = \"http\"\nmatch = \"**\"\nendpoint = \"https://x/\"\n", ":8: key `endpoint`:", "https is not supported yet"),
+        ("[[output]]\ntype = \"http\"\nmatch = \"**\"\nendpoint = \"http://x/\"\nformat = \"xml\"\n", ":9: key `format`:", "ndjson"),
+        ("[[output]]\ntype = \"http\"\nmatch = \"**\"\nendpoint = \"http://x/\"\nbearer_token = \"t\"\nusername = \"u\"\n", ":9: key `bearer_token`:", "not both"),
+        ("[[output]]\ntype = \"opentelemetry\"\nmatch = \"**\"\nendpoint = \"ftp://x/\"\n", ":8: key `endpoint`:", "expected http://"),
+    ];
+    assert_check_errors(tempfile::tempdir().unwrap().path(), CHECK_BASE, cases);
+}
