@@ -307,7 +307,7 @@ fn scope_of(v: Value) -> Option<InstrumentationScope> {
 
 fn text(v: Value) -> String {
     match v {
-        Value::String(s) => s.into_str().unwrap_or_default(),
+        Value::String(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
         Value::Binary(b) => String::from_utf8_lossy(&b).into_owned(),
         other => other.to_string(),
     }
@@ -346,10 +346,10 @@ fn any(v: Value) -> AnyValue {
         }),
         Value::F32(f) => Some(Any::DoubleValue(f as f64)),
         Value::F64(f) => Some(Any::DoubleValue(f)),
-        Value::String(s) => Some(Any::StringValue(match s.into_str() {
-            Some(s) => s,
-            None => String::new(),
-        })),
+        // Invalid UTF-8 (msgpack allows it) is replaced with U+FFFD.
+        Value::String(s) => Some(Any::StringValue(
+            String::from_utf8_lossy(s.as_bytes()).into_owned(),
+        )),
         Value::Binary(b) => Some(Any::BytesValue(b)),
         Value::Array(a) => Some(Any::ArrayValue(ArrayValue {
             values: a.into_iter().map(any).collect(),
