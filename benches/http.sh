@@ -9,13 +9,13 @@
 #   benches/http.sh [DURATION]        (default 10s; SIZES="100 1024")
 #
 # Needs wrk (Debian package wrk) and Go (flowbench). Ports: SUT_PORT and
-# SINK_PORT (defaults 36280, 36281).
+# SINK_PORT (defaults 40180, 40181).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${1:-10s}
 SIZES=${SIZES:-"100 1024"}
 CONNECTIONS=${CONNECTIONS:-8}
-export SUT_PORT=${SUT_PORT:-36280} SINK_PORT=${SINK_PORT:-36281}
+export SUT_PORT=${SUT_PORT:-40180} SINK_PORT=${SINK_PORT:-40181}
 command -v wrk >/dev/null || { echo "wrk is needed (apt-get install wrk)" >&2; exit 1; }
 . benches/common.sh
 results_dir http
