@@ -74,6 +74,12 @@ fi
 
 # The Kafka broker's jars, once, into a cache outside the repository.
 bash tests/kafka/fetch.sh >/dev/null || echo "cannot fetch the Kafka jars; the kafka tests will fail" >&2
+# The OpenTelemetry Python SDK (a client that is not nagare's) for tests/opentelemetry.rs.
+otlp=crates/nagare/tests/otlp
+if [ ! -x "$otlp/.venv/bin/python" ]; then
+  python3 -m venv "$otlp/.venv" && "$otlp/.venv/bin/python" -m pip install --quiet \
+    --disable-pip-version-check -r "$otlp/requirements.txt"
+fi
 
 # --- Rust --------------------------------------------------------------------
 suite "cargo fmt" cargo fmt --all -- --check

@@ -4,6 +4,7 @@
 
 pub mod json;
 pub mod ltsv;
+pub mod otlp;
 
 use nagare_forward::msgpack::{read_map_len, read_str_or_bin, skip_value};
 use nagare_forward::EventTime;

@@ -5,6 +5,7 @@ use crate::plugin::{input, registry, InputRegistration};
 
 pub(crate) mod append;
 pub(crate) mod net;
+pub(crate) mod http_listener;
 
 registry! {
     InputRegistration;
@@ -19,4 +20,6 @@ registry! {
     udp => input::<udp::UdpInputConfig>(),
     unix => input::<unix::UnixInputConfig>(),
     scribe => input::<scribe::ScribeInputConfig>(),
+    http => input::<http::HttpInputConfig>(),
+    opentelemetry => input::<opentelemetry::OtlpInputConfig>(),
 }

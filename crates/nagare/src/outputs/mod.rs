@@ -15,6 +15,8 @@ use crate::stats::{PluginStats, Registry};
 
 pub(crate) mod net;
 
+pub(crate) mod http_client;
+
 registry! {
     OutputRegistration;
     stdout => output::<stdout::StdoutConfig>(),
@@ -26,6 +28,8 @@ registry! {
     syslog => output::<syslog::SyslogOutputConfig>(),
     tcp => output::<tcp::TcpOutputConfig>(),
     scribe => output::<scribe::ScribeOutputConfig>(),
+    http => output::<http::HttpOutputConfig>(),
+    opentelemetry => output::<opentelemetry::OtlpOutputConfig>(),
     copy => copy::REGISTRATION,
 }
 

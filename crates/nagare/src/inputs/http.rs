@@ -1,0 +1,572 @@
+//! `http`: events POSTed over HTTP, as Fluentd's in_http and Fluent Bit's
+//! in_http take them.
+//!
+//! - `POST /<tag>` (or any path, with `tag`); the tag is the path without
+//!   its leading `/`, else the `tag` option. With `tag_key`, a record whose
+//!   field of that name holds a string gets that tag (the field stays).
+//! - Bodies: a JSON object (one event), a JSON array of objects (a batch),
+//!   NDJSON (one object per line), msgpack (a map, or an array of maps),
+//!   or a form (`application/x-www-form-urlencoded`) with a `json=` or
+//!   `msgpack=` field, as Fluentd's in_http.
+//! - Event time: the `time` query (or form) parameter (epoch seconds,
+//!   fractions allowed) for every event of the request; else the record's
+//!   `time_key` field (default "time"; removed unless `keep_time_key`);
+//!   else the time of arrival.
+//!
+//! JSON is written straight into the PackedForward entries while serde_json
+//! reads it (the json parser's converter); no value tree per event. A bad
+//! record refuses the whole request with a 400 naming its line (NDJSON) or
+//! index (array); nothing of the request is taken.
+//!
+//! The listener (keep-alive, limits, auth, gzip/zstd, 503 while buffers are
+//! full) is http_listener.rs, shared with the `opentelemetry` input.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use hyper::header;
+use hyper::http::request::Parts;
+use hyper::StatusCode;
+use nagare_forward::msgpack::{read_array_len, read_map_len, read_str_or_bin, skip_value, write_map_len};
+use nagare_forward::EventTime;
+use tokio::task::JoinHandle;
+
+use super::http_listener::{self, http_listener_options, Decode, Events, Reject};
+use crate::parsers::{Parser, ParserConfig, ParserType};
+use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
+
+http_listener_options!(
+    HttpInputConfig {
+        /// The tag of requests to `/` (a path other than `/` is the tag).
+        /// Without it, a POST to `/` is answered 404.
+        #[serde(default)]
+        tag: Option<String>,
+        /// Take the tag from this field of each record when it holds a
+        /// string (Fluent Bit's in_http); the field stays in the record.
+        #[serde(default)]
+        tag_key: Option<String>,
+        /// The record field holding the event time (epoch seconds or a
+        /// time string) (default "time", as Fluentd's in_http).
+        #[serde(default = "default_time_key")]
+        time_key: String,
+        /// Keep `time_key` in the record (default false: removed once read).
+        #[serde(default)]
+        keep_time_key: bool,
+    }
+);
+
+fn default_time_key() -> String {
+    "time".into()
+}
+
+impl InputPlugin for HttpInputConfig {
+    const TYPE: &'static str = "http";
+    const DOC: &'static str = "Receives events POSTed over HTTP/1.1 as Fluentd's and Fluent Bit's in_http take them: JSON, JSON arrays, NDJSON, msgpack or form fields; gzip and zstd; bearer or basic auth; 503 while buffers are full (see [HTTP](http.md)).";
+
+    fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
+        self.listener().check(cx)?;
+        if let Some(t) = &self.tag {
+            check_tag(t).map_err(|e| OptionError::new("tag", e))?;
+        }
+        if self.tag_key.as_deref() == Some("") {
+            return Err(OptionError::new("tag_key", "must name a field"));
+        }
+        self.parser().map_err(|e| OptionError::new("time_key", e.to_string()))?;
+        Ok(Box::new(self))
+    }
+}
+
+impl HttpInputConfig {
+    fn parser(&self) -> anyhow::Result<Parser> {
+        Parser::new(&ParserConfig {
+            kind: ParserType::Json,
+            time_key: Some(self.time_key.clone()),
+            keep_time_key: self.keep_time_key,
+            ..ParserConfig::default()
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Input for HttpInputConfig {
+    async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
+        let decode = Arc::new(HttpDecode {
+            parser: self.parser()?,
+            tag: self.tag.clone(),
+            tag_key: self.tag_key.clone(),
+            time_key: self.time_key.clone(),
+            keep_time_key: self.keep_time_key,
+        });
+        http_listener::start(
+            &cx.name,
+            "http",
+            self.listener(),
+            decode,
+            cx.router,
+            cx.stats,
+            cx.shutdown,
+        )
+        .await
+    }
+}
+
+/// A tag is dotted words: no spaces, slashes or control characters.
+fn check_tag(t: &str) -> Result<(), String> {
+    if t.is_empty() {
+        return Err("must not be empty".into());
+    }
+    match t.chars().find(|c| c.is_whitespace() || c.is_control() || *c == '/') {
+        Some(c) => Err(format!("{t:?} is not a tag: it holds {c:?}")),
+        None => Ok(()),
+    }
+}
+
+struct HttpDecode {
+    /// The json parser with `time_key`: writes records as msgpack.
+    parser: Parser,
+    tag: Option<String>,
+    tag_key: Option<String>,
+    time_key: String,
+    keep_time_key: bool,
+}
+
+/// How a body is encoded.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BodyKind {
+    /// An object, an array of objects, or (when that fails with trailing
+    /// data) NDJSON.
+    Json,
+    Ndjson,
+    Msgpack,
+}
+
+impl Decode for HttpDecode {
+    fn decode(&self, head: &Parts, body: Bytes) -> Result<Vec<Events>, Reject> {
+        let tag = self.tag_of(head.uri.path())?;
+        let mut time = param(head.uri.query().unwrap_or(""), "time");
+        let mime = head
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        let (kind, data): (BodyKind, Bytes) = match mime.as_str() {
+            // curl -d sends JSON with the form type: taken as JSON.
+            "application/x-www-form-urlencoded"
+                if matches!(body.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{' | b'[')) =>
+            {
+                (BodyKind::Json, body)
+            }
+            "application/x-www-form-urlencoded" => {
+                let form = std::str::from_utf8(&body)
+                    .map_err(|_| Reject::bad("a form body must be ASCII (percent-encoded)"))?;
+                time = time.or_else(|| param(form, "time"));
+                if let Some(j) = param(form, "json") {
+                    (BodyKind::Json, Bytes::from(j))
+                } else if let Some(m) = param(form, "msgpack") {
+                    (BodyKind::Msgpack, Bytes::from(m))
+                } else {
+                    return Err(Reject::bad("a form body needs a `json` or `msgpack` field"));
+                }
+            }
+            "application/msgpack" | "application/x-msgpack" | "application/vnd.msgpack" => {
+                (BodyKind::Msgpack, body)
+            }
+            "application/x-ndjson" | "application/ndjson" | "application/jsonl"
+            | "application/x-jsonlines" | "application/json-lines" | "application/jsonlines" => {
+                (BodyKind::Ndjson, body)
+            }
+            "" | "application/json" | "text/json" | "text/plain" => (BodyKind::Json, body),
+            other => {
+                return Err(Reject::new(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    format!(
+                        "Content-Type {other:?} is not supported: send application/json, \
+                         application/x-ndjson, application/msgpack or a form"
+                    ),
+                ))
+            }
+        };
+        let forced = match time {
+            Some(t) => Some(param_time(&String::from_utf8_lossy(&t))?),
+            None => None,
+        };
+        let mut out = Batches::new(tag, self.tag_key.as_deref(), forced);
+        match kind {
+            BodyKind::Json => self.json(&data, &mut out)?,
+            BodyKind::Ndjson => self.ndjson(&data, &mut out)?,
+            BodyKind::Msgpack => self.msgpack(&data, &mut out)?,
+        }
+        Ok(out.done())
+    }
+}
+
+impl HttpDecode {
+    fn tag_of(&self, path: &str) -> Result<String, Reject> {
+        let raw = path.trim_start_matches('/');
+        if raw.is_empty() {
+            return self.tag.clone().ok_or_else(|| {
+                Reject::new(
+                    StatusCode::NOT_FOUND,
+                    "POST to /<tag> (this input has no `tag` for requests to /)",
+                )
+            });
+        }
+        let tag = percent_encoding::percent_decode_str(raw)
+            .decode_utf8()
+            .map_err(|_| Reject::bad("the path (the tag) is not UTF-8"))?;
+        check_tag(&tag).map_err(|e| Reject::new(StatusCode::NOT_FOUND, format!("path: {e}")))?;
+        Ok(tag.into_owned())
+    }
+
+    /// One record, already cut out of the body, through the json parser.
+    fn json_record(&self, text: &[u8], out: &mut Batches) -> Result<(), String> {
+        let at = out.start_entry();
+        let time = crate::parsers::json::parse(&self.parser, text, &[], &mut out.buf);
+        match time {
+            Ok(t) => {
+                out.end_entry(at, t);
+                Ok(())
+            }
+            Err(e) => {
+                out.buf.truncate(at);
+                Err(e)
+            }
+        }
+    }
+
+    fn json(&self, body: &[u8], out: &mut Batches) -> Result<(), Reject> {
+        match body.iter().find(|b| !b.is_ascii_whitespace()) {
+            Some(b'[') => {
+                let items: Vec<&serde_json::value::RawValue> = serde_json::from_slice(body)
+                    .map_err(|e| Reject::bad(format!("bad JSON array: {e}")))?;
+                for (i, item) in items.iter().enumerate() {
+                    self.json_record(item.get().as_bytes(), out)
+                        .map_err(|e| Reject::bad(format!("record {i} of the array: {e}")))?;
+                }
+                Ok(())
+            }
+            Some(b'{') => match self.json_record(body, out) {
+                Ok(()) => Ok(()),
+                // Several objects: NDJSON sent as application/json.
+                Err(e) if e.contains("trailing characters") => self.ndjson(body, out),
+                Err(e) => Err(Reject::bad(e)),
+            },
+            Some(_) => Err(Reject::bad("expected a JSON object or an array of objects")),
+            None => Err(Reject::bad("empty body")),
+        }
+    }
+
+    fn ndjson(&self, body: &[u8], out: &mut Batches) -> Result<(), Reject> {
+        for (i, line) in body.split(|&b| b == b'\n').enumerate() {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            if line.iter().all(|b| b.is_ascii_whitespace()) {
+                continue;
+            }
+            self.json_record(line, out)
+                .map_err(|e| Reject::bad(format!("line {}: {e}", i + 1)))?;
+        }
+        Ok(())
+    }
+
+    fn msgpack(&self, body: &[u8], out: &mut Batches) -> Result<(), Reject> {
+        let bad = |what: &str| Reject::bad(format!("bad msgpack body: {what}"));
+        let end = skip_value(body, 0).map_err(|e| bad(&e.to_string()))?;
+        if end != body.len() {
+            return Err(bad(&format!("{} bytes after the first value", body.len() - end)));
+        }
+        match read_map_len(body, 0) {
+            Ok(_) => self.msgpack_record(body, out).map_err(|e| bad(&e)),
+            Err(_) => {
+                let (n, mut p) = read_array_len(body, 0)
+                    .map_err(|_| bad("expected a map or an array of maps"))?;
+                for i in 0..n {
+                    let e = skip_value(body, p).map_err(|e| bad(&e.to_string()))?;
+                    self.msgpack_record(&body[p..e], out)
+                        .map_err(|m| bad(&format!("record {i} of the array: {m}")))?;
+                    p = e;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// A msgpack map: copied, without its `time_key` pair when that holds
+    /// a time (a number or an EventTime), unless `keep_time_key`.
+    fn msgpack_record(&self, rec: &[u8], out: &mut Batches) -> Result<(), String> {
+        let (n, mut p) = read_map_len(rec, 0).map_err(|_| "a record is not a map".to_string())?;
+        let mut time = None;
+        let mut skip = None;
+        for _ in 0..n {
+            let key = read_str_or_bin(rec, p).map_err(|e| e.to_string())?;
+            let v = match key {
+                Some((_, e)) => e,
+                None => skip_value(rec, p).map_err(|e| e.to_string())?,
+            };
+            let end = skip_value(rec, v).map_err(|e| e.to_string())?;
+            if key.is_some_and(|(s, e)| &rec[s..e] == self.time_key.as_bytes()) {
+                time = msgpack_time(&rec[v..end]);
+                if time.is_some() && !self.keep_time_key {
+                    skip = Some((p, end));
+                }
+            }
+            p = end;
+        }
+        let at = out.start_entry();
+        match skip {
+            Some((s, e)) => {
+                write_map_len(&mut out.buf, n - 1);
+                let (_, body_start) = read_map_len(rec, 0).map_err(|e| e.to_string())?;
+                out.buf.extend_from_slice(&rec[body_start..s]);
+                out.buf.extend_from_slice(&rec[e..]);
+            }
+            None => out.buf.extend_from_slice(rec),
+        }
+        out.end_entry(at, time);
+        Ok(())
+    }
+}
+
+/// A msgpack number (epoch seconds) or EventTime as an event time.
+fn msgpack_time(v: &[u8]) -> Option<EventTime> {
+    if v.len() == 10 && v[0] == 0xd7 && v[1] == 0 {
+        return Some(EventTime::from_payload(&v[2..]));
+    }
+    let secs = match rmpv::decode::read_value(&mut &v[..]).ok()? {
+        rmpv::Value::Integer(i) => i.as_f64()?,
+        rmpv::Value::F32(f) => f as f64,
+        rmpv::Value::F64(f) => f,
+        _ => return None,
+    };
+    epoch_time(secs)
+}
+
+fn epoch_time(secs: f64) -> Option<EventTime> {
+    (secs.is_finite() && (0.0..4_294_967_296.0).contains(&secs)).then(|| {
+        let whole = secs.trunc();
+        EventTime::new(whole as u32, ((secs - whole) * 1e9).round().min(999_999_999.0) as u32)
+    })
+}
+
+/// The `time` parameter: epoch seconds; 0 means "now", as in Fluentd.
+fn param_time(t: &str) -> Result<EventTime, Reject> {
+    let secs: f64 = t
+        .trim()
+        .parse()
+        .map_err(|_| Reject::bad(format!("parameter time={t:?} is not epoch seconds")))?;
+    if secs == 0.0 {
+        return Ok(EventTime::now());
+    }
+    epoch_time(secs).ok_or_else(|| Reject::bad(format!("parameter time={t:?} is out of range")))
+}
+
+/// The value of `name` in a query string or form body, percent-decoded
+/// (as bytes: a msgpack field is binary).
+fn param(query: &str, name: &str) -> Option<Vec<u8>> {
+    query.split('&').find_map(|pair| {
+        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+        (k == name).then(|| {
+            let v = v.replace('+', " ");
+            percent_encoding::percent_decode_str(&v).collect()
+        })
+    })
+}
+
+/// The entries of a request, one batch per tag in order of first use.
+struct Batches {
+    /// Entries of the request's own tag (most requests have only these).
+    buf: Vec<u8>,
+    count: u32,
+    tag: String,
+    tag_key: Option<Vec<u8>>,
+    /// The `time` parameter, which wins over each record's time.
+    forced: Option<EventTime>,
+    now: EventTime,
+    /// Batches of other tags (tag_key), in order of first use.
+    others: Vec<Events>,
+}
+
+impl Batches {
+    fn new(tag: String, tag_key: Option<&str>, forced: Option<EventTime>) -> Batches {
+        Batches {
+            buf: Vec::new(),
+            count: 0,
+            tag,
+            tag_key: tag_key.map(|k| k.as_bytes().to_vec()),
+            forced,
+            now: EventTime::now(),
+            others: Vec::new(),
+        }
+    }
+
+    /// Starts an entry: `[time placeholder, ` then the caller writes the record.
+    fn start_entry(&mut self) -> usize {
+        let at = self.buf.len();
+        self.buf.push(0x92);
+        self.buf.extend_from_slice(&self.now.to_bytes());
+        at
+    }
+
+    /// Ends the entry started at `at`: its time, and its tag by `tag_key`.
+    fn end_entry(&mut self, at: usize, time: Option<EventTime>) {
+        if let Some(t) = self.forced.or(time) {
+            self.buf[at + 1..at + 11].copy_from_slice(&t.to_bytes());
+        }
+        let moved = self.tag_key.as_deref().and_then(|k| {
+            let tag = crate::formats::field(&self.buf[at + 11..], k)?;
+            let tag = std::str::from_utf8(tag).ok()?;
+            (tag != self.tag && check_tag(tag).is_ok()).then(|| tag.to_string())
+        });
+        match moved {
+            None => self.count += 1,
+            Some(tag) => {
+                let i = match self.others.iter().position(|b| b.tag == tag) {
+                    Some(i) => i,
+                    None => {
+                        self.others.push(Events {
+                            tag,
+                            entries: Vec::new(),
+                            count: 0,
+                        });
+                        self.others.len() - 1
+                    }
+                };
+                let b = &mut self.others[i];
+                b.entries.extend_from_slice(&self.buf[at..]);
+                b.count += 1;
+                self.buf.truncate(at);
+            }
+        }
+    }
+
+    fn done(self) -> Vec<Events> {
+        let mut all = Vec::with_capacity(1 + self.others.len());
+        all.push(Events {
+            tag: self.tag,
+            entries: self.buf,
+            count: self.count,
+        });
+        all.extend(self.others);
+        all
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decoder(tag_key: Option<&str>) -> HttpDecode {
+        let cfg: HttpInputConfig = toml::from_str(&format!(
+            "bind = \"127.0.0.1:0\"\n{}",
+            tag_key.map_or(String::new(), |k| format!("tag_key = \"{k}\"\n"))
+        ))
+        .unwrap();
+        HttpDecode {
+            parser: cfg.parser().unwrap(),
+            tag: None,
+            tag_key: cfg.tag_key.clone(),
+            time_key: cfg.time_key.clone(),
+            keep_time_key: false,
+        }
+    }
+
+    fn request(path: &str, ctype: &str) -> Parts {
+        let (parts, ()) = hyper::Request::post(path)
+            .header("content-type", ctype)
+            .body(())
+            .unwrap()
+            .into_parts();
+        parts
+    }
+
+    fn records(e: &Events) -> Vec<(EventTime, serde_json::Value)> {
+        crate::formats::entries(&e.entries)
+            .map(|(t, rec, _)| {
+                let mut j = Vec::new();
+                crate::formats::json::write_value(&mut j, rec);
+                (t, serde_json::from_slice(&j).unwrap())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn json_array_with_record_times() {
+        let d = decoder(None);
+        let body = r#"[{"a":1,"time":1700000000.5},{"b":"x"}]"#;
+        let b = d
+            .decode(&request("/app.web", "application/json"), Bytes::from(body))
+            .unwrap();
+        assert_eq!((b.len(), b[0].tag.as_str(), b[0].count), (1, "app.web", 2));
+        let r = records(&b[0]);
+        assert_eq!(r[0].0, EventTime::new(1_700_000_000, 500_000_000));
+        assert_eq!(r[0].1, serde_json::json!({"a": 1}));
+        assert_eq!(r[1].1, serde_json::json!({"b": "x"}));
+    }
+
+    #[test]
+    fn ndjson_errors_name_the_line() {
+        let d = decoder(None);
+        let body = "{\"a\":1}\n\n{\"a\":2}\n{\"a\":\n";
+        let e = d
+            .decode(&request("/t", "application/x-ndjson"), Bytes::from(body))
+            .unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert!(e.message.starts_with("line 4: "), "{}", e.message);
+        // NDJSON sent as application/json is taken too.
+        let b = d
+            .decode(&request("/t", "application/json"), Bytes::from("{\"a\":1}\n{\"a\":2}\n"))
+            .unwrap();
+        assert_eq!(b[0].count, 2);
+    }
+
+    #[test]
+    fn tag_key_splits_batches_and_form_fields_decode() {
+        let d = decoder(Some("t"));
+        let body = "json=%5B%7B%22t%22%3A%22x.y%22%7D%2C%7B%22n%22%3A1%7D%5D&time=1700000001";
+        let b = d
+            .decode(&request("/in", "application/x-www-form-urlencoded"), Bytes::from(body))
+            .unwrap();
+        assert_eq!(b.len(), 2);
+        assert_eq!((b[0].tag.as_str(), b[0].count), ("in", 1));
+        assert_eq!((b[1].tag.as_str(), b[1].count), ("x.y", 1));
+        assert_eq!(records(&b[1])[0].0, EventTime::new(1_700_000_001, 0));
+    }
+
+    #[test]
+    fn msgpack_records_lose_their_time_field() {
+        let d = decoder(None);
+        let mut body = Vec::new();
+        rmpv::encode::write_value(
+            &mut body,
+            &rmpv::Value::Array(vec![rmpv::Value::Map(vec![
+                ("time".into(), 1_700_000_002u64.into()),
+                ("k".into(), "v".into()),
+            ])]),
+        )
+        .unwrap();
+        let b = d
+            .decode(&request("/m", "application/msgpack"), Bytes::from(body.clone()))
+            .unwrap();
+        let r = records(&b[0]);
+        assert_eq!(r[0], (EventTime::new(1_700_000_002, 0), serde_json::json!({"k": "v"})));
+        body.pop();
+        assert!(d
+            .decode(&request("/m", "application/msgpack"), Bytes::from(body))
+            .is_err());
+    }
+
+    #[test]
+    fn paths_that_are_not_tags() {
+        let d = decoder(None);
+        for path in ["/", "/a/b", "/a%20b"] {
+            let e = d
+                .decode(&request(path, "application/json"), Bytes::from("{}"))
+                .unwrap_err();
+            assert_eq!(e.status, StatusCode::NOT_FOUND, "{path}");
+        }
+    }
+}
