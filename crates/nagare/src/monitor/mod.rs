@@ -1,4 +1,5 @@
-//! The HTTP monitor: `/metrics` (Prometheus text), `/health`, `/api/plugins` (JSON).
+//! The HTTP monitor: `/metrics` (Prometheus text), `/health`, `/api/plugins` (JSON),
+//! `/api/tap` (live events, see tap.rs) and the status page at `/` (status.html).
 
 use std::fmt::Write;
 use std::sync::Arc;
@@ -11,6 +12,8 @@ use axum::{Json, Router};
 use tokio::sync::watch;
 
 use crate::stats::{PluginStats, Registry};
+
+mod tap;
 
 type Counter = fn(&PluginStats) -> u64;
 
@@ -151,6 +154,11 @@ async fn plugins(State(reg): State<Arc<Registry>>) -> impl IntoResponse {
     Json(plugins_json(&reg))
 }
 
+/// The status page: one self-contained HTML file that polls /api/plugins.
+async fn status_page() -> impl IntoResponse {
+    axum::response::Html(include_str!("status.html"))
+}
+
 async fn health() -> impl IntoResponse {
     Json(serde_json::json!({ "status": "ok" }))
 }
@@ -165,14 +173,18 @@ pub async fn serve(
         .map_err(|e| anyhow::anyhow!("monitor: cannot listen on {bind}: {e}"))?;
     tracing::info!(bind = %bind, "monitor listening");
     let app = Router::new()
+        .route("/", get(status_page))
         .route("/metrics", get(metrics))
         .route("/health", get(health))
         .route("/api/plugins", get(plugins))
+        .route("/api/tap", get(tap::tap))
         .with_state(reg);
     Ok(tokio::spawn(async move {
         let _ = axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 let _ = shutdown.wait_for(|v| *v).await;
+                // Taps stream forever: end them, or the shutdown waits.
+                crate::tap::close_all();
             })
             .await;
     }))
