@@ -53,6 +53,8 @@ need fusermount3 fuse3           # the fuse input's tests
 need ip iproute2                 # a private network namespace for cli.rs
 need python3 python3             # fuse tests write through python3; exec filter tests run Python programs
 need redis-server redis-server   # the redis input and output tests (tests/redis.rs)
+need tmux tmux                   # `nagare top` in a terminal (tests/top.rs)
+need chromium chromium           # the monitor's status page in a browser (tests/status-page)
 need openssl openssl             # a CA and a server certificate for the redis TLS test
 need pkg-config pkg-config       # the rest: nagare-bench's `png` feature (suite below)
 pkg-config --exists fontconfig 2>/dev/null || need_apt+=(libfontconfig1-dev)
@@ -81,7 +83,7 @@ suite "package (.deb)" bash tests/package/test.sh
 
 # --- SDKs and interop (each directory brings its own runner) -----------------
 # sdk/conformance runs every SDK's driver: after the SDK suites set them up.
-for d in sdk/python sdk/go sdk/java sdk/typescript sdk/conformance tests/interop; do
+for d in sdk/python sdk/go sdk/java sdk/typescript sdk/conformance tests/interop tests/status-page; do
   if [ -f "$d/ci.sh" ]; then
     suite "$d" bash "$d/ci.sh"
   fi
