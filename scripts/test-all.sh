@@ -55,6 +55,8 @@ need python3 python3             # fuse tests write through python3; exec filter
 need redis-server redis-server   # the redis input and output tests (tests/redis.rs)
 need logger bsdutils             # the syslog input tests send with util-linux logger (tests/syslog.rs)
 need rsyslogd rsyslog            # rsyslog forwards to and receives from nagare (tests/syslog.rs)
+need tmux tmux                   # `nagare top` in a terminal (tests/top.rs)
+need chromium chromium           # the monitor's status page in a browser (tests/status-page)
 need openssl openssl             # a CA and a server certificate for the redis TLS test
 need java default-jre-headless   # the Kafka broker of the kafka tests (tests/kafka/broker.sh)
 need mvn maven                   # fetches the broker's jars (tests/kafka/fetch.sh)
@@ -97,7 +99,7 @@ suite "package (.deb)" bash tests/package/test.sh
 
 # --- SDKs and interop (each directory brings its own runner) -----------------
 # sdk/conformance runs every SDK's driver: after the SDK suites set them up.
-for d in sdk/python sdk/go sdk/java sdk/typescript sdk/conformance tests/interop; do
+for d in sdk/python sdk/go sdk/java sdk/typescript sdk/conformance tests/interop tests/status-page; do
   if [ -f "$d/ci.sh" ]; then
     suite "$d" bash "$d/ci.sh"
   fi

@@ -23,9 +23,10 @@ mod router;
 mod service;
 mod shutdown;
 mod stats;
+mod tap;
 mod testing;
-mod tls;
 mod thrift;
+mod tls;
 
 use std::process::ExitCode;
 
@@ -58,6 +59,10 @@ enum Command {
     Cat(cli::cat::CatArgs),
     /// Send chunk files (a file buffer's dead letters) to a forward server, with acks.
     Replay(cli::replay::ReplayArgs),
+    /// A live view of a running daemon: per plugin rates, buffers, retries and errors.
+    Top(cli::top::TopArgs),
+    /// Print the events a running daemon routes with matching tags, as JSON lines.
+    Tap(cli::tap::TapArgs),
     /// Generate log lines or events at a given rate (like dummer), to a file, stdout, forward, TCP or HTTP.
     Gen(nagare_bench::gen::GenArgs),
     /// Benchmark a forward relay (nagare, Fluentd, Fluent Bit): a matrix of rates, sizes and batches.
@@ -75,6 +80,8 @@ fn main() -> ExitCode {
         Command::Plugins(a) => cli::plugins::main(a),
         Command::Cat(a) => cli::cat::main(a),
         Command::Replay(a) => cli::replay::main(a),
+        Command::Top(a) => cli::top::main(a),
+        Command::Tap(a) => cli::tap::main(a),
         Command::Gen(a) => cli::exit(nagare_bench::gen::run_gen(a)),
         Command::Bench(a) => cli::exit(nagare_bench::bench::run_bench(*a)),
     }

@@ -2,11 +2,15 @@
 
 pub mod cat;
 pub mod check;
+pub mod monitor_client;
 pub mod plugins;
 pub mod reload;
 pub mod replay;
 pub mod run;
+pub mod tap;
 pub mod test;
+pub mod top;
+pub mod top_table;
 
 /// Exit code for a bad configuration or bad usage.
 pub const EXIT_CONFIG: u8 = 2;

@@ -648,6 +648,7 @@ where
             PluginStats::add(&ctx.stats.errors, 1);
             tracing::warn!(input = %ctx.name, tag = %tag, events = count, "no output matches this tag; events discarded");
         }
+        crate::tap::offer(tag, parts, count);
         for out in outputs.iter().filter(|_| count > 0) {
             let rx = out
                 .append(tag, parts, count, wants_ack, delivery, &p.acks)

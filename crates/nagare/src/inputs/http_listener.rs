@@ -571,6 +571,7 @@ async fn deliver(ctx: &Ctx, batches: Vec<Events>) -> Result<(), Refused> {
             PluginStats::add(&ctx.stats.errors, 1);
             tracing::warn!(input = %ctx.name, tag = %tag, events = count, "no output matches this tag; events discarded");
         }
+        crate::tap::offer(tag, parts, *count);
         for out in outputs.iter().filter(|_| *count > 0) {
             let rx = out
                 .append(tag, parts, *count, true, delivered, &[])

@@ -4,8 +4,8 @@
 use crate::plugin::{input, registry, InputRegistration};
 
 pub(crate) mod append;
-pub(crate) mod net;
 pub(crate) mod http_listener;
+pub(crate) mod net;
 
 registry! {
     InputRegistration;

@@ -1,5 +1,6 @@
 //! The HTTP monitor: `/metrics` (Prometheus text), `/health`, `/api/plugins` (JSON),
-//! `/api/config` and `POST /api/reload` (reload.rs).
+//! `/api/config` and `POST /api/reload` (reload.rs), `/api/tap` (live events,
+//! see tap.rs) and the status page at `/` (status.html).
 
 mod reload;
 
@@ -16,6 +17,8 @@ use tokio::sync::watch;
 
 use crate::reload::Control;
 use crate::stats::{PluginStats, Registry};
+
+mod tap;
 
 type Counter = fn(&PluginStats) -> u64;
 
@@ -159,6 +162,11 @@ async fn plugins(State(reg): State<Arc<Registry>>) -> impl IntoResponse {
     Json(plugins_json(&reg))
 }
 
+/// The status page: one self-contained HTML file that polls /api/plugins.
+async fn status_page() -> impl IntoResponse {
+    axum::response::Html(include_str!("status.html"))
+}
+
 async fn health() -> impl IntoResponse {
     Json(serde_json::json!({ "status": "ok" }))
 }
@@ -174,9 +182,11 @@ pub async fn serve(
         .map_err(|e| anyhow::anyhow!("monitor: cannot listen on {bind}: {e}"))?;
     tracing::info!(bind = %bind, "monitor listening");
     let app = Router::new()
+        .route("/", get(status_page))
         .route("/metrics", get(metrics))
         .route("/health", get(health))
         .route("/api/plugins", get(plugins))
+        .route("/api/tap", get(tap::tap))
         .merge(reload::routes(control.clone()))
         .layer(Extension(control))
         .with_state(reg);
@@ -184,6 +194,8 @@ pub async fn serve(
         let _ = axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 let _ = shutdown.wait_for(|v| *v).await;
+                // Taps stream forever: end them, or the shutdown waits.
+                crate::tap::close_all();
             })
             .await;
     }))
