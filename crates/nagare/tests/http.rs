@@ -24,8 +24,12 @@ fn http_to_sink(dir: &Path, input_extra: &str, sink: u16, buffer_extra: &str) ->
          [[output]]\ntype = \"forward\"\nmatch = \"**\"\n[[output.server]]\naddress = \"127.0.0.1:{sink}\"\n\
          [output.buffer]\nflush_interval = \"50ms\"\n{buffer_extra}\n"
     );
-    let mut d = Daemon::start(dir, "nagare", &config, Some(mon));
-    d.wait_port(port);
+    let d = Daemon::start(dir, "nagare", &config, Some(mon));
+    // The log line, not a probe connection: a probe holds one of
+    // `max_connections` until its task ends, which the limit test would see.
+    wait_until(WAIT, "the http input listening", || {
+        d.stderr().contains("http input listening")
+    });
     (d, port)
 }
 
