@@ -33,8 +33,12 @@ done
 echo "$cp" > "$out/java-classpath.txt"
 
 # Rust and C (a C program linked against the static library)
-cargo build -q --locked -p nagare-logger --example conformance_driver
-cargo build -q --locked -p nagare-logger-c
+# scripts/test-all.sh builds these before its background `cargo test`,
+# which holds cargo's lock on target/ while it runs.
+if [ -z "${NAGARE_CONFORMANCE_PREBUILT:-}" ]; then
+  cargo build -q --locked -p nagare-logger --example conformance_driver
+  cargo build -q --locked -p nagare-logger-c
+fi
 "${CC:-cc}" -std=gnu11 -Wall -Wextra -O2 -Isdk/c/include sdk/c/conformance/driver.c \
   target/debug/libnagare_logger_c.a -lpthread -ldl -lm -o "$out/c-driver"
 
