@@ -147,6 +147,16 @@ pub struct TlsServer {
     config: Reloading<ServerConfig>,
 }
 
+/// Its options (the loaded certificates are not shown).
+impl std::fmt::Debug for TlsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsServer")
+            .field("name", &self.name)
+            .field("opts", &self.opts)
+            .finish_non_exhaustive()
+    }
+}
+
 impl TlsServer {
     /// Reads and checks the files of `opts` (None when TLS is off). Errors
     /// name the key and the file; an expired certificate is a warning.
