@@ -589,6 +589,13 @@ pub enum MaybeTls<S> {
     Tls(Box<tokio_rustls::TlsStream<S>>),
 }
 
+/// A peer that closes the TCP connection without a TLS close_notify ends
+/// the stream as a plain close does (many clients do: Python's `close()`
+/// without `unwrap()`, `openssl s_client` killed, Thrift's TSSLSocket).
+/// Every protocol read through it is framed (forward, HTTP, Thrift, syslog
+/// octet counting, delimited lines), so a cut message is still seen as one
+/// by its framing, as on plain TCP; only a line cut exactly at its end
+/// passes, as it does without TLS.
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for MaybeTls<S> {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -597,7 +604,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for MaybeTls<S> {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             MaybeTls::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            MaybeTls::Tls(t) => Pin::new(t.as_mut()).poll_read(cx, buf),
+            MaybeTls::Tls(t) => match Pin::new(t.as_mut()).poll_read(cx, buf) {
+                Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    Poll::Ready(Ok(()))
+                }
+                other => other,
+            },
         }
     }
 }

@@ -643,7 +643,7 @@ fn curl_and_python_send_over_tls_to_http_otlp_tcp_and_syslog_inputs() {
     assert_exact_seqs(&seqs_of(&sink, "tcp.in", |r| str_field(r, "message")), 200);
     let sys = seqs_of(&sink, "sys.user.info", |r| str_field(r, "message"));
     assert_eq!(sys, (0..100).collect::<Vec<_>>(), "syslog: in order");
-    assert_eq!(sink.count(), 450);
+    assert_eq!(sink.records().len(), 450);
 }
 
 #[test]
@@ -707,7 +707,7 @@ fn mtls_listeners_refuse_bad_clients_while_a_good_one_delivers() {
     sink.wait_records(40);
     assert_exact_seqs(&seqs_of(&sink, "app.http", |r| str_field(r, "message")), 20);
     assert_exact_seqs(&seqs_of(&sink, "tcp.in", |r| str_field(r, "message")), 20);
-    assert_eq!(sink.count(), 40);
+    assert_eq!(sink.records().len(), 40);
 }
 
 #[test]
@@ -751,7 +751,7 @@ fn http_otlp_tcp_and_syslog_outputs_send_over_tls() {
     assert_eq!(tcp_seqs, (0..300).collect::<Vec<_>>(), "tcp: in order");
     let sys = seqs_of(&sink, "sys.user.info", |r| str_field(r, "message"));
     assert_eq!(sys, (0..300).collect::<Vec<_>>(), "syslog: in order");
-    assert_eq!(sink.count(), 1200);
+    assert_eq!(sink.records().len(), 1200);
 }
 
 #[test]

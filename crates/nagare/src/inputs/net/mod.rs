@@ -356,9 +356,9 @@ impl Server {
             let _live = live;
             let s: Box<dyn Stream> = match &server.settings.tls {
                 None => s,
-                Some(tls) => {
+                Some(_) => {
                     let handshake = tokio::select! {
-                        t = tls.accept(s, &peer.label) => Some(t),
+                        t = crate::tls::accept(&server.settings.tls, s, &peer.label) => Some(t),
                         // Shutdown does not wait for a handshake: nothing was taken yet.
                         _ = stopped(&mut sd) => None,
                     };
