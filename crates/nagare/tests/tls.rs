@@ -537,11 +537,7 @@ fn otlp_json(n: u64) -> String {
 
 /// The seqs of `tag`'s records at the sink, read back from the message
 /// that `text` finds in each record (asserting it is one of ours).
-fn seqs_of(
-    sink: &Sink,
-    tag: &str,
-    text: impl Fn(&rmpv::Value) -> Option<&str>,
-) -> Vec<u64> {
+fn seqs_of(sink: &Sink, tag: &str, text: impl Fn(&rmpv::Value) -> Option<&str>) -> Vec<u64> {
     sink.records()
         .iter()
         .filter(|(t, _, _)| t == tag)
@@ -638,7 +634,10 @@ fn curl_and_python_send_over_tls_to_http_otlp_tcp_and_syslog_inputs() {
     assert_eq!(said, "", "python to the syslog input");
 
     sink.wait_records(450);
-    assert_exact_seqs(&seqs_of(&sink, "app.http", |r| str_field(r, "message")), 100);
+    assert_exact_seqs(
+        &seqs_of(&sink, "app.http", |r| str_field(r, "message")),
+        100,
+    );
     assert_exact_seqs(&seqs_of(&sink, "otel.in", |r| str_field(r, "body")), 50);
     assert_exact_seqs(&seqs_of(&sink, "tcp.in", |r| str_field(r, "message")), 200);
     let sys = seqs_of(&sink, "sys.user.info", |r| str_field(r, "message"));
@@ -686,7 +685,10 @@ fn mtls_listeners_refuse_bad_clients_while_a_good_one_delivers() {
         assert_eq!(code, "200", "curl with a good certificate");
     };
     good_http(0);
-    assert_eq!(py_tls_send(tcp, &ca.path, Some(&good), lines(0..10).as_bytes()).1, "");
+    assert_eq!(
+        py_tls_send(tcp, &ca.path, Some(&good), lines(0..10).as_bytes()).1,
+        ""
+    );
     sink.wait_records(20);
 
     for (listener, port, data) in [("http", http, post(100, 5)), ("tcp", tcp, lines(100..105))] {
@@ -696,14 +698,19 @@ fn mtls_listeners_refuse_bad_clients_while_a_good_one_delivers() {
         ] {
             let (local, _) = py_tls_send(port, &ca.path, cert, data.as_bytes());
             let peer = format!("peer=127.0.0.1:{local}");
-            wait_until(WAIT, &format!("{listener}: the line refusing {what}"), || {
-                !lines_with(&d.stderr(), &["TLS handshake failed", &peer, reason]).is_empty()
-            });
+            wait_until(
+                WAIT,
+                &format!("{listener}: the line refusing {what}"),
+                || !lines_with(&d.stderr(), &["TLS handshake failed", &peer, reason]).is_empty(),
+            );
         }
     }
     // The listeners go on for good clients; nothing of the refused arrived.
     good_http(10);
-    assert_eq!(py_tls_send(tcp, &ca.path, Some(&good), lines(10..20).as_bytes()).1, "");
+    assert_eq!(
+        py_tls_send(tcp, &ca.path, Some(&good), lines(10..20).as_bytes()).1,
+        ""
+    );
     sink.wait_records(40);
     assert_exact_seqs(&seqs_of(&sink, "app.http", |r| str_field(r, "message")), 20);
     assert_exact_seqs(&seqs_of(&sink, "tcp.in", |r| str_field(r, "message")), 20);
@@ -745,8 +752,14 @@ fn http_otlp_tcp_and_syslog_outputs_send_over_tls() {
     sink.wait_records(1200);
     let http_seqs = seqs_of(&sink, "to.http", |r| str_field(r, "message"));
     assert_eq!(http_seqs, (0..300).collect::<Vec<_>>(), "http: in order");
-    let otel = seqs_of(&sink, "otel.in", |r| str_field(field_of(r, "body")?, "message"));
-    assert_eq!(otel, (0..300).collect::<Vec<_>>(), "opentelemetry: in order");
+    let otel = seqs_of(&sink, "otel.in", |r| {
+        str_field(field_of(r, "body")?, "message")
+    });
+    assert_eq!(
+        otel,
+        (0..300).collect::<Vec<_>>(),
+        "opentelemetry: in order"
+    );
     let tcp_seqs = seqs_of(&sink, "tcp.in", |r| str_field(r, "message"));
     assert_eq!(tcp_seqs, (0..300).collect::<Vec<_>>(), "tcp: in order");
     let sys = seqs_of(&sink, "sys.user.info", |r| str_field(r, "message"));
@@ -765,9 +778,8 @@ fn check_names_tls_errors_of_every_plugin() {
     let input = |kind: &str, extra: &str| {
         format!("[[input]]\ntype = \"{kind}\"\nbind = \"127.0.0.1:0\"\n{extra}")
     };
-    let output = |kind: &str, extra: &str| {
-        format!("[[output]]\ntype = \"{kind}\"\nmatch = \"**\"\n{extra}")
-    };
+    let output =
+        |kind: &str, extra: &str| format!("[[output]]\ntype = \"{kind}\"\nmatch = \"**\"\n{extra}");
     let cases = [
         (
             input("http", &tls(&certs, "input")),
@@ -785,7 +797,10 @@ fn check_names_tls_errors_of_every_plugin() {
             format!("cannot read {missing:?}"),
         ),
         (
-            input("syslog", &format!("tag = \"t\"\nprotocol = \"tcp\"\n{}", tls(&certs, "input"))),
+            input(
+                "syslog",
+                &format!("tag = \"t\"\nprotocol = \"tcp\"\n{}", tls(&certs, "input")),
+            ),
             ":11: key `tls.cert`:".into(),
             format!("cannot read {missing:?}"),
         ),
@@ -800,27 +815,54 @@ fn check_names_tls_errors_of_every_plugin() {
             format!("cannot read {missing:?}"),
         ),
         (
-            output("tcp", &format!("address = \"h:1\"\n{}", tls(&format!("ca = {junk:?}\n"), "output"))),
+            output(
+                "tcp",
+                &format!(
+                    "address = \"h:1\"\n{}",
+                    tls(&format!("ca = {junk:?}\n"), "output")
+                ),
+            ),
             ":10: key `tls.ca`:".into(),
             format!("{junk:?} holds no PEM certificate"),
         ),
         (
-            output("syslog", &format!("address = \"h:1\"\n{}", tls("verify = false\n", "output"))),
+            output(
+                "syslog",
+                &format!("address = \"h:1\"\n{}", tls("verify = false\n", "output")),
+            ),
             ":9: key `tls`:".into(),
             "TLS is for TCP".into(),
         ),
         (
-            output("scribe", &format!("address = \"h:1\"\n{}", tls(&format!("ca = {missing:?}\n"), "output"))),
+            output(
+                "scribe",
+                &format!(
+                    "address = \"h:1\"\n{}",
+                    tls(&format!("ca = {missing:?}\n"), "output")
+                ),
+            ),
             ":10: key `tls.ca`:".into(),
             format!("cannot read {missing:?}"),
         ),
         (
-            output("opentelemetry", &format!("endpoint = \"https://h/v1/logs\"\n{}", tls(&format!("ca = {junk:?}\n"), "output"))),
+            output(
+                "opentelemetry",
+                &format!(
+                    "endpoint = \"https://h/v1/logs\"\n{}",
+                    tls(&format!("ca = {junk:?}\n"), "output")
+                ),
+            ),
             ":10: key `tls.ca`:".into(),
             format!("{junk:?} holds no PEM certificate"),
         ),
         (
-            output("opentelemetry", &format!("endpoint = \"http://h/v1/logs\"\n{}", tls(&format!("ca = {junk:?}\n"), "output"))),
+            output(
+                "opentelemetry",
+                &format!(
+                    "endpoint = \"http://h/v1/logs\"\n{}",
+                    tls(&format!("ca = {junk:?}\n"), "output")
+                ),
+            ),
             ":9: key `tls`:".into(),
             "the endpoint is http://: write https://".into(),
         ),
