@@ -2,7 +2,7 @@
 //! code the Thrift compiler generates, at test time, from the Scribe IDL
 //! (tests/scribe/scribe.thrift): a Python client sends into nagare, nagare
 //! sends to a Python server; TRY_LATER both ways; bad input closes only its
-//! own connection.
+//! own connection; both over mutual TLS (TSSLSocket, TSSLServerSocket).
 //!
 //! Needs the `thrift` compiler (Debian: thrift-compiler) and makes the
 //! Python venv of tests/scribe/setup.sh when it is missing.

@@ -1,9 +1,13 @@
-//! TLS and mTLS on the forward input and output (docs/tls.md), with
-//! certificates made at run time: a relay over TLS end to end, clients
+//! TLS and mTLS (docs/tls.md), with certificates made at run time. The
+//! forward input and output: a relay over TLS end to end, clients
 //! refused for their certificates while a good connection goes on, a server
 //! refused by its name, certificates replaced while running, a client that
 //! is not nagare's (Python's ssl module, OpenSSL), and `nagare check`'s
-//! errors for the `tls` files.
+//! errors for the `tls` files. The http, opentelemetry, tcp and syslog
+//! inputs and outputs: curl and Python's ssl module send to the inputs,
+//! the outputs send to the inputs (mTLS), clients without a certificate or
+//! with another CA's are refused while good ones deliver. (Scribe over TLS,
+//! with Thrift's own TLS transports, is in scribe.rs.)
 
 mod common;
 
