@@ -147,6 +147,16 @@ pub struct TlsServer {
     config: Reloading<ServerConfig>,
 }
 
+/// Its options (the loaded certificates are not shown).
+impl std::fmt::Debug for TlsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsServer")
+            .field("name", &self.name)
+            .field("opts", &self.opts)
+            .finish_non_exhaustive()
+    }
+}
+
 impl TlsServer {
     /// Reads and checks the files of `opts` (None when TLS is off). Errors
     /// name the key and the file; an expired certificate is a warning.
@@ -579,6 +589,13 @@ pub enum MaybeTls<S> {
     Tls(Box<tokio_rustls::TlsStream<S>>),
 }
 
+/// A peer that closes the TCP connection without a TLS close_notify ends
+/// the stream as a plain close does (many clients do: Python's `close()`
+/// without `unwrap()`, `openssl s_client` killed, Thrift's TSSLSocket).
+/// Every protocol read through it is framed (forward, HTTP, Thrift, syslog
+/// octet counting, delimited lines), so a cut message is still seen as one
+/// by its framing, as on plain TCP; only a line cut exactly at its end
+/// passes, as it does without TLS.
 impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for MaybeTls<S> {
     fn poll_read(
         self: Pin<&mut Self>,
@@ -587,7 +604,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for MaybeTls<S> {
     ) -> Poll<io::Result<()>> {
         match self.get_mut() {
             MaybeTls::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            MaybeTls::Tls(t) => Pin::new(t.as_mut()).poll_read(cx, buf),
+            MaybeTls::Tls(t) => match Pin::new(t.as_mut()).poll_read(cx, buf) {
+                Poll::Ready(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    Poll::Ready(Ok(()))
+                }
+                other => other,
+            },
         }
     }
 }

@@ -2,7 +2,7 @@
 //! code the Thrift compiler generates, at test time, from the Scribe IDL
 //! (tests/scribe/scribe.thrift): a Python client sends into nagare, nagare
 //! sends to a Python server; TRY_LATER both ways; bad input closes only its
-//! own connection.
+//! own connection; both over mutual TLS (TSSLSocket, TSSLServerSocket).
 //!
 //! Needs the `thrift` compiler (Debian: thrift-compiler) and makes the
 //! Python venv of tests/scribe/setup.sh when it is missing.
@@ -100,10 +100,24 @@ impl Thrift {
     /// Starts client.py (see its doc): `calls` Log calls of `per_call`
     /// entries, categories taken in turn, messages "text" or "json".
     fn client(&self, port: u16, calls: u32, per_call: u32, categories: &str, kind: &str) -> Proc {
+        self.client_tls(port, calls, per_call, categories, kind, &[])
+    }
+
+    /// client.py over TLS: `tls` is [CA] or [CA, CERT, KEY] (none: plain).
+    fn client_tls(
+        &self,
+        port: u16,
+        calls: u32,
+        per_call: u32,
+        categories: &str,
+        kind: &str,
+        tls: &[&Path],
+    ) -> Proc {
         let c = self
             .script("client.py")
             .args([port.to_string(), calls.to_string(), per_call.to_string()])
             .args([categories, kind])
+            .args(tls)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -113,11 +127,17 @@ impl Thrift {
 
     /// Starts server.py on `port` (see its doc), writing to `out`; waits until it accepts.
     fn server(&self, port: u16, out: &Path, refuse: &str) -> Proc {
+        self.server_tls(port, out, refuse, &[])
+    }
+
+    /// server.py over TLS: `tls` is [CERT, KEY] or [CERT, KEY, CA] (none: plain).
+    fn server_tls(&self, port: u16, out: &Path, refuse: &str, tls: &[&Path]) -> Proc {
         let c = self
             .script("server.py")
             .arg(port.to_string())
             .arg(out)
             .arg(refuse)
+            .args(tls)
             .spawn()
             .unwrap();
         let p = Proc(c);
@@ -535,6 +555,80 @@ max_connections = 3
         got, want,
         "every event of the good connection, once, in order"
     );
+}
+
+/// TLS both ways with Apache Thrift's own TLS transports: a TSSLSocket
+/// client with its certificate sends to nagare's scribe input (mTLS), whose
+/// events leave by the scribe output with nagare's client certificate to a
+/// TSSLServerSocket server that requires one.
+#[test]
+fn thrift_ssl_client_and_server_over_mtls() {
+    let Some(thrift) = thrift() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let ca = common::tls::Ca::new(dir.path(), "ca");
+    let server = ca.issue("server", &["localhost"]);
+    let client = ca.issue("client", &["client.example"]);
+    let out = dir.path().join("server.jsonl");
+    let (port, server_port) = (free_port(), free_port());
+    let _server = thrift.server_tls(
+        server_port,
+        &out,
+        "",
+        &[&server.cert, &server.key, &ca.path],
+    );
+    let cfg = format!(
+        r#"[[input]]
+type = "scribe"
+bind = "127.0.0.1:{port}"
+add_prefix = "in"
+{}
+[[output]]
+type = "scribe"
+match = "in.**"
+address = "127.0.0.1:{server_port}"
+remove_prefix = "in"
+[output.buffer]
+flush_interval = "50ms"
+{}"#,
+        common::tls::tls_table("input", Some(&server), Some(&ca.path), ""),
+        common::tls::tls_table(
+            "output",
+            Some(&client),
+            Some(&ca.path),
+            "server_name = \"localhost\"\n"
+        ),
+    );
+    let mut d = Daemon::start(dir.path(), "scribe", &cfg, None);
+    d.wait_port(port);
+    let sent = thrift.client_tls(
+        port,
+        10,
+        50,
+        "app,db",
+        "text",
+        &[&ca.path, &client.cert, &client.key],
+    );
+    assert_eq!(client_done(sent), (500, 0));
+    let text = wait_file_lines(&out, 500);
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for (category, parity) in [("app", 0), ("db", 1)] {
+        let got: Vec<&str> = lines
+            .iter()
+            .filter(|v| v["category"] == category)
+            .map(|v| v["message"].as_str().unwrap())
+            .collect();
+        let want: Vec<String> = (0..10u64)
+            .filter(|i| i % 2 == parity)
+            .flat_map(|i| i * 50..i * 50 + 50)
+            .map(|s| format!("message {s}"))
+            .collect();
+        assert_eq!(got, want, "{category}: every message once, in order");
+    }
+    assert_eq!(lines.len(), 500);
+    assert!(d.terminate().success());
 }
 
 #[test]

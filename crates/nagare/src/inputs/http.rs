@@ -34,6 +34,7 @@ use tokio::task::JoinHandle;
 use super::http_listener::{self, http_listener_options, Decode, Events, Reject};
 use crate::parsers::{Parser, ParserConfig, ParserType};
 use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
+use crate::tls::TlsServer;
 
 http_listener_options!(
     HttpInputConfig {
@@ -64,7 +65,7 @@ impl InputPlugin for HttpInputConfig {
     const DOC: &'static str = "Receives events POSTed over HTTP/1.1 as Fluentd's and Fluent Bit's in_http take them: JSON, JSON arrays, NDJSON, msgpack or form fields; gzip and zstd; bearer or basic auth; 503 while buffers are full (see [HTTP](http.md)).";
 
     fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
-        self.listener().check(cx)?;
+        let tls = self.listener().check(cx)?;
         if let Some(t) = &self.tag {
             check_tag(t).map_err(|e| OptionError::new("tag", e))?;
         }
@@ -72,8 +73,14 @@ impl InputPlugin for HttpInputConfig {
             return Err(OptionError::new("tag_key", "must name a field"));
         }
         self.parser().map_err(|e| OptionError::new("time_key", e.to_string()))?;
-        Ok(Box::new(self))
+        Ok(Box::new(HttpInput { cfg: self, tls }))
     }
+}
+
+/// A built http input: its options and its TLS files, loaded.
+struct HttpInput {
+    cfg: HttpInputConfig,
+    tls: Option<Arc<TlsServer>>,
 }
 
 impl HttpInputConfig {
@@ -88,19 +95,21 @@ impl HttpInputConfig {
 }
 
 #[async_trait::async_trait]
-impl Input for HttpInputConfig {
+impl Input for HttpInput {
     async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
+        let cfg = self.cfg;
         let decode = Arc::new(HttpDecode {
-            parser: self.parser()?,
-            tag: self.tag.clone(),
-            tag_key: self.tag_key.clone(),
-            time_key: self.time_key.clone(),
-            keep_time_key: self.keep_time_key,
+            parser: cfg.parser()?,
+            tag: cfg.tag.clone(),
+            tag_key: cfg.tag_key.clone(),
+            time_key: cfg.time_key.clone(),
+            keep_time_key: cfg.keep_time_key,
         });
         http_listener::start(
             &cx.name,
             "http",
-            self.listener(),
+            cfg.listener(),
+            self.tls,
             decode,
             cx.router,
             cx.stats,

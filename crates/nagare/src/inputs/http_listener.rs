@@ -8,7 +8,9 @@
 //!
 //! A plugin says how a body becomes batches ([`Decode`]); this module does
 //! the rest. Connections are served over any `AsyncRead + AsyncWrite`
-//! stream, so TLS wraps the accepted socket in one place (`serve_conn`).
+//! stream: with `tls`, the accepted socket does its TLS handshake in its
+//! connection's task (tls.rs logs a failed one with the peer and reason)
+//! and HTTPS is served over the TLS stream.
 //!
 //! The options are declared by [`http_listener_options!`], which appends
 //! them to a plugin's own options struct (serde's `flatten` would lose the
@@ -38,6 +40,7 @@ use crate::inputs::forward::AckMode;
 use crate::plugin::{BuildContext, Listen, OptionError};
 use crate::router::LiveRouter;
 use crate::stats::PluginStats;
+use crate::tls::{TlsOptions, TlsServer};
 
 /// A user allowed by HTTP basic authentication.
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -105,6 +108,10 @@ macro_rules! http_listener_options {
             /// The `Retry-After` of a 503 while a buffer is full (default "1s").
             #[serde(default = "crate::inputs::http_listener::default_retry_after")]
             pub retry_after: crate::config::units::Dur,
+            /// HTTPS (`[input.tls]`: `cert`, `key`, and `ca` to require
+            /// client certificates); see docs/tls.md.
+            #[serde(default)]
+            pub tls: Option<crate::tls::TlsOptions>,
         }
 
         impl $name {
@@ -119,6 +126,7 @@ macro_rules! http_listener_options {
                     users: self.users.clone(),
                     ack: self.ack,
                     retry_after: self.retry_after.0,
+                    tls: self.tls.clone(),
                 }
             }
         }
@@ -138,11 +146,13 @@ pub struct ListenerOptions {
     pub users: Vec<BasicUser>,
     pub ack: AckMode,
     pub retry_after: Duration,
+    pub tls: Option<TlsOptions>,
 }
 
 impl ListenerOptions {
-    /// The build-time checks; tells `cx` the address.
-    pub fn check(&self, cx: &mut BuildContext) -> Result<(), OptionError> {
+    /// The build-time checks; tells `cx` the address. Gives the TLS side
+    /// with its files loaded (None without TLS), for [`start`].
+    pub fn check(&self, cx: &mut BuildContext) -> Result<Option<Arc<TlsServer>>, OptionError> {
         let addr = crate::config::resolve(&self.bind).map_err(|e| OptionError::new("bind", e))?;
         cx.listen("bind", Listen::Tcp(addr));
         if self.max_connections == 0 {
@@ -154,7 +164,7 @@ impl ListenerOptions {
         if self.bearer_token.as_deref() == Some("") {
             return Err(OptionError::new("bearer_token", "must not be empty"));
         }
-        Ok(())
+        TlsServer::build(self.tls.as_ref(), cx)
     }
 }
 
@@ -205,6 +215,7 @@ struct Ctx {
     decode: Arc<dyn Decode>,
     router: LiveRouter,
     stats: Arc<PluginStats>,
+    tls: Option<Arc<TlsServer>>,
     connections: Arc<Semaphore>,
     /// Clones live as long as connections; the count tells when all are done.
     live: Arc<()>,
@@ -212,10 +223,12 @@ struct Ctx {
 
 /// Binds the listener and spawns its accept loop; the returned tasks end
 /// once shutdown was signalled and every connection finished its request.
+#[allow(clippy::too_many_arguments)]
 pub async fn start(
     name: &str,
     kind: &str,
     opts: ListenerOptions,
+    tls: Option<Arc<TlsServer>>,
     decode: Arc<dyn Decode>,
     router: LiveRouter,
     stats: Arc<PluginStats>,
@@ -228,9 +241,11 @@ pub async fn start(
         .ok_or_else(|| anyhow::anyhow!("{name}: bind {:?} resolves to nothing", opts.bind))?;
     let l = crate::inputs::forward::tcp_listener(addr)
         .map_err(|e| anyhow::anyhow!("{name}: cannot listen on {addr}: {e}"))?;
-    tracing::info!(input = %name, %addr, "{kind} input listening");
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    tracing::info!(input = %name, %addr, %scheme, "{kind} input listening");
     let ctx = Arc::new(Ctx {
         name: name.to_string(),
+        tls,
         connections: Arc::new(Semaphore::new(opts.max_connections)),
         opts,
         decode,
@@ -273,11 +288,21 @@ async fn accept(l: TcpListener, ctx: Arc<Ctx>, shutdown: watch::Receiver<bool>) 
                     PluginStats::add(&ctx.stats.connections, 1);
                     let ctx = ctx.clone();
                     let live = ctx.live.clone();
-                    let sd = shutdown.clone();
+                    let mut sd = shutdown.clone();
                     tokio::spawn(async move {
                         let _live = live;
                         let _permit = permit;
-                        // TLS: wrap `s` in the server's TLS stream here.
+                        let label = peer.to_string();
+                        let s = tokio::select! {
+                            s = crate::tls::accept(&ctx.tls, s, &label) => s,
+                            // Shutdown does not wait for a handshake.
+                            _ = stopped(&mut sd) => return,
+                        };
+                        let Some(s) = s else {
+                            // A failed handshake was logged with the peer and reason.
+                            PluginStats::add(&ctx.stats.bad_input, 1);
+                            return;
+                        };
                         serve_conn(s, peer, ctx, sd).await;
                     });
                 }

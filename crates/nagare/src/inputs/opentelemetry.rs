@@ -23,6 +23,7 @@ use tokio::task::JoinHandle;
 
 use super::http_listener::{self, http_listener_options, Decode, Events, Reject};
 use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
+use crate::tls::TlsServer;
 
 http_listener_options!(
     OtlpInputConfig {
@@ -44,24 +45,31 @@ impl InputPlugin for OtlpInputConfig {
     const DOC: &'static str = "Receives OpenTelemetry logs over OTLP/HTTP (`POST /v1/logs`, protobuf or JSON; no gRPC); each log record becomes an event (see [OpenTelemetry](opentelemetry.md)).";
 
     fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
-        self.listener().check(cx)?;
+        let tls = self.listener().check(cx)?;
         if self.tag.is_empty() || self.tag.contains(char::is_whitespace) {
             return Err(OptionError::new("tag", "must be a tag (dotted words, no spaces)"));
         }
-        Ok(Box::new(self))
+        Ok(Box::new(OtlpInput { cfg: self, tls }))
     }
 }
 
+/// A built opentelemetry input: its options and its TLS files, loaded.
+struct OtlpInput {
+    cfg: OtlpInputConfig,
+    tls: Option<Arc<TlsServer>>,
+}
+
 #[async_trait::async_trait]
-impl Input for OtlpInputConfig {
+impl Input for OtlpInput {
     async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
         let decode = Arc::new(OtlpDecode {
-            tag: self.tag.clone(),
+            tag: self.cfg.tag.clone(),
         });
         http_listener::start(
             &cx.name,
             "opentelemetry",
-            self.listener(),
+            self.cfg.listener(),
+            self.tls,
             decode,
             cx.router,
             cx.stats,

@@ -10,6 +10,9 @@
 //! not taken at all: the client sends it again, and nothing is dropped.
 //! A connection is not held while buffers are full, unlike the forward
 //! input, because Scribe clients expect the answer to come back at once.
+//!
+//! With `[input.tls]` the framed transport runs inside TLS (Thrift's
+//! `TSSLSocket`/`TSSLTransport` clients).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -32,6 +35,7 @@ use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, Listen, Opti
 use crate::router::LiveRouter;
 use crate::stats::PluginStats;
 use crate::thrift::{self, ResultCode};
+use crate::tls::{TlsOptions, TlsServer};
 
 /// How a Scribe message becomes a record.
 #[derive(
@@ -81,6 +85,10 @@ pub struct ScribeInputConfig {
     /// once with a log line (default 1024).
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
+    /// TLS (`[input.tls]`: `cert`, `key`, and `ca` to require client
+    /// certificates); see docs/tls.md.
+    #[serde(default)]
+    pub tls: Option<TlsOptions>,
 }
 
 fn default_bind() -> String {
@@ -127,36 +135,45 @@ impl InputPlugin for ScribeInputConfig {
         if self.message_key.is_empty() {
             return Err(OptionError::new("message_key", "must not be empty"));
         }
-        Ok(Box::new(self))
+        let tls = TlsServer::build(self.tls.as_ref(), cx)?;
+        Ok(Box::new(ScribeInput { cfg: self, tls }))
     }
 }
 
+/// A built scribe input: its options and its TLS files, loaded.
+struct ScribeInput {
+    cfg: ScribeInputConfig,
+    tls: Option<Arc<TlsServer>>,
+}
+
 #[async_trait::async_trait]
-impl Input for ScribeInputConfig {
+impl Input for ScribeInput {
     async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
+        let ScribeInput { cfg: this, tls } = *self;
         let name = cx.name.clone();
-        let addr: SocketAddr = tokio::net::lookup_host(self.bind.as_str())
+        let addr: SocketAddr = tokio::net::lookup_host(this.bind.as_str())
             .await
-            .map_err(|e| anyhow::anyhow!("{name}: cannot resolve bind {:?}: {e}", self.bind))?
+            .map_err(|e| anyhow::anyhow!("{name}: cannot resolve bind {:?}: {e}", this.bind))?
             .next()
-            .ok_or_else(|| anyhow::anyhow!("{name}: bind {:?} resolves to nothing", self.bind))?;
+            .ok_or_else(|| anyhow::anyhow!("{name}: bind {:?} resolves to nothing", this.bind))?;
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|e| anyhow::anyhow!("{name}: cannot listen on {addr}: {e}"))?;
         let parser = Parser::new(&ParserConfig {
-            kind: match self.format {
+            kind: match this.format {
                 MessageFormat::Text => ParserType::None,
                 MessageFormat::Json => ParserType::Json,
             },
-            message_key: self.message_key.clone(),
+            message_key: this.message_key.clone(),
             // The record is the message as sent; a `time` field only gives the time.
             keep_time_key: true,
             ..ParserConfig::default()
         })?;
         tracing::info!(input = %name, %addr, "scribe input listening");
         let ctx = Arc::new(Ctx {
-            slots: Arc::new(Semaphore::new(self.max_connections)),
-            cfg: *self,
+            slots: Arc::new(Semaphore::new(this.max_connections)),
+            cfg: this,
+            tls,
             name,
             router: cx.router,
             stats: cx.stats,
@@ -173,6 +190,7 @@ struct Ctx {
     router: LiveRouter,
     stats: Arc<PluginStats>,
     parser: Parser,
+    tls: Option<Arc<TlsServer>>,
     /// One permit per open connection (`max_connections`).
     slots: Arc<Semaphore>,
 }
@@ -207,11 +225,21 @@ async fn accept(l: TcpListener, ctx: Arc<Ctx>, shutdown: watch::Receiver<bool>) 
         };
         PluginStats::add(&ctx.stats.connections, 1);
         let _ = s.set_nodelay(true);
-        // TLS: the tls module's acceptor wraps `s` here (any AsyncRead + AsyncWrite serves).
-        let (ctx, sd) = (ctx.clone(), shutdown.clone());
+        let (ctx, mut sd) = (ctx.clone(), shutdown.clone());
         conns.spawn(async move {
             let _slot = slot;
-            if let Err(reason) = serve(s, &peer.to_string(), &ctx, sd).await {
+            let label = peer.to_string();
+            let s = tokio::select! {
+                s = crate::tls::accept(&ctx.tls, s, &label) => s,
+                // Shutdown does not wait for a handshake.
+                _ = stopped(&mut sd) => return,
+            };
+            let Some(s) = s else {
+                // A failed handshake was logged with the peer and reason.
+                PluginStats::add(&ctx.stats.bad_input, 1);
+                return;
+            };
+            if let Err(reason) = serve(s, &label, &ctx, sd).await {
                 PluginStats::add(&ctx.stats.bad_input, 1);
                 tracing::warn!(input = %ctx.name, peer = %peer, reason = %reason, "closing connection");
             }

@@ -10,6 +10,12 @@
 //! and `extradata`, the structured data as sent), the event time the
 //! message's. A message that does not parse is kept: `{"message": <the
 //! message as received>, "parse_error": <why>}`.
+//!
+//! Over TCP, `[input.tls]` makes it a syslog-over-TLS server (RFC 5425:
+//! octet-counted messages inside TLS, as rsyslog's and syslog-ng's TLS
+//! senders write them).
+
+use std::sync::Arc;
 
 use serde::Deserialize;
 use tokio::task::JoinHandle;
@@ -21,6 +27,7 @@ use super::unix::SocketType;
 use crate::config::units::{Dur, Size};
 use crate::parsers::{Parser, ParserConfig, ParserType, SyslogFormat};
 use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
+use crate::tls::{TlsOptions, TlsServer};
 use nagare_forward::msgpack::{write_map_len, write_str};
 use nagare_forward::EventTime;
 
@@ -77,6 +84,10 @@ pub struct SyslogInputConfig {
     /// Streams: a connection that completes no message for this long is closed (default "5m").
     #[serde(default = "default_idle")]
     pub idle_timeout: Dur,
+    /// TLS with `protocol = "tcp"` (RFC 5425; `[input.tls]`: `cert`, `key`,
+    /// and `ca` to require client certificates); see docs/tls.md.
+    #[serde(default)]
+    pub tls: Option<TlsOptions>,
 }
 
 fn default_max_message() -> Size {
@@ -309,22 +320,38 @@ impl InputPlugin for SyslogInputConfig {
         if self.max_connections == 0 {
             return Err(OptionError::new("max_connections", "must be at least 1"));
         }
-        Ok(Box::new(self))
+        let on = self.tls.as_ref().is_some_and(|t| t.enable);
+        if on && !matches!(endpoint, Endpoint::Tcp(_)) {
+            return Err(OptionError::new(
+                "tls",
+                "TLS is for TCP: set bind and protocol = \"tcp\" (no TLS over UDP or a UNIX socket)",
+            ));
+        }
+        let tls = TlsServer::build(self.tls.as_ref(), cx)?;
+        Ok(Box::new(SyslogInput { cfg: self, tls }))
     }
 }
 
+/// A built syslog input: its options and its TLS files, loaded.
+struct SyslogInput {
+    cfg: SyslogInputConfig,
+    tls: Option<Arc<TlsServer>>,
+}
+
 #[async_trait::async_trait]
-impl Input for SyslogInputConfig {
+impl Input for SyslogInput {
     async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
-        let endpoint = self.endpoint().map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
+        let cfg = &self.cfg;
+        let endpoint = cfg.endpoint().map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
         let settings = Settings {
             framing: Framing::Syslog,
-            max_message: self.max_message_size.0 as usize,
-            max_connections: self.max_connections,
-            idle_timeout: self.idle_timeout.0,
+            max_message: cfg.max_message_size.0 as usize,
+            max_connections: cfg.max_connections,
+            idle_timeout: cfg.idle_timeout.0,
             datagram_is_message: true,
+            tls: self.tls.clone(),
         };
-        net::start(endpoint, settings, Box::new(self.decoder()?), cx).await
+        net::start(endpoint, settings, Box::new(cfg.decoder()?), cx).await
     }
 }
 

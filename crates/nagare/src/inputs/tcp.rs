@@ -1,7 +1,8 @@
 //! `tcp`: lines over TCP, each through the input's parser (default `none`:
-//! `{"message": "<line>"}`), like Fluentd's in_tcp. The shared socket code
-//! is in net/.
+//! `{"message": "<line>"}`), like Fluentd's in_tcp (and its `<transport
+//! tls>` with `[input.tls]`). The shared socket code is in net/.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Deserialize;
@@ -12,6 +13,7 @@ use super::net::{self, Endpoint, Settings};
 use crate::config::units::{Dur, Size};
 use crate::parsers::ParserConfig;
 use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
+use crate::tls::{TlsOptions, TlsServer};
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -39,6 +41,10 @@ pub struct TcpInputConfig {
     /// `[input.parser]`: how a line becomes a record (default type "none").
     #[serde(default)]
     pub parser: Option<Box<ParserConfig>>,
+    /// TLS (`[input.tls]`: `cert`, `key`, and `ca` to require client
+    /// certificates); see docs/tls.md.
+    #[serde(default)]
+    pub tls: Option<TlsOptions>,
 }
 
 pub(super) fn default_delimiter() -> String {
@@ -76,21 +82,30 @@ impl InputPlugin for TcpInputConfig {
         if self.max_connections == 0 {
             return Err(OptionError::new("max_connections", "must be at least 1"));
         }
-        Ok(Box::new(self))
+        let tls = TlsServer::build(self.tls.as_ref(), cx)?;
+        Ok(Box::new(TcpInput { cfg: self, tls }))
     }
 }
 
+/// A built tcp input: its options and its TLS files, loaded.
+struct TcpInput {
+    cfg: TcpInputConfig,
+    tls: Option<Arc<TlsServer>>,
+}
+
 #[async_trait::async_trait]
-impl Input for TcpInputConfig {
+impl Input for TcpInput {
     async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
-        let addr = crate::config::resolve(&self.bind).map_err(anyhow::Error::msg)?;
+        let cfg = &self.cfg;
+        let addr = crate::config::resolve(&cfg.bind).map_err(anyhow::Error::msg)?;
         let settings = Settings {
-            framing: self.lines().framing(),
-            max_message: self.max_line_size.0 as usize,
-            max_connections: self.max_connections,
-            idle_timeout: self.idle_timeout.0,
+            framing: cfg.lines().framing(),
+            max_message: cfg.max_line_size.0 as usize,
+            max_connections: cfg.max_connections,
+            idle_timeout: cfg.idle_timeout.0,
             datagram_is_message: false,
+            tls: self.tls.clone(),
         };
-        net::start(Endpoint::Tcp(addr), settings, self.lines().decoder()?, cx).await
+        net::start(Endpoint::Tcp(addr), settings, cfg.lines().decoder()?, cx).await
     }
 }

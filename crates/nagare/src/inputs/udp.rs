@@ -69,6 +69,7 @@ impl Input for UdpInputConfig {
             // Not used for datagrams.
             idle_timeout: std::time::Duration::from_secs(300),
             datagram_is_message: false,
+            tls: None,
         };
         net::start(Endpoint::Udp(addr), settings, self.lines().decoder()?, cx).await
     }

@@ -101,6 +101,7 @@ impl Input for UnixInputConfig {
             max_connections: self.max_connections,
             idle_timeout: self.idle_timeout.0,
             datagram_is_message: false,
+            tls: None,
         };
         net::start(self.endpoint(), settings, self.lines().decoder()?, cx).await
     }

@@ -58,7 +58,8 @@ pub enum Compress {
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpOutputConfig {
-    /// "http://HOST[:PORT]/PATH"; `${tag}` in the path becomes the chunk's tag. Required.
+    /// "http://HOST[:PORT]/PATH" or "https://…" (TLS, with `tls`);
+    /// `${tag}` in the path becomes the chunk's tag. Required.
     pub endpoint: String,
     /// "ndjson" (default), "json_array" or "msgpack".
     #[serde(default)]
@@ -87,6 +88,11 @@ pub struct HttpOutputConfig {
     /// A request without an answer for this long is retried (default "30s").
     #[serde(default = "default_timeout")]
     pub timeout: Dur,
+    /// TLS settings of an `https://` endpoint (`[output.tls]`: `ca`,
+    /// `server_name`, and `cert` and `key` for a client certificate);
+    /// `https://` alone uses the system's trust store. See docs/tls.md.
+    #[serde(default)]
+    pub tls: Option<crate::tls::TlsOptions>,
 }
 
 fn default_time_key() -> String {
@@ -100,8 +106,9 @@ impl OutputPlugin for HttpOutputConfig {
     const TYPE: &'static str = "http";
     const DOC: &'static str = "POSTs each chunk to an HTTP endpoint as NDJSON, a JSON array or msgpack, optionally gzip'd, over keep-alive connections; retries connection errors, 5xx and 429 (see [HTTP](http.md)).";
 
-    fn build(self, _cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
+    fn build(self, cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
         let endpoint = Endpoint::parse("endpoint", &self.endpoint)?;
+        let tls = endpoint.tls(self.tls.as_ref(), cx)?;
         let mut headers = http_client::check_headers("headers", &self.headers)?;
         let user = match (&self.username, &self.password) {
             (Some(u), p) => Some((u.as_str(), p.as_deref().unwrap_or(""))),
@@ -121,7 +128,7 @@ impl OutputPlugin for HttpOutputConfig {
             headers.push((header::CONTENT_ENCODING, HeaderValue::from_static("gzip")));
         }
         Ok(Arc::new(HttpOutput {
-            client: Client::new(endpoint, self.timeout.0),
+            client: Client::new(endpoint, tls, self.timeout.0),
             headers,
             cfg: self,
         }))

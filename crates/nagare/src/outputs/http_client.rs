@@ -4,10 +4,12 @@
 //! timeouts, 5xx and 429 retried (after the server's `Retry-After`); any
 //! other status permanent (the chunk goes to the secondary output).
 //!
-//! Connections are made over any `AsyncRead + AsyncWrite` stream, so TLS
-//! wraps the TCP stream in one place (`connect`).
+//! An `https://` endpoint is reached over TLS (tls.rs), configured by the
+//! output's `tls` table when it has one; `http://` is plain TCP, and a
+//! `tls` table with it is an error (the URL would say one thing and the
+//! connection do another).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,7 +20,8 @@ use hyper::{Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
 
 use crate::outputs::FlushError;
-use crate::plugin::OptionError;
+use crate::plugin::{BuildContext, OptionError};
+use crate::tls::{TlsClient, TlsOptions};
 
 /// Where requests go: parsed from an `endpoint` option.
 #[derive(Debug, Clone)]
@@ -27,10 +30,13 @@ pub struct Endpoint {
     pub authority: String,
     /// The path and query; may hold `${tag}`.
     pub path: String,
+    /// `https://`: TLS.
+    pub https: bool,
 }
 
 impl Endpoint {
-    /// Parses "http://HOST[:PORT]/PATH" (port 80 by default).
+    /// Parses "http://HOST[:PORT]/PATH" (port 80 by default) or
+    /// "https://HOST[:PORT]/PATH" (port 443 by default).
     pub fn parse(key: &str, url: &str) -> Result<Endpoint, OptionError> {
         let bad = |m: String| OptionError::new(key, m);
         // `${tag}` is not a valid URI character sequence: check with a stand-in.
@@ -38,20 +44,19 @@ impl Endpoint {
             .replace("${tag}", "TAG")
             .parse()
             .map_err(|e| bad(format!("{url:?} is not a URL: {e}")))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(bad(
-                    "https is not supported yet (TLS for HTTP clients is coming); use http://"
-                        .into(),
-                ))
+        let https = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            _ => {
+                return Err(bad(format!(
+                    "{url:?}: expected http://HOST:PORT/PATH or https://HOST:PORT/PATH"
+                )))
             }
-            _ => return Err(bad(format!("{url:?}: expected http://HOST:PORT/PATH"))),
-        }
+        };
         let host = uri
             .host()
             .ok_or_else(|| bad(format!("{url:?} has no host")))?;
-        let port = uri.port_u16().unwrap_or(80);
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
         let after_authority = url
             .split_once("://")
             .map(|(_, rest)| rest.find('/').map_or("/", |i| &rest[i..]))
@@ -59,13 +64,39 @@ impl Endpoint {
         Ok(Endpoint {
             authority: format!("{host}:{port}"),
             path: after_authority.to_string(),
+            https,
         })
+    }
+
+    /// The TLS client of this endpoint: the URL's scheme says whether
+    /// there is TLS, `tls` how it is set up (`https://` without a `tls`
+    /// table: the system's trust store, the URL's host as the name).
+    pub fn tls(
+        &self,
+        opts: Option<&TlsOptions>,
+        cx: &mut BuildContext,
+    ) -> Result<Option<Arc<TlsClient>>, OptionError> {
+        match (self.https, opts) {
+            (false, None) => Ok(None),
+            (false, Some(o)) if !o.enable => Ok(None),
+            (false, Some(_)) => Err(OptionError::new(
+                "tls",
+                "the endpoint is http://: write https:// to send over TLS",
+            )),
+            (true, Some(o)) if !o.enable => Err(OptionError::new(
+                "tls.enable",
+                "is false but the endpoint is https://: write http:// to send without TLS",
+            )),
+            (true, Some(o)) => TlsClient::build(Some(o), cx),
+            (true, None) => TlsClient::build(Some(&TlsOptions::default()), cx),
+        }
     }
 }
 
 /// Idle keep-alive connections to one endpoint.
 pub struct Client {
     endpoint: Endpoint,
+    tls: Option<Arc<TlsClient>>,
     timeout: Duration,
     idle: Mutex<Vec<SendRequest<Full<Bytes>>>>,
     /// The longest `Retry-After` honoured before the chunk goes back to the
@@ -85,9 +116,10 @@ pub struct Answer {
 const MAX_ANSWER: usize = 1 << 20;
 
 impl Client {
-    pub fn new(endpoint: Endpoint, timeout: Duration) -> Client {
+    pub fn new(endpoint: Endpoint, tls: Option<Arc<TlsClient>>, timeout: Duration) -> Client {
         Client {
             endpoint,
+            tls,
             timeout,
             idle: Mutex::new(Vec::new()),
             max_retry_after: Duration::from_secs(60),
@@ -160,8 +192,10 @@ impl Client {
             .await
             .map_err(|e| format!("cannot connect to {at}: {e}"))?;
         let _ = tcp.set_nodelay(true);
-        // TLS: wrap `tcp` in the client's TLS stream here.
-        let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tcp))
+        let s = crate::tls::connect(&self.tls, tcp, at)
+            .await
+            .map_err(|e| format!("{at}: {e}"))?;
+        let (send, conn) = hyper::client::conn::http1::handshake(TokioIo::new(s))
             .await
             .map_err(|e| format!("{at}: {e}"))?;
         let at = at.clone();

@@ -1,8 +1,10 @@
 //! The connection the stream outputs (`tcp`, `syslog` over TCP) keep to
 //! their destination: opened on the first write, checked before each
 //! write, dropped on any error (the buffer then retries the chunk with its
-//! backoff, and the retry connects again).
+//! backoff, and the retry connects again). With `tls` the connection is a
+//! TLS session (a refused handshake is a connection error like any other).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -12,18 +14,21 @@ use tokio::sync::Mutex;
 
 use super::FlushError;
 use crate::inputs::net::Stream;
+use crate::tls::TlsClient;
 
 pub(crate) struct Connection {
     address: String,
     timeout: Duration,
+    tls: Option<Arc<TlsClient>>,
     stream: Mutex<Option<Box<dyn Stream>>>,
 }
 
 impl Connection {
-    pub(crate) fn new(address: &str, timeout: Duration) -> Connection {
+    pub(crate) fn new(address: &str, timeout: Duration, tls: Option<Arc<TlsClient>>) -> Connection {
         Connection {
             address: address.to_string(),
             timeout,
+            tls,
             stream: Mutex::new(None),
         }
     }
@@ -40,7 +45,10 @@ impl Connection {
             })?
             .map_err(|e| fail(e.to_string()))?;
         let _ = s.set_nodelay(true);
-        // TLS: the client handshake (tls.rs) wraps `s` here.
+        // The handshake has its own bound (tls.rs).
+        let s = crate::tls::connect(&self.tls, s, &self.address)
+            .await
+            .map_err(fail)?;
         Ok(Box::new(s))
     }
 

@@ -45,7 +45,8 @@ pub enum Encoding {
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OtlpOutputConfig {
-    /// The logs endpoint, "http://HOST:PORT/v1/logs". Required.
+    /// The logs endpoint, "http://HOST:PORT/v1/logs" or "https://…" (TLS,
+    /// with `tls`). Required.
     pub endpoint: String,
     /// "protobuf" (default) or "json".
     #[serde(default)]
@@ -62,6 +63,11 @@ pub struct OtlpOutputConfig {
     /// A request without an answer for this long is retried (default "30s").
     #[serde(default = "default_timeout")]
     pub timeout: Dur,
+    /// TLS settings of an `https://` endpoint (`[output.tls]`: `ca`,
+    /// `server_name`, and `cert` and `key` for a client certificate);
+    /// `https://` alone uses the system's trust store. See docs/tls.md.
+    #[serde(default)]
+    pub tls: Option<crate::tls::TlsOptions>,
 }
 
 fn default_timeout() -> Dur {
@@ -72,8 +78,9 @@ impl OutputPlugin for OtlpOutputConfig {
     const TYPE: &'static str = "opentelemetry";
     const DOC: &'static str = "Sends each chunk as an OTLP/HTTP logs export (protobuf or JSON; no gRPC) to an OpenTelemetry Collector or receiver (see [OpenTelemetry](opentelemetry.md)).";
 
-    fn build(self, _cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
+    fn build(self, cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
         let endpoint = Endpoint::parse("endpoint", &self.endpoint)?;
+        let tls = endpoint.tls(self.tls.as_ref(), cx)?;
         let mut headers = http_client::check_headers("headers", &self.headers)?;
         if let Some(auth) = http_client::authorization(self.bearer_token.as_deref(), None)? {
             headers.push((header::AUTHORIZATION, auth));
@@ -87,7 +94,7 @@ impl OutputPlugin for OtlpOutputConfig {
             headers.push((header::CONTENT_ENCODING, HeaderValue::from_static("gzip")));
         }
         Ok(Arc::new(OtlpOutput {
-            client: Client::new(endpoint, self.timeout.0),
+            client: Client::new(endpoint, tls, self.timeout.0),
             headers,
             cfg: self,
         }))

@@ -7,7 +7,8 @@
 //! connection errors are retried by the buffer. When a chunk takes several
 //! calls, the calls the server already answered `OK` are not sent again on
 //! the retry (progress is kept by chunk id), so TRY_LATER in the middle of
-//! a chunk duplicates nothing.
+//! a chunk duplicates nothing. With `[output.tls]` the framed transport
+//! runs inside TLS (as Thrift's `TSSLSocket`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
@@ -15,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use futures_util::FutureExt;
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -25,6 +27,7 @@ use crate::config::units::Dur;
 use crate::formats::{self, json};
 use crate::plugin::{BuildContext, OptionError, OutputPlugin};
 use crate::thrift::{self, LogCall, ResultCode};
+use crate::tls::{MaybeTls, TlsClient, TlsOptions};
 
 /// How a record becomes a Scribe message.
 #[derive(
@@ -71,6 +74,10 @@ pub struct ScribeOutputConfig {
     /// Sending a call and receiving its answer must take less (default "30s").
     #[serde(default = "default_timeout")]
     pub timeout: Dur,
+    /// TLS to the server (`[output.tls]`: `ca`, `server_name`, and `cert`
+    /// and `key` for a client certificate); see docs/tls.md.
+    #[serde(default)]
+    pub tls: Option<TlsOptions>,
 }
 
 fn default_category() -> String {
@@ -99,7 +106,7 @@ impl OutputPlugin for ScribeOutputConfig {
     const TYPE: &'static str = "scribe";
     const DOC: &'static str = "Sends events to a Scribe server as `Log` calls; `TRY_LATER` is retried (see [Scribe](scribe.md)).";
 
-    fn build(self, _cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
+    fn build(self, cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
         let port_ok = self
             .address
             .rsplit_once(':')
@@ -119,8 +126,10 @@ impl OutputPlugin for ScribeOutputConfig {
         if self.message_key.is_empty() {
             return Err(OptionError::new("message_key", "must not be empty"));
         }
+        let tls = TlsClient::build(self.tls.as_ref(), cx)?;
         Ok(Arc::new(ScribeOutput {
             cfg: self,
+            tls,
             idle: Mutex::new(Vec::new()),
             seqid: AtomicI32::new(0),
             progress: Mutex::new(HashMap::new()),
@@ -128,10 +137,14 @@ impl OutputPlugin for ScribeOutputConfig {
     }
 }
 
+/// A connection to the server, with or without TLS.
+type Conn = MaybeTls<TcpStream>;
+
 struct ScribeOutput {
     cfg: ScribeOutputConfig,
+    tls: Option<Arc<TlsClient>>,
     /// Connections between calls (several flush workers may write at once).
-    idle: Mutex<Vec<TcpStream>>,
+    idle: Mutex<Vec<Conn>>,
     seqid: AtomicI32,
     /// Entries of a chunk the server already took, by chunk id, while the
     /// chunk is being retried.
@@ -168,16 +181,17 @@ impl ScribeOutput {
     }
 
     /// An idle connection the server has not closed, or a new one.
-    async fn conn(&self) -> Result<TcpStream, String> {
+    async fn conn(&self) -> Result<Conn, String> {
         loop {
-            let Some(c) = self.idle.lock().expect("idle connections").pop() else {
+            let Some(mut c) = self.idle.lock().expect("idle connections").pop() else {
                 break;
             };
-            // Readable on an idle connection means closed (or garbage): drop it.
+            // Data to read on an idle connection means closed (or garbage):
+            // drop it. (Through TLS, a read that only takes in a session
+            // ticket stays pending.)
             let mut probe = [0u8; 1];
-            match c.try_read(&mut probe) {
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(c),
-                _ => continue,
+            if c.read(&mut probe).now_or_never().is_none() {
+                return Ok(c);
             }
         }
         let c = tokio::time::timeout(self.cfg.connect_timeout.0, TcpStream::connect(&self.cfg.address))
@@ -185,8 +199,9 @@ impl ScribeOutput {
             .map_err(|_| format!("connecting to {}: timed out", self.cfg.address))?
             .map_err(|e| format!("connecting to {}: {e}", self.cfg.address))?;
         let _ = c.set_nodelay(true);
-        // TLS: the tls module's connector wraps `c` here; `call` takes any stream.
-        Ok(c)
+        crate::tls::connect(&self.tls, c, &self.cfg.address)
+            .await
+            .map_err(|e| format!("connecting to {}: {e}", self.cfg.address))
     }
 
     fn remember(&self, id: [u8; 16], taken: u32) {
@@ -294,6 +309,7 @@ mod tests {
         .unwrap();
         ScribeOutput {
             cfg,
+            tls: None,
             idle: Mutex::new(Vec::new()),
             seqid: AtomicI32::new(0),
             progress: Mutex::new(HashMap::new()),

@@ -24,6 +24,7 @@ use crate::buffer::Chunk;
 use crate::config::units::Dur;
 use crate::formats::{self, field};
 use crate::plugin::{BuildContext, OptionError, OutputPlugin};
+use crate::tls::{TlsClient, TlsOptions};
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize, schemars::JsonSchema,
@@ -113,6 +114,11 @@ pub struct SyslogOutputConfig {
     /// chunk is retried (default "10s").
     #[serde(default = "default_timeout")]
     pub timeout: Dur,
+    /// TLS with `protocol = "tcp"` (RFC 5425; `[output.tls]`: `ca`,
+    /// `server_name`, and `cert` and `key` for a client certificate); see
+    /// docs/tls.md.
+    #[serde(default)]
+    pub tls: Option<TlsOptions>,
 }
 
 fn default_facility() -> String {
@@ -322,7 +328,7 @@ impl OutputPlugin for SyslogOutputConfig {
     const TYPE: &'static str = "syslog";
     const DOC: &'static str = "Sends events as RFC 5424 or RFC 3164 syslog messages over UDP or TCP (octet counting or newlines) (see [Syslog](syslog.md)).";
 
-    fn build(self, _cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
+    fn build(self, cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
         check_address(&self.address)?;
         let facility = facility_number(&self.facility).ok_or_else(|| {
             OptionError::new("facility", format!("{:?} is not a facility (e.g. \"user\", \"local0\", 0-23)", self.facility))
@@ -331,7 +337,14 @@ impl OutputPlugin for SyslogOutputConfig {
             OptionError::new("severity", format!("{:?} is not a severity (e.g. \"info\", \"warn\", 0-7)", self.severity))
         })?;
         let hostname = gethostname::gethostname().to_string_lossy().into_owned();
-        let tcp = Connection::new(&self.address, self.timeout.0);
+        if self.protocol != Protocol::Tcp && self.tls.as_ref().is_some_and(|t| t.enable) {
+            return Err(OptionError::new(
+                "tls",
+                "TLS is for TCP: set protocol = \"tcp\" (no TLS over UDP)",
+            ));
+        }
+        let tls = TlsClient::build(self.tls.as_ref(), cx)?;
+        let tcp = Connection::new(&self.address, self.timeout.0, tls);
         Ok(Arc::new(SyslogOutput {
             cfg: self,
             facility,
@@ -356,7 +369,7 @@ mod tests {
             facility: facility_number(&cfg.facility).unwrap(),
             severity: severity_number(&cfg.severity).unwrap(),
             hostname: "here".into(),
-            tcp: Connection::new(&cfg.address, cfg.timeout.0),
+            tcp: Connection::new(&cfg.address, cfg.timeout.0, None),
             udp: OnceCell::new(),
             cfg,
         }

@@ -1,6 +1,7 @@
 //! `tcp`: writes each event as a formatted line (json, ltsv, single_value,
 //! or raw msgpack entries) to a TCP server, over one connection kept open
-//! and opened again after an error (the buffer retries with backoff).
+//! and opened again after an error (the buffer retries with backoff);
+//! over TLS with `[output.tls]`.
 
 use std::sync::Arc;
 
@@ -14,6 +15,7 @@ use crate::buffer::Chunk;
 use crate::config::units::Dur;
 use crate::formats::Format;
 use crate::plugin::{BuildContext, OptionError, OutputPlugin};
+use crate::tls::{TlsClient, TlsOptions};
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -30,6 +32,10 @@ pub struct TcpOutputConfig {
     /// chunk is retried (default "10s").
     #[serde(default = "default_timeout")]
     pub timeout: Dur,
+    /// TLS to the server (`[output.tls]`: `ca`, `server_name`, and `cert`
+    /// and `key` for a client certificate); see docs/tls.md.
+    #[serde(default)]
+    pub tls: Option<TlsOptions>,
 }
 
 pub(super) fn default_timeout() -> Dur {
@@ -54,9 +60,10 @@ impl OutputPlugin for TcpOutputConfig {
     const TYPE: &'static str = "tcp";
     const DOC: &'static str = "Writes events as lines (json, ltsv, single_value) or msgpack entries to a TCP server; reconnects after errors (see [Network inputs](network-inputs.md)).";
 
-    fn build(self, _cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
+    fn build(self, cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
         check_address(&self.address)?;
-        let conn = Connection::new(&self.address, self.timeout.0);
+        let tls = TlsClient::build(self.tls.as_ref(), cx)?;
+        let conn = Connection::new(&self.address, self.timeout.0, tls);
         Ok(Arc::new(TcpOutput { cfg: self, conn }))
     }
 }

@@ -15,6 +15,10 @@
 //! and counted; a connection that completes no message for `idle_timeout`
 //! (idle or trickling, slowloris) is closed; past `max_connections` new
 //! connections are closed at once. Each is logged naming the peer.
+//!
+//! With `tls` (TCP only), each accepted connection does its TLS handshake in
+//! its own task (a slow or failing handshake holds up no other client); a
+//! failed one is logged naming the peer and the reason (tls.rs).
 
 pub(crate) mod framing;
 pub(crate) mod lines;
@@ -37,9 +41,10 @@ use super::append::append_batch;
 use crate::plugin::{InputContext, Listen};
 use crate::router::LiveRouter;
 use crate::stats::PluginStats;
+use crate::tls::TlsServer;
 
-/// A connection's byte stream: a TCP or UNIX socket today, a TLS session
-/// over one later. Everything past the accept reads only this.
+/// A connection's byte stream: a TCP or UNIX socket, or a TLS session over
+/// a TCP one. Everything past the accept reads only this.
 pub(crate) trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
 impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
@@ -142,6 +147,8 @@ pub(crate) struct Settings {
     pub idle_timeout: Duration,
     /// A datagram is one message (syslog) instead of lines.
     pub datagram_is_message: bool,
+    /// TLS on accepted TCP connections (the plugins allow it only there).
+    pub tls: Option<Arc<TlsServer>>,
 }
 
 struct Server {
@@ -295,8 +302,6 @@ impl Server {
                 r = l.accept() => match r {
                     Ok((s, addr)) => {
                         let _ = s.set_nodelay(true);
-                        // TLS: the handshake (tls.rs) wraps `s` here; the
-                        // connection reads whatever Stream it is given.
                         self.spawn_conn(Box::new(s), Peer::ip(addr), &shutdown);
                     }
                     Err(e) => {
@@ -346,9 +351,30 @@ impl Server {
         }
         let server = self.clone();
         let live = self.live.clone();
-        let sd = shutdown.clone();
+        let mut sd = shutdown.clone();
         tokio::spawn(async move {
             let _live = live;
+            let s: Box<dyn Stream> = match &server.settings.tls {
+                None => s,
+                Some(_) => {
+                    let handshake = tokio::select! {
+                        t = crate::tls::accept(&server.settings.tls, s, &peer.label) => Some(t),
+                        // Shutdown does not wait for a handshake: nothing was taken yet.
+                        _ = stopped(&mut sd) => None,
+                    };
+                    match handshake {
+                        Some(Some(t)) => Box::new(t),
+                        failed => {
+                            server.open.fetch_sub(1, Ordering::SeqCst);
+                            // A failed handshake was logged with the peer and reason.
+                            if failed.is_some() {
+                                PluginStats::add(&server.stats.bad_input, 1);
+                            }
+                            return;
+                        }
+                    }
+                }
+            };
             let r = server.serve(s, &peer, sd).await;
             server.open.fetch_sub(1, Ordering::SeqCst);
             if let Err(reason) = r {
