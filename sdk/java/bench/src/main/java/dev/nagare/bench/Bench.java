@@ -118,8 +118,9 @@ public final class Bench {
 
     Monitor(String url) throws Exception {
       req = HttpRequest.newBuilder(URI.create(url)).build();
-      // load and connect the HTTP client before the clock starts
-      if (waitFor(0, Duration.ofSeconds(10)) < 0) {
+      // load and connect the HTTP client before the clock starts (nagare may take seconds to
+      // start on a busy machine)
+      if (waitFor(0, Duration.ofSeconds(60)) < 0) {
         throw new IllegalStateException("nagare monitor does not answer: " + url);
       }
     }
