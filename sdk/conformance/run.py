@@ -487,7 +487,9 @@ def logging_integration(
     return 1000, closed, d.call("stats")
 
 
-def logging_logback(d: Driver, srv: Nagare, tag: str, cfg: dict, ctx: Ctx) -> tuple[int, dict, dict]:
+def logging_logback(
+    d: Driver, srv: Nagare, tag: str, cfg: dict, ctx: Ctx
+) -> tuple[int, dict, dict]:
     """(Java) 1,000 records through the Logback appender around the driver's logger,
     message "seq N"; close(10 s): all arrive once."""
     srv.start()

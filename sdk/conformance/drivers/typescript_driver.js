@@ -62,7 +62,8 @@ async function handle(cmd, arg) {
       const start = seqs.get(tag) ?? 0;
       seqs.set(tag, start + Number(n));
       if (integration === "pino") return logPino(tag, start, Number(n));
-      if (integration !== "winston") return { error: `no logging integration ${integration}` };
+      if (integration !== "winston")
+        return { error: `no logging integration ${integration}` };
       // through the winston integration: message "seq N", seq also a meta field
       const winston = require("../../typescript/node_modules/winston");
       const transport = new NagareTransport({ client, tag });
@@ -85,7 +86,9 @@ async function handle(cmd, arg) {
       if (pinoTransport) {
         // ending pino's stream closes the transport in its worker, which closes its client
         // (closeTimeoutMs); its result does not cross into this thread: closed is null
-        const ended = new Promise((resolve) => pinoTransport.once("close", resolve));
+        const ended = new Promise((resolve) =>
+          pinoTransport.once("close", resolve),
+        );
         pinoTransport.end();
         await ended;
         await client.close(Number(arg));
