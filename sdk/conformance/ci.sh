@@ -20,17 +20,12 @@ sdk/python/.venv/bin/pip install -q -e sdk/python
 (cd sdk/go && go build -o "../../$out/go-driver" ./cmd/conformance-driver)
 
 # Java: the driver is a test class; its classpath is the library, the test
-# classes and the two libraries it uses, from the local Maven repository
-(cd sdk/java && mvn -B -q test-compile)
-m2="${MAVEN_REPO:-$HOME/.m2/repository}"
-cp="sdk/java/target/classes:sdk/java/target/test-classes"
-for jar in org/msgpack/msgpack-core com/fasterxml/jackson/core/jackson-databind \
-  com/fasterxml/jackson/core/jackson-core com/fasterxml/jackson/core/jackson-annotations; do
-  found=$(find "$m2/$jar" -name '*.jar' ! -name '*-sources.jar' | sort | tail -1)
-  [ -n "$found" ] || { echo "conformance: no $jar jar in $m2 (run sdk/java/ci.sh first)" >&2; exit 1; }
-  cp="$cp:$found"
-done
-echo "$cp" > "$out/java-classpath.txt"
+# classes and the test-scope dependencies (msgpack, Jackson, and Logback for
+# the appender's scenario), as Maven resolves them
+(cd sdk/java && mvn -B -q test-compile dependency:build-classpath \
+  -Dmdep.includeScope=test -Dmdep.outputFile=target/conformance-deps.txt)
+echo "sdk/java/target/classes:sdk/java/target/test-classes:$(cat sdk/java/target/conformance-deps.txt)" \
+  > "$out/java-classpath.txt"
 
 # Rust and C (a C program linked against the static library)
 # scripts/test-all.sh builds these before its background `cargo test`,

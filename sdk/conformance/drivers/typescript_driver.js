@@ -7,6 +7,8 @@ const { NagareClient } = require("../../typescript/dist/index.js");
 const { NagareTransport } = require("../../typescript/dist/winston.js");
 
 let client;
+let clientOptions; // what configure gave the client: the pino transport's worker gets the same
+let pinoTransport; // the pino transport's stream, when "log TAG N pino" started one
 let blockMode = false;
 let refused = 0; // connection attempts refused (the runner waits on it, not on sleeps)
 const seqs = new Map();
@@ -15,7 +17,7 @@ async function handle(cmd, arg) {
   switch (cmd) {
     case "configure": {
       const o = JSON.parse(arg);
-      client = new NagareClient({
+      clientOptions = {
         servers: o.servers.map((s) => {
           if (s.startsWith("unix://"))
             return { path: s.slice("unix://".length) };
@@ -29,6 +31,9 @@ async function handle(cmd, arg) {
         backoffMaxMs: o.backoff_max_ms ?? 30000,
         bufferLimit: o.buffer_bytes,
         overflow: o.overflow,
+      };
+      client = new NagareClient({
+        ...clientOptions,
         onError: (e) => {
           if (/ECONNREFUSED/.test(e.message)) refused++;
         },
@@ -53,11 +58,14 @@ async function handle(cmd, arg) {
       return { accepted };
     }
     case "log": {
-      // through the winston integration: message "seq N", seq also a meta field
-      const winston = require("../../typescript/node_modules/winston");
-      const [tag, n] = arg.split(" ");
+      const [tag, n, integration = "winston"] = arg.split(" ");
       const start = seqs.get(tag) ?? 0;
       seqs.set(tag, start + Number(n));
+      if (integration === "pino") return logPino(tag, start, Number(n));
+      if (integration !== "winston")
+        return { error: `no logging integration ${integration}` };
+      // through the winston integration: message "seq N", seq also a meta field
+      const winston = require("../../typescript/node_modules/winston");
       const transport = new NagareTransport({ client, tag });
       let logged = 0;
       transport.on("logged", () => logged++);
@@ -75,6 +83,17 @@ async function handle(cmd, arg) {
     }
     case "close": {
       const t0 = Date.now();
+      if (pinoTransport) {
+        // ending pino's stream closes the transport in its worker, which closes its client
+        // (closeTimeoutMs); its result does not cross into this thread: closed is null
+        const ended = new Promise((resolve) =>
+          pinoTransport.once("close", resolve),
+        );
+        pinoTransport.end();
+        await ended;
+        await client.close(Number(arg));
+        return { closed: null, ms: Date.now() - t0 };
+      }
       const closed = await client.close(Number(arg));
       return { closed, ms: Date.now() - t0 };
     }
@@ -92,6 +111,20 @@ async function handle(cmd, arg) {
     default:
       return { error: `unknown command ${cmd}` };
   }
+}
+
+// n records through the pino transport, as its README shows it: pino.transport() with the
+// client options runs it in pino's worker thread with a client of its own
+function logPino(tag, start, n) {
+  const pino = require("../../typescript/node_modules/pino");
+  pinoTransport = pino.transport({
+    target: require.resolve("../../typescript/dist/pino.js"),
+    // the same options as the driver's client (no onError: a function cannot cross into the worker)
+    options: { ...clientOptions, tag, closeTimeoutMs: 10_000 },
+  });
+  const logger = pino(pinoTransport);
+  for (let i = start; i < start + n; i++) logger.info({ seq: i }, `seq ${i}`);
+  return { logged: n };
 }
 
 const rl = readline.createInterface({ input: process.stdin });

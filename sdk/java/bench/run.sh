@@ -75,10 +75,14 @@ med = {}
 for lib, rs in rows.items():
     eps = statistics.median(r["events_per_s"] for r, _ in rs)
     ns = statistics.median(r["emit_ns_per_call"] for r, _ in rs)
+    cpu = statistics.median(r["emit_cpu_ns_per_call"] for r, _ in rs)
     ok = all(s["missing"] == 0 and s["events"] == s["events"] for _, s in rs)
-    med[lib] = eps
-    print(f"{lib:14s} median events/s {eps:12,.0f}   emit {ns:8.1f} ns/call   sink complete: {ok}")
+    med[lib] = (eps, ns, cpu)
+    print(f"{lib:14s} median events/s {eps:12,.0f}   emit {ns:8.1f} ns/call"
+          f" ({cpu:8.1f} ns CPU)   sink complete: {ok}")
 for other in ("fluency", "fluent-logger"):
     if other in med and "nagare" in med:
-        print(f"nagare / {other}: {med['nagare'] / med[other]:.1f}x")
+        (e, n, c), (oe, on, oc) = med["nagare"], med[other]
+        print(f"nagare / {other}: events/s {e / oe:.1f}x, emit {on / n:.1f}x cheaper"
+              f" ({oc / c:.1f}x in CPU time)")
 PY

@@ -46,19 +46,19 @@ export interface ClientOptions extends ServerAddress {
   tagPrefix?: string;
   /** At-least-once: add a chunk id to every frame and resend frames not acked in time. */
   requireAck?: boolean;
-  /** How long to wait for an ack before resending (ms, default 30000). */
+  /** How long to wait for an ack before resending (ms, default 10000). */
   ackTimeoutMs?: number;
-  /** Memory buffer limit in bytes of encoded events (default 8 MiB). */
+  /** Memory buffer limit in bytes of encoded events (default 32 MiB). */
   bufferLimit?: number;
   /** A tag's batch is cut into a frame when it reaches this many bytes (default 1 MiB). */
   maxBatchBytes?: number;
   /** Delay between an emit and the flush that sends it (ms, default 20). */
   flushIntervalMs?: number;
-  /** What emit() does when the memory buffer is full (default "spill"). */
+  /** What emit() does when the memory buffer is full (default "spill" with a spillPath, else "drop"). */
   overflow?: Overflow;
   /**
-   * Spill file path. Default: a file in the temp folder private to this client,
-   * removed by close(). With a configured path, what close() could not deliver
+   * Spill file path. Default (with overflow "spill" set): a file in the temp
+   * folder private to this client, removed by close(). With a configured path, what close() could not deliver
    * stays in the file and a client started later with the same path sends it.
    */
   spillPath?: string;

@@ -46,12 +46,12 @@ function startNagare(inputExtra: string, bind: string): Daemon {
   const exited = new Promise<void>((r) => proc.once("exit", () => r()));
   return {
     proc,
+    // complete lines only: a read can end inside a line, whose rest comes with the next one
     lines: () =>
-      out
-        .split("\n")
+      complete(out)
         .filter((l) => l.startsWith("{"))
         .map((l) => JSON.parse(l)),
-    rawLines: () => out.split("\n").filter((l) => l.startsWith("{")),
+    rawLines: () => complete(out).filter((l) => l.startsWith("{")),
     stop: async () => {
       if (proc.exitCode === null) proc.kill("SIGTERM");
       const timer = setTimeout(() => proc.kill("SIGKILL"), 10_000);
@@ -61,6 +61,10 @@ function startNagare(inputExtra: string, bind: string): Daemon {
       if (process.env.NAGARE_TEST_VERBOSE) process.stderr.write(err);
     },
   };
+}
+
+function complete(out: string): string[] {
+  return out.slice(0, out.lastIndexOf("\n") + 1).split("\n");
 }
 
 async function waitForLines(d: Daemon, n: number, timeoutMs: number): Promise<void> {

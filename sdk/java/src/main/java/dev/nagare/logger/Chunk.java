@@ -34,10 +34,16 @@ final class Chunk {
   long sentAt;
 
   Chunk(String tag, int initialCapacity) {
+    this(tag, tag.getBytes(StandardCharsets.UTF_8), initialCapacity, null);
+  }
+
+  /** A chunk in a recycled array when {@code reuse} is long enough, else in a new one. */
+  Chunk(String tag, byte[] tagBytes, int initialCapacity, byte[] reuse) {
     this.tag = tag;
-    this.tagBytes = tag.getBytes(StandardCharsets.UTF_8);
+    this.tagBytes = tagBytes;
     this.start = Forward.headerLength(tagBytes.length, Integer.MAX_VALUE);
-    this.buf = new byte[start + Math.max(64, initialCapacity)];
+    int need = start + Math.max(64, initialCapacity);
+    this.buf = reuse != null && reuse.length >= need ? reuse : new byte[need];
     this.end = start;
   }
 

@@ -6,10 +6,8 @@ import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.math.BigInteger;
 import java.nio.charset.StandardCharsets;
-import java.time.Instant;
 import java.util.ArrayList;
 import java.util.Arrays;
-import java.util.Collection;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -64,64 +62,17 @@ public final class Forward {
 
   // ---------------------------------------------------------------- values
 
-  /** Writes one Java value as msgpack. */
+  /** Writes one Java value as msgpack (the same bytes emit() writes, see {@link RecordWriter}). */
   public static void packValue(MessagePacker p, Object v) throws IOException {
-    if (v == null) {
-      p.packNil();
-    } else if (v instanceof String s) {
-      p.packString(s);
-    } else if (v instanceof Integer i) {
-      p.packInt(i);
-    } else if (v instanceof Long l) {
-      p.packLong(l);
-    } else if (v instanceof Boolean b) {
-      p.packBoolean(b);
-    } else if (v instanceof Double d) {
-      p.packDouble(d);
-    } else if (v instanceof Map<?, ?> m) {
-      packMap(p, m);
-    } else if (v instanceof Float f) {
-      p.packDouble(f.doubleValue());
-    } else if (v instanceof Short s) {
-      p.packShort(s);
-    } else if (v instanceof Byte b) {
-      p.packByte(b);
-    } else if (v instanceof BigInteger bi) {
-      p.packBigInteger(bi);
-    } else if (v instanceof byte[] bytes) {
-      p.packBinaryHeader(bytes.length);
-      p.writePayload(bytes);
-    } else if (v instanceof Collection<?> c) {
-      p.packArrayHeader(c.size());
-      for (Object o : c) {
-        packValue(p, o);
-      }
-    } else if (v instanceof Object[] arr) {
-      p.packArrayHeader(arr.length);
-      for (Object o : arr) {
-        packValue(p, o);
-      }
-    } else if (v instanceof EventTime t) {
-      byte[] b = new byte[10];
-      EventTime.write(b, 0, t.seconds(), t.nanos());
-      p.packExtensionTypeHeader((byte) 0, 8);
-      p.writePayload(b, 2, 8);
-    } else if (v instanceof Instant i) {
-      p.packString(i.toString());
-    } else if (v instanceof Throwable t) {
-      p.packString(t.toString());
-    } else {
-      p.packString(String.valueOf(v));
-    }
+    ByteSink s = new ByteSink(64);
+    RecordWriter.value(s, v);
+    p.writePayload(s.buf, 0, s.len);
   }
 
   static void packMap(MessagePacker p, Map<?, ?> m) throws IOException {
-    p.packMapHeader(m.size());
-    for (Map.Entry<?, ?> e : m.entrySet()) {
-      Object k = e.getKey();
-      p.packString(k instanceof String s ? s : String.valueOf(k));
-      packValue(p, e.getValue());
-    }
+    ByteSink s = new ByteSink(64);
+    RecordWriter.map(s, m);
+    p.writePayload(s.buf, 0, s.len);
   }
 
   /** Reads one msgpack value as a Java value (see the class comment for the mapping back). */
@@ -225,22 +176,23 @@ public final class Forward {
 
   /** The msgpack array {@code [EventTime, record]}. */
   public static byte[] encodeEntry(EventTime time, Map<String, ?> record) {
-    return pack(64, (sink, p) -> writeEntry(sink, p, time.seconds(), time.nanos(), record));
+    return pack(64, (sink, p) -> writeEntry(sink, time.seconds(), time.nanos(), record));
   }
 
-  /** Appends {@code [EventTime, record]} to the sink (the packer must be flushed and empty). */
-  static void writeEntry(ByteSink sink, MessagePacker p, long sec, long nsec, Map<String, ?> record)
-      throws IOException {
+  /**
+   * Appends {@code [EventTime, record]} to the sink, without a packer (a packer writing into the
+   * same sink must be flushed before).
+   */
+  static void writeEntry(ByteSink sink, long sec, long nsec, Map<String, ?> record) {
     sink.ensure(11);
     sink.buf[sink.len] = (byte) 0x92;
     EventTime.write(sink.buf, sink.len + 1, sec, nsec);
     sink.len += 11;
     if (record == null) {
-      p.packMapHeader(0);
+      sink.put((byte) 0x80);
     } else {
-      packMap(p, record);
+      RecordWriter.map(sink, record);
     }
-    p.flush();
   }
 
   /** Concatenated entries: the payload of a PackedForward frame. */
@@ -249,7 +201,7 @@ public final class Forward {
         256,
         (sink, p) -> {
           for (Entry e : entries) {
-            writeEntry(sink, p, e.time().seconds(), e.time().nanos(), e.record());
+            writeEntry(sink, e.time().seconds(), e.time().nanos(), e.record());
           }
         });
   }
@@ -277,7 +229,7 @@ public final class Forward {
           p.packArrayHeader(entries.size());
           p.flush();
           for (Entry e : entries) {
-            writeEntry(sink, p, e.time().seconds(), e.time().nanos(), e.record());
+            writeEntry(sink, e.time().seconds(), e.time().nanos(), e.record());
           }
           packChunkOption(p, chunk);
         });

@@ -14,8 +14,6 @@ import java.util.concurrent.ThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.locks.Condition;
 import java.util.concurrent.locks.ReentrantLock;
-import org.msgpack.core.MessagePack;
-import org.msgpack.core.MessagePacker;
 
 /**
  * The buffer and the sender thread of one logger.
@@ -28,12 +26,9 @@ import org.msgpack.core.MessagePacker;
  * ack mode, acknowledged).
  */
 final class Pipeline implements Connection.Listener {
-  private static final class Encoder {
-    final ByteSink sink = new ByteSink(1024);
-    MessagePacker packer = MessagePack.newDefaultPacker(sink);
-  }
-
-  private static final ThreadLocal<Encoder> ENCODER = ThreadLocal.withInitial(Encoder::new);
+  /** Each emitting thread encodes into its own reused buffer, outside the lock. */
+  private static final ThreadLocal<ByteSink> ENCODER =
+      ThreadLocal.withInitial(() -> new ByteSink(1024));
 
   /** close() retries the servers this often until its deadline. */
   private static final long CLOSING_RETRY_NS = 100_000_000L;
@@ -95,6 +90,19 @@ final class Pipeline implements Connection.Listener {
   private final int initialChunkCapacity;
   private int chunkSizeHint = 4096;
 
+  /**
+   * Arrays of chunks that were delivered, for the next full-size chunks: a new 256 KiB array every
+   * chunk limit's worth of events cost emit() more than the encoding (allocation outside the TLAB,
+   * zeroing, and page faults on fresh heap). At most {@link #POOL_MAX} are kept.
+   */
+  private final ArrayDeque<byte[]> pool = new ArrayDeque<>();
+
+  private static final int POOL_MAX = 8;
+  private final int pooledLength;
+
+  /** Encoded tags, so a new chunk of a known tag does not encode its tag again. */
+  private final HashMap<String, byte[]> tagBytes = new HashMap<>();
+
   private final ThreadPoolExecutor reporter;
   private final Thread thread;
 
@@ -104,6 +112,8 @@ final class Pipeline implements Connection.Listener {
     this.ackTimeoutNs = TimeUnit.MILLISECONDS.toNanos(cfg.ackTimeoutMs);
     this.primaryRetryNs = TimeUnit.MILLISECONDS.toNanos(cfg.primaryRetryMs);
     this.initialChunkCapacity = cfg.chunkLimit + 4096;
+    // room for the frame header of any tag up to 255 bytes in front of a full-size chunk
+    this.pooledLength = initialChunkCapacity + 512;
     this.spill = cfg.spillPath != null ? new SpillFile(cfg.spillPath, cfg.spillLimit) : null;
     if (spill != null) {
       pending += spill.recoveredEvents();
@@ -137,13 +147,11 @@ final class Pipeline implements Connection.Listener {
   // ------------------------------------------------------------------ emit side
 
   boolean emit(String tag, long sec, long nsec, Map<String, ?> record) {
-    Encoder e = ENCODER.get();
-    ByteSink s = e.sink;
+    ByteSink s = ENCODER.get();
     s.len = 0;
     try {
-      Forward.writeEntry(s, e.packer, sec, nsec, record);
-    } catch (IOException | RuntimeException | StackOverflowError ex) {
-      e.packer = MessagePack.newDefaultPacker(s);
+      Forward.writeEntry(s, sec, nsec, record);
+    } catch (RuntimeException | StackOverflowError ex) {
       s.len = 0;
       lock.lock();
       try {
@@ -186,7 +194,7 @@ final class Pipeline implements Connection.Listener {
       }
       Chunk c = open.get(tag);
       if (c == null) {
-        c = new Chunk(tag, chunkSizeHint);
+        c = newChunk(tag);
         open.put(tag, c);
       }
       c.append(entry, n);
@@ -201,6 +209,29 @@ final class Pipeline implements Connection.Listener {
     } finally {
       lock.unlock();
     }
+  }
+
+  private Chunk newChunk(String tag) {
+    byte[] tb = tagBytes.get(tag);
+    if (tb == null) {
+      tb = tag.getBytes(java.nio.charset.StandardCharsets.UTF_8);
+      if (tagBytes.size() < 1024) {
+        tagBytes.put(tag, tb);
+      }
+    }
+    if (chunkSizeHint >= initialChunkCapacity) {
+      byte[] reuse = pool.pollFirst();
+      return new Chunk(tag, tb, chunkSizeHint, reuse != null ? reuse : new byte[pooledLength]);
+    }
+    return new Chunk(tag, tb, chunkSizeHint, null);
+  }
+
+  /** Keeps a finished chunk's array for a later chunk (only full-size ones, at most POOL_MAX). */
+  private void recycle(Chunk c) {
+    if (c.buf.length == pooledLength && pool.size() < POOL_MAX) {
+      pool.addLast(c.buf);
+    }
+    c.buf = null;
   }
 
   private void dropOne(String why) {
@@ -253,6 +284,7 @@ final class Pipeline implements Connection.Listener {
     if (spill != null && (spilling || outage || spill.hasUnread())) {
       try {
         if (spill.append(c)) {
+          recycle(c);
           diskEvents += c.count;
           if (unsyncedEvents == 0) {
             nextSync = System.nanoTime() + SPILL_SYNC_NS;
@@ -306,6 +338,7 @@ final class Pipeline implements Connection.Listener {
         report(new NagareError(NagareError.Kind.SPILL, null, "spill offset: " + e, e));
       }
     }
+    recycle(c);
     failures = 0;
     if (blockedWaiters > 0) {
       space.signalAll();

@@ -37,8 +37,37 @@ public final class ConformanceDriver {
     return ctx;
   }
 
+  /**
+   * n records through the Logback appender, as an application configures it: an appender on a
+   * logger of Logback's context, sending through the driver's logger (so its counters are the
+   * driver's).
+   */
+  private static void logback(NagareLogger log, String tag, long start, long n) {
+    ch.qos.logback.classic.LoggerContext ctx =
+        (ch.qos.logback.classic.LoggerContext) org.slf4j.LoggerFactory.getILoggerFactory();
+    ch.qos.logback.classic.Logger logger = ctx.getLogger("conformance." + tag);
+    if (logger.getAppender("nagare") == null) {
+      dev.nagare.logger.logback.NagareAppender appender =
+          new dev.nagare.logger.logback.NagareAppender();
+      appender.setName("nagare");
+      appender.setContext(ctx);
+      appender.setLogger(log);
+      appender.setTag(tag);
+      appender.start();
+      logger.setAdditive(false);
+      logger.addAppender(appender);
+    }
+    for (long i = start; i < start + n; i++) {
+      logger.info("seq {}", i);
+    }
+  }
+
   public static void main(String[] args) throws Exception {
     ObjectMapper json = new ObjectMapper();
+    // replies go to the real stdout; anything a library prints (Logback's console appender or
+    // status messages) goes to stderr, so it cannot break the protocol
+    java.io.PrintStream out = System.out;
+    System.setOut(System.err);
     BufferedReader in =
         new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
     NagareLogger log = null;
@@ -102,19 +131,26 @@ public final class ConformanceDriver {
             reply.put("accepted", accepted);
           }
           case "log" -> {
-            // through the java.util.logging integration: message "seq N"
+            // through a logging integration, message "seq N": java.util.logging (the default)
+            // or Logback ("log TAG N logback"), both around the driver's logger
             String[] tn = arg.split(" ");
             long n = Long.parseLong(tn[1]);
             long start = seqs.getOrDefault(tn[0], 0L);
             seqs.put(tn[0], start + n);
-            java.util.logging.Logger jul =
-                java.util.logging.Logger.getLogger("conformance." + tn[0]);
-            if (jul.getHandlers().length == 0) {
-              jul.setUseParentHandlers(false);
-              jul.addHandler(new dev.nagare.logger.jul.NagareHandler(log, tn[0]));
-            }
-            for (long i = start; i < start + n; i++) {
-              jul.info("seq " + i);
+            if (tn.length > 2 && tn[2].equals("logback")) {
+              logback(log, tn[0], start, n);
+            } else if (tn.length > 2 && !tn[2].equals("jul")) {
+              throw new IllegalArgumentException("no logging integration " + tn[2]);
+            } else {
+              java.util.logging.Logger jul =
+                  java.util.logging.Logger.getLogger("conformance." + tn[0]);
+              if (jul.getHandlers().length == 0) {
+                jul.setUseParentHandlers(false);
+                jul.addHandler(new dev.nagare.logger.jul.NagareHandler(log, tn[0]));
+              }
+              for (long i = start; i < start + n; i++) {
+                jul.info("seq " + i);
+              }
             }
             reply.put("logged", n);
           }
@@ -141,8 +177,8 @@ public final class ConformanceDriver {
       } catch (RuntimeException e) {
         reply.put("error", e.toString());
       }
-      System.out.println(json.writeValueAsString(reply));
-      System.out.flush();
+      out.println(json.writeValueAsString(reply));
+      out.flush();
     }
   }
 }

@@ -34,6 +34,132 @@ class UnitTest {
     assertThrows(IllegalArgumentException.class, () -> Endpoint.parse(":1"));
   }
 
+  /**
+   * emit()'s own encoder writes what msgpack-core's default packer writes, for every boundary of
+   * the int, str, bin, array and map forms and for strings that are not ASCII (the shared vectors
+   * cover only some of these).
+   */
+  @Test
+  void recordWriterMatchesMsgpackCore() throws Exception {
+    List<Object> values = new java.util.ArrayList<>();
+    long[] edges = {
+      0,
+      1,
+      31,
+      32,
+      127,
+      128,
+      255,
+      256,
+      65535,
+      65536,
+      (1L << 32) - 1,
+      1L << 32,
+      Long.MAX_VALUE,
+      -1,
+      -32,
+      -33,
+      -128,
+      -129,
+      -32768,
+      -32769,
+      Integer.MIN_VALUE,
+      Integer.MIN_VALUE - 1L,
+      Long.MIN_VALUE
+    };
+    for (long e : edges) {
+      values.add(e);
+      if (e == (int) e) {
+        values.add((int) e);
+      }
+      if (e == (short) e) {
+        values.add((short) e);
+      }
+      if (e == (byte) e) {
+        values.add((byte) e);
+      }
+    }
+    for (int n : new int[] {0, 15, 16, 17, 31, 32, 255, 256, 65535, 65536}) {
+      values.add("a".repeat(n));
+      values.add("é".repeat(n)); // two UTF-8 bytes each: the header follows the byte count
+      values.add(new byte[n]);
+      values.add(java.util.Collections.nCopies(n, 1));
+      Map<String, Object> m = new java.util.LinkedHashMap<>();
+      for (int i = 0; i < Math.min(n, 70000); i++) {
+        m.put("k" + i, i);
+      }
+      values.add(m);
+    }
+    values.addAll(
+        Arrays.asList(
+            null,
+            true,
+            false,
+            1.5,
+            -0.0,
+            2.5f,
+            Double.NaN,
+            "日本語",
+            "a\uD800b",
+            "😀 x",
+            new java.math.BigInteger("18446744073709551615"),
+            new EventTime(1, 2),
+            new Object[] {"x", 1},
+            java.time.Instant.ofEpochSecond(5),
+            'c'));
+    for (Object v : values) {
+      ByteSink expected = new ByteSink(64);
+      org.msgpack.core.MessagePacker p = org.msgpack.core.MessagePack.newDefaultPacker(expected);
+      if (v instanceof Long l) {
+        p.packLong(l);
+      } else if (v instanceof Integer i) {
+        p.packInt(i);
+      } else if (v instanceof Short sh) {
+        p.packShort(sh);
+      } else if (v instanceof Byte b) {
+        p.packByte(b);
+      } else if (v instanceof String str) {
+        p.packString(str);
+      } else if (v instanceof byte[] b) {
+        p.packBinaryHeader(b.length).writePayload(b);
+      } else if (v instanceof List<?> l) {
+        p.packArrayHeader(l.size());
+        for (Object o : l) {
+          p.packInt((Integer) o);
+        }
+      } else if (v instanceof Map<?, ?> m) {
+        p.packMapHeader(m.size());
+        for (Map.Entry<?, ?> e : m.entrySet()) {
+          p.packString((String) e.getKey()).packInt((Integer) e.getValue());
+        }
+      } else if (v == null) {
+        p.packNil();
+      } else if (v instanceof Boolean b) {
+        p.packBoolean(b);
+      } else if (v instanceof Double d) {
+        p.packDouble(d);
+      } else if (v instanceof Float f) {
+        p.packDouble(f.doubleValue());
+      } else if (v instanceof java.math.BigInteger bi) {
+        p.packBigInteger(bi);
+      } else if (v instanceof EventTime t) {
+        p.packExtensionTypeHeader((byte) 0, 8).writePayload(t.toBytes(), 2, 8);
+      } else if (v instanceof Object[] arr) {
+        p.packArrayHeader(2).packString((String) arr[0]).packInt((Integer) arr[1]);
+      } else {
+        p.packString(v.toString());
+      }
+      p.flush();
+      ByteSink got = new ByteSink(16);
+      RecordWriter.value(got, v);
+      String what = v == null ? "null" : v.getClass().getSimpleName() + " " + v;
+      assertArrayEquals(
+          expected.toByteArray(),
+          got.toByteArray(),
+          what.substring(0, Math.min(80, what.length())));
+    }
+  }
+
   @Test
   void eventTimeBounds() {
     assertThrows(IllegalArgumentException.class, () -> new EventTime(-1, 0));

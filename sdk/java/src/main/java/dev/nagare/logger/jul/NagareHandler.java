@@ -57,7 +57,10 @@ public class NagareHandler extends Handler {
     b.tls(Boolean.parseBoolean(prop(m, p + "tls", "false")));
     b.ack(Boolean.parseBoolean(prop(m, p + "ack", "false")));
     b.compress(Boolean.parseBoolean(prop(m, p + "compress", "false")));
-    b.bufferLimit(Long.parseLong(prop(m, p + "bufferLimit", String.valueOf(64L << 20))));
+    String bufferLimit = m.getProperty(p + "bufferLimit");
+    if (bufferLimit != null) { // else the default all six libraries share (sdk/README.md)
+      b.bufferLimit(Long.parseLong(bufferLimit.trim()));
+    }
     String spill = m.getProperty(p + "spillPath");
     if (spill != null) {
       b.spillPath(Path.of(spill));

@@ -43,12 +43,13 @@ public class NagareAppender extends UnsynchronizedAppenderBase<ILoggingEvent> {
   private boolean ack;
   private long ackTimeoutMillis = 10_000;
   private boolean compress;
-  private long bufferLimit = 64L << 20;
+  // null: the builder's default, the one all six libraries share (sdk/README.md)
+  private Long bufferLimit;
   private int chunkLimit = 256 << 10;
   private long flushIntervalMillis = 100;
   private String overflow;
   private String spillPath;
-  private long spillLimit = 1L << 30;
+  private Long spillLimit;
   private long closeTimeoutMillis = 10_000;
   private boolean includeMdc = true;
   private NagareLogger logger;
@@ -77,13 +78,17 @@ public class NagareAppender extends UnsynchronizedAppenderBase<ILoggingEvent> {
             .ack(ack)
             .ackTimeout(Duration.ofMillis(ackTimeoutMillis))
             .compress(compress)
-            .bufferLimit(bufferLimit)
             .chunkLimit(chunkLimit)
             .flushInterval(Duration.ofMillis(flushIntervalMillis))
-            .spillLimit(spillLimit)
             .closeTimeout(Duration.ofMillis(closeTimeoutMillis))
             .shutdownHook(false)
             .errorHandler(e -> addWarn("nagare: " + e.getMessage()));
+        if (bufferLimit != null) {
+          b.bufferLimit(bufferLimit);
+        }
+        if (spillLimit != null) {
+          b.spillLimit(spillLimit);
+        }
         if (sharedKey != null) {
           b.sharedKey(sharedKey);
         }
