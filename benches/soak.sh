@@ -164,6 +164,11 @@ print(f"| first {window} s | {first[0]:.1f} | {first[1]:.3f} | {first[2]:.0f} |"
 print(f"| last {window} s | {last[0]:.1f} | {last[1]:.3f} | {last[2]:.0f} |")
 print(f"| last / first | {last[0] / first[0]:.3f} | {last[1] / first[1]:.3f} | |")
 print()
-print(f"fds: {rows[0]['fds']:.0f} at start, {rows[-1]['fds']:.0f} at end; buffer chunk files: {rows[0]['buffer_files']:.0f} at start, {rows[-1]['buffer_files']:.0f} at end")
+# The first sample is taken before any connection exists; compare the
+# first sample under load with the last one under load, and show the idle
+# ends (before the sender connected, after it left) beside them.
+loaded = [r for r in rows if r["delivered"] > 0 and r["t"] <= end]
+a, b = loaded[0], loaded[-1]
+print(f"fds under load: {a['fds']:.0f} at t={a['t']:.0f} s, {b['fds']:.0f} at t={b['t']:.0f} s (idle: {rows[0]['fds']:.0f} before, {rows[-1]['fds']:.0f} after); buffer chunk files: {a['buffer_files']:.0f} and {b['buffer_files']:.0f} (idle: {rows[0]['buffer_files']:.0f} before, {rows[-1]['buffer_files']:.0f} after)")
 print(f"lost: {lost}; duplicated: {sink.get('duplicates', 0)}")
 EOF
