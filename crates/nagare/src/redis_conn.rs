@@ -219,7 +219,10 @@ impl Connection<'_> {
             ));
         }
         if self.master_name.is_empty() {
-            return Err(OptionError::new("master_name", "must name the master the sentinels watch"));
+            return Err(OptionError::new(
+                "master_name",
+                "must name the master the sentinels watch",
+            ));
         }
         let nodes = self
             .sentinels
@@ -228,7 +231,10 @@ impl Connection<'_> {
             .collect::<Result<Vec<_>, _>>()?;
         // The builder takes one set of sentinel credentials: those of the
         // first URL that has some.
-        let auth = nodes.iter().map(|n| n.redis_settings()).find(|r| r.password().is_some());
+        let auth = nodes
+            .iter()
+            .map(|n| n.redis_settings())
+            .find(|r| r.password().is_some());
         let sentinel_tls = nodes
             .iter()
             .any(|n| matches!(n.addr(), ConnectionAddr::TcpTls { .. }));
@@ -279,7 +285,11 @@ impl Connection<'_> {
             .map_err(|e| OptionError::new("sentinels", e.to_string()))?;
         Ok(Some(Sentinel {
             client: tokio::sync::Mutex::new(client),
-            name: format!("sentinel master {:?} via {}", self.master_name, self.sentinels.join(",")),
+            name: format!(
+                "sentinel master {:?} via {}",
+                self.master_name,
+                self.sentinels.join(",")
+            ),
         }))
     }
 

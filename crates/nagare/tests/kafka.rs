@@ -407,12 +407,18 @@ flush_interval = "20ms"
     Sender::tcp(bad_port).send_acked("tls", 1000..1020, 10, "b");
     sink.wait_records(200);
     assert_eq!(sink.seqs(), (0..200).collect::<Vec<_>>());
-    wait_until(WAIT, "the other CA's output to refuse the broker's certificate", || {
-        bad.stderr().contains("certificate verify failed")
-    });
+    wait_until(
+        WAIT,
+        "the other CA's output to refuse the broker's certificate",
+        || bad.stderr().contains("certificate verify failed"),
+    );
     assert_stopped(&mut good);
     assert_stopped(&mut c);
-    assert_eq!(broker.end_offsets(topic, 1), vec![200], "nothing from the refused output");
+    assert_eq!(
+        broker.end_offsets(topic, 1),
+        vec![200],
+        "nothing from the refused output"
+    );
     assert_eq!(sink.count(), 200);
 }
 

@@ -94,7 +94,8 @@ impl KafkaBroker {
         let ca = super::tls::Ca::new(&dir, "kafka");
         let pair = ca.issue("broker", &["127.0.0.1", "localhost"]);
         let ssl_pem = dir.join("broker-keystore.pem");
-        let pem = std::fs::read_to_string(&pair.key).unwrap() + &std::fs::read_to_string(&pair.cert).unwrap();
+        let pem = std::fs::read_to_string(&pair.key).unwrap()
+            + &std::fs::read_to_string(&pair.cert).unwrap();
         std::fs::write(&ssl_pem, pem).unwrap();
         KafkaBroker {
             port: free_port(),
@@ -128,8 +129,14 @@ impl KafkaBroker {
             .arg(BROKER_SH)
             .arg(&self.dir)
             .args(
-                [self.port, self.controller_port, 0, self.sasl_port, self.ssl_port]
-                    .map(|p| p.to_string()),
+                [
+                    self.port,
+                    self.controller_port,
+                    0,
+                    self.sasl_port,
+                    self.ssl_port,
+                ]
+                .map(|p| p.to_string()),
             )
             .arg(&self.ssl_pem)
             .stdin(Stdio::null())
