@@ -2,8 +2,9 @@
 # Issue 12's Redis bench: flowbench → nagare (forward in → Redis list out)
 # → redis-server → nagare (Redis list in → forward out) → flowbench's sink,
 # verified by seq (0 lost, 0 duplicated), at 100 B and 1 KiB, RUNS times
-# each; then redis-benchmark's RPUSH and LPOP with the same element size
-# and elements per command, for the ratio. Prints a Markdown table of
+# each, alternating with the plain forward relay (benches/relay.toml); then
+# redis-benchmark's RPUSH and LPOP with the same element size and elements
+# per command, for the ratios. Prints a Markdown table of
 # medians with the CPU and peak RSS of every process (both nagares and
 # redis-server, whole run).
 #
@@ -57,6 +58,11 @@ for size in $SIZES; do
     "$FB" relay --sut-port "$SUT_PORT" --sink-port "$SINK_PORT" \
       --duration "$DURATION" --warmup 3s --size "$size" --batch 200 --quiet \
       --sut-cmd "CPU_FILE=$OUT/cpu-$size-$i.json exec $OUT/sut.sh" 2>/dev/null | tail -n 1 >> "$OUT/e2e-$size.jsonl"
+    # The plain forward relay (one nagare, forward in → forward out),
+    # alternating with the runs above: the bar's "0.25× the relay".
+    "$FB" relay --sut-port "$SUT_PORT" --sink-port "$SINK_PORT" \
+      --duration "$DURATION" --warmup 3s --size "$size" --batch 200 --quiet \
+      --sut-cmd "exec $NAGARE run -c $ROOT/benches/relay.toml" 2>/dev/null | tail -n 1 >> "$OUT/relay-$size.jsonl"
   done
   # redis-benchmark alone, shaped like nagare's traffic: RPUSH of 1000
   # elements per command (nagare pushes a whole chunk in one RPUSH) and
@@ -87,20 +93,31 @@ def rows(size):
         with open(f"{out}/cpu-{size}-{i}.json") as f:
             r.update(json.load(f))
     return runs
+def relay(size):
+    with open(f"{out}/relay-{size}.jsonl") as f:
+        return statistics.median(json.loads(l)["steady_events_per_s"] for l in f if l.strip())
 def bench(size):
     with open(f"{out}/redis-benchmark-{size}.csv") as f:
         # Commands of 1000 elements: elements/s = commands/s × 1000.
         return {r[0].split()[0]: float(r[1]) * 1000 for r in csv.reader(f) if r and r[0] != "test"}
 med = lambda rs, k: statistics.median(r[k] for r in rs)
-print("| bytes/event | end to end ev/s | redis-benchmark RPUSH / LPOP elements/s | e2e / min(RPUSH, LPOP) | CPU s: nagare in / redis / nagare out / flowbench (whole run) | redis-server cores | peak RSS MB: nagare in / redis / nagare out | lost | duplicated |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+# End to end, every element is pushed and popped by redis-server's one
+# thread: even with a core to itself it moves at most 1/(1/RPUSH + 1/LPOP)
+# elements/s (the "one-thread floor").
+print("| bytes/event | end to end ev/s | forward relay ev/s | e2e / relay | redis-benchmark RPUSH / LPOP elements/s | e2e / min(RPUSH, LPOP) | one-thread floor | e2e / floor | CPU s: nagare in / redis / nagare out / flowbench (whole run) | nagare's share of the CPU | redis-server cores | peak RSS MB: nagare in / redis / nagare out | lost | duplicated |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for s in sizes:
     rs, b = rows(s), bench(s)
     e2e = med(rs, "steady_events_per_s")
     floor = min(b.get("RPUSH", 0), b.get("LPOP", 0)) or float("nan")
     wall = statistics.median(r["duration_s"] + r["warmup_s"] + r["drain_s"] for r in rs)
-    print(f"| {s} | {e2e:,.0f} | {b.get('RPUSH', 0):,.0f} / {b.get('LPOP', 0):,.0f} | {e2e / floor:.2f} | "
-          f"{med(rs,'nagare_in_cpu_s'):.1f} / {med(rs,'redis_cpu_s'):.1f} / {med(rs,'nagare_out_cpu_s'):.1f} / {med(rs,'harness_cpu_s'):.1f} | "
+    rel = relay(s)
+    one = 1 / (1 / b["RPUSH"] + 1 / b["LPOP"]) if b.get("RPUSH") and b.get("LPOP") else float("nan")
+    cpu = {k: med(rs, k) for k in ("nagare_in_cpu_s", "redis_cpu_s", "nagare_out_cpu_s", "harness_cpu_s")}
+    share = (cpu["nagare_in_cpu_s"] + cpu["nagare_out_cpu_s"]) / sum(cpu.values())
+    print(f"| {s} | {e2e:,.0f} | {rel:,.0f} | {e2e / rel:.2f} | {b.get('RPUSH', 0):,.0f} / {b.get('LPOP', 0):,.0f} | {e2e / floor:.2f} | "
+          f"{one:,.0f} | {e2e / one:.2f} | "
+          f"{cpu['nagare_in_cpu_s']:.1f} / {cpu['redis_cpu_s']:.1f} / {cpu['nagare_out_cpu_s']:.1f} / {cpu['harness_cpu_s']:.1f} | {share:.0%} | "
           f"{med(rs,'redis_cpu_s') / wall:.2f} | "
           f"{max(r['nagare_in_rss_mb'] for r in rs):.0f} / {max(r['redis_rss_mb'] for r in rs):.0f} / {max(r['nagare_out_rss_mb'] for r in rs):.0f} | "
           f"{sum(r['lost'] for r in rs)} | {sum(r['duplicates'] for r in rs)} |")

@@ -3,7 +3,7 @@
 # JVM) on loopback, for the tests (crates/nagare/tests/common/kafka_broker.rs)
 # and the bench (benches/queues-kafka.sh):
 #
-#   tests/kafka/broker.sh DIR PORT CONTROLLER_PORT [PARTITIONS [SASL_PORT]]
+#   tests/kafka/broker.sh DIR PORT CONTROLLER_PORT [PARTITIONS [SASL_PORT [SSL_PORT SSL_PEM]]]
 #
 # Writes DIR/server.properties, formats DIR/data with a random cluster id
 # the first time (a restart on the same DIR keeps the data), then execs the
@@ -13,15 +13,19 @@
 #                    0 = topics are never created on first use)
 #   SASL_PORT        also a SASL_PLAINTEXT listener there, mechanisms PLAIN
 #                    and SCRAM-SHA-256, one user: "nagare", password
-#                    "kafka-secret"
+#                    "kafka-secret" (may be "" to have none but SSL_PORT)
+#   SSL_PORT         also an SSL listener there, with the key (unencrypted
+#   SSL_PEM          PKCS#8) and certificate chain in the PEM file SSL_PEM
+#                    (Kafka reads PEM key stores since 2.7: no keytool)
 set -euo pipefail
-dir=$1 port=$2 cport=$3 partitions=${4:-1} sasl_port=${5:-}
+dir=$1 port=$2 cport=$3 partitions=${4:-1} sasl_port=${5:-} ssl_port=${6:-} ssl_pem=${7:-}
 libs="$("$(dirname "$0")/fetch.sh")/libs"
 mkdir -p "$dir"
 auto=true
 [ "$partitions" = 0 ] && { auto=false; partitions=1; }
 listeners=PLAINTEXT://127.0.0.1:$port
 [ -n "$sasl_port" ] && listeners="$listeners,SASL_PLAINTEXT://127.0.0.1:$sasl_port"
+[ -n "$ssl_port" ] && listeners="$listeners,SSL://127.0.0.1:$ssl_port"
 cat > "$dir/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
@@ -29,7 +33,7 @@ controller.quorum.voters=1@127.0.0.1:$cport
 listeners=$listeners,CONTROLLER://127.0.0.1:$cport
 advertised.listeners=$listeners
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,SSL:SSL
 inter.broker.listener.name=PLAINTEXT
 sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256
 listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_nagare="kafka-secret";
@@ -43,6 +47,12 @@ transaction.state.log.replication.factor=1
 transaction.state.log.min.isr=1
 group.initial.rebalance.delay.ms=0
 PROPS
+if [ -n "$ssl_port" ]; then
+  cat >> "$dir/server.properties" <<PROPS
+ssl.keystore.type=PEM
+ssl.keystore.location=$ssl_pem
+PROPS
+fi
 cat > "$dir/log4j.properties" <<'LOG'
 log4j.rootLogger=WARN, stdout
 log4j.appender.stdout=org.apache.log4j.ConsoleAppender

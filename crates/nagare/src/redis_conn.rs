@@ -9,6 +9,7 @@
 
 use std::time::Duration;
 
+use ::redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use ::redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError};
 
 use crate::plugin::OptionError;
@@ -16,6 +17,10 @@ use crate::tls::{TlsOptions, TlsVersion};
 
 pub fn default_address() -> String {
     "127.0.0.1:6379".into()
+}
+
+pub fn default_master_name() -> String {
+    "mymaster".into()
 }
 
 /// Declares a redis plugin's options struct with the connection options
@@ -39,6 +44,17 @@ macro_rules! redis_options {
             /// nodes and sends each key to the node that holds it.
             #[serde(default)]
             pub addresses: Vec<String>,
+            /// Redis Sentinel: sentinels ("HOST:PORT" or URLs, with the
+            /// sentinels' own password in the URL, "redis://:PASS@HOST:PORT"),
+            /// instead of `address`. The client asks them for the master
+            /// `master_name` and, after a failover, asks again and follows the
+            /// new master.
+            #[serde(default)]
+            pub sentinels: Vec<String>,
+            /// Redis Sentinel: the name the sentinels know the master by
+            /// (their `sentinel monitor NAME …`) (default "mymaster").
+            #[serde(default = "crate::redis_conn::default_master_name")]
+            pub master_name: String,
             /// The ACL user (Redis 6 and later); without one, `password` is
             /// checked against the default user.
             #[serde(default)]
@@ -61,6 +77,8 @@ macro_rules! redis_options {
                     address: &self.address,
                     path: self.path.as_deref(),
                     addresses: &self.addresses,
+                    sentinels: &self.sentinels,
+                    master_name: &self.master_name,
                     username: self.username.as_deref(),
                     password: self.password.as_deref(),
                     db: self.db,
@@ -77,6 +95,8 @@ pub struct Connection<'a> {
     pub address: &'a str,
     pub path: Option<&'a str>,
     pub addresses: &'a [String],
+    pub sentinels: &'a [String],
+    pub master_name: &'a str,
     pub username: Option<&'a str>,
     pub password: Option<&'a str>,
     pub db: i64,
@@ -185,6 +205,94 @@ impl Connection<'_> {
 }
 
 impl Connection<'_> {
+    /// A Redis Sentinel client when `sentinels` is set; no I/O but reading
+    /// the TLS files. The credentials, database and `tls` table apply to
+    /// the master; a sentinel's own password goes in its URL.
+    pub fn sentinel(&self) -> Result<Option<Sentinel>, OptionError> {
+        if self.sentinels.is_empty() {
+            return Ok(None);
+        }
+        if self.path.is_some() || !self.addresses.is_empty() {
+            return Err(OptionError::new(
+                "sentinels",
+                "set `sentinels` or `path` or `addresses`, not several",
+            ));
+        }
+        if self.master_name.is_empty() {
+            return Err(OptionError::new(
+                "master_name",
+                "must name the master the sentinels watch",
+            ));
+        }
+        let nodes = self
+            .sentinels
+            .iter()
+            .map(|a| tcp_info("sentinels", a))
+            .collect::<Result<Vec<_>, _>>()?;
+        // The builder takes one set of sentinel credentials: those of the
+        // first URL that has some.
+        let auth = nodes
+            .iter()
+            .map(|n| n.redis_settings())
+            .find(|r| r.password().is_some());
+        let sentinel_tls = nodes
+            .iter()
+            .any(|n| matches!(n.addr(), ConnectionAddr::TcpTls { .. }));
+        let tls = self.tls_options(false)?;
+        let mut b = SentinelClientBuilder::new(
+            nodes.iter().map(|n| n.addr().clone()),
+            self.master_name,
+            SentinelServerType::Master,
+        )
+        .map_err(|e| OptionError::new("sentinels", e.to_string()))?;
+        if let Some(r) = auth {
+            if let Some(u) = r.username() {
+                b = b.set_client_to_sentinel_username(u);
+            }
+            if let Some(p) = r.password() {
+                b = b.set_client_to_sentinel_password(p);
+            }
+        }
+        if let Some(u) = self.username {
+            b = b.set_client_to_redis_username(u);
+        }
+        if let Some(p) = self.password {
+            b = b.set_client_to_redis_password(p);
+        }
+        if self.db != 0 {
+            b = b.set_client_to_redis_db(self.db);
+        }
+        if sentinel_tls || tls.is_some() {
+            crate::tls::provider();
+        }
+        if let Some(tls) = &tls {
+            let mode = if tls.verify {
+                ::redis::TlsMode::Secure
+            } else {
+                ::redis::TlsMode::Insecure
+            };
+            b = b
+                .set_client_to_redis_tls_mode(mode)
+                .set_client_to_redis_certificates(certificates(tls)?);
+            if sentinel_tls {
+                b = b
+                    .set_client_to_sentinel_tls_mode(mode)
+                    .set_client_to_sentinel_certificates(certificates(tls)?);
+            }
+        }
+        let client = b
+            .build()
+            .map_err(|e| OptionError::new("sentinels", e.to_string()))?;
+        Ok(Some(Sentinel {
+            client: tokio::sync::Mutex::new(client),
+            name: format!(
+                "sentinel master {:?} via {}",
+                self.master_name,
+                self.sentinels.join(",")
+            ),
+        }))
+    }
+
     /// The `tls` table when TLS is on (it is, or the address is rediss://),
     /// refusing the keys the redis client has no setting for.
     fn tls_options(&self, tls_url: bool) -> Result<Option<TlsOptions>, OptionError> {
@@ -206,6 +314,24 @@ impl Connection<'_> {
             ));
         }
         Ok(Some(tls))
+    }
+}
+
+/// A client that asks Redis Sentinel where the master is.
+pub struct Sentinel {
+    // The library's lookups take `&mut`; the lock is held only while one
+    // asks (at a connect, never per command).
+    client: tokio::sync::Mutex<SentinelClient>,
+    /// What the logs call it: the master's name and the sentinels.
+    pub name: String,
+}
+
+impl Sentinel {
+    /// A client for the master the sentinels name now. The library checks
+    /// that the node it names answers ROLE as a master, so a stale answer
+    /// during a failover is an error (retried), not a write to a replica.
+    pub async fn master(&self) -> Result<::redis::Client, RedisError> {
+        self.client.lock().await.async_get_client().await
     }
 }
 
@@ -301,6 +427,8 @@ mod tests {
             address,
             path: None,
             addresses: &[],
+            sentinels: &[],
+            master_name: "mymaster",
             username: Some("app"),
             password: Some("s3cret"),
             db: 2,

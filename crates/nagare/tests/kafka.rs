@@ -348,6 +348,80 @@ flush_interval = "20ms"
     assert_eq!(broker.end_offsets(&topic, 1), vec![20], "{mechanism}");
 }
 
+/// TLS: the output and the input reach the broker's SSL listener and check
+/// its certificate against `tls.ca` (librdkafka's ssl.ca.location, host
+/// name checked); an output that trusts another CA is refused and writes
+/// nothing.
+#[test]
+fn tls_to_the_brokers_ssl_listener() {
+    let Some(broker) = broker() else { return };
+    let topic = "tls.events";
+    broker.create_topic(topic, 1);
+    let dir = tempfile::tempdir().unwrap();
+    let other = common::tls::Ca::new(dir.path(), "other");
+    let sink = Sink::start(SinkOpts::default());
+    let (port, bad_port) = (free_port(), free_port());
+    let ssl = format!("127.0.0.1:{}", broker.ssl_port);
+    let producer = |port: u16, ca: &Path| {
+        format!(
+            r#"[[input]]
+type = "forward"
+bind = "127.0.0.1:{port}"
+
+[[output]]
+type = "kafka"
+match = "**"
+addresses = ["{ssl}"]
+topic = "{topic}"
+tls = {{ ca = {ca:?} }}
+[output.buffer]
+flush_interval = "20ms"
+"#
+        )
+    };
+    let consumer = format!(
+        r#"[[input]]
+type = "kafka"
+addresses = ["{ssl}"]
+topics = ["{topic}"]
+group = "tls"
+start_from = "earliest"
+tls = {{ ca = {:?} }}
+
+[[output]]
+type = "forward"
+match = "**"
+[[output.server]]
+address = "127.0.0.1:{}"
+[output.buffer]
+flush_interval = "20ms"
+"#,
+        broker.ca, sink.port
+    );
+    let mut good = Daemon::start(dir.path(), "good", &producer(port, &broker.ca), None);
+    let mut bad = Daemon::start(dir.path(), "bad", &producer(bad_port, &other.path), None);
+    let mut c = Daemon::start(dir.path(), "consumer", &consumer, None);
+    good.wait_port(port);
+    bad.wait_port(bad_port);
+    Sender::tcp(port).send_acked("tls", 0..200, 50, "t");
+    Sender::tcp(bad_port).send_acked("tls", 1000..1020, 10, "b");
+    sink.wait_records(200);
+    assert_eq!(sink.seqs(), (0..200).collect::<Vec<_>>());
+    wait_until(
+        WAIT,
+        "the other CA's output to refuse the broker's certificate",
+        || bad.stderr().contains("certificate verify failed"),
+    );
+    assert_stopped(&mut good);
+    assert_stopped(&mut c);
+    assert_eq!(
+        broker.end_offsets(topic, 1),
+        vec![200],
+        "nothing from the refused output"
+    );
+    assert_eq!(sink.count(), 200);
+}
+
 #[test]
 fn delivered_acks_wait_for_kafka() {
     let Some(broker) = broker() else { return };

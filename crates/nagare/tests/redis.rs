@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::redis_server::{skip_without_redis, RedisCluster, RedisServer};
+use common::redis_server::{skip_without_redis, RedisCluster, RedisSentinel, RedisServer};
 use common::*;
 
 /// A forward input on `port`.
@@ -705,6 +705,82 @@ flush_thread_count = 1
     nagare.terminate();
 }
 
+/// A master, its replica and a sentinel; nagare → list → nagare → sink,
+/// both nagares finding the master through the sentinel. A failover
+/// (SENTINEL FAILOVER) in the middle of the stream: both follow the new
+/// master, and with `wait_replicas = 1` no acknowledged event is lost to
+/// Redis's asynchronous replication.
+#[test]
+fn sentinel_failover_mid_stream_loses_nothing() {
+    if skip_without_redis() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let master = RedisServer::start(&dir.path().join("m"));
+    let replica = RedisServer::start_args(
+        &dir.path().join("r"),
+        &["--replicaof", "127.0.0.1", &master.port.to_string()],
+    );
+    let sentinel = RedisSentinel::start(dir.path(), master.port);
+    let sink = Sink::start(SinkOpts::default());
+    let port = free_port();
+    let via_sentinel = format!(
+        "sentinels = [\"127.0.0.1:{}\"]\nmaster_name = \"mymaster\"\nkey = \"jobs\"",
+        sentinel.port
+    );
+    let producer = format!(
+        r#"{}
+[[output]]
+type = "redis"
+match = "**"
+{via_sentinel}
+wait_replicas = 1
+timeout = "2s"
+[output.buffer]
+flush_interval = "20ms"
+retry_wait = "100ms"
+retry_max_interval = "500ms"
+"#,
+        forward_in(port),
+    );
+    let consumer = format!(
+        "[[input]]\ntype = \"redis\"\n{via_sentinel}\nreliable = true\nconsumer = \"c\"\nbatch_count = 100\n{}",
+        forward_out(sink.port, &dir.path().join("c"))
+    );
+    let mut p = Daemon::start(dir.path(), "producer", &producer, None);
+    let mut c = Daemon::start(dir.path(), "consumer", &consumer, None);
+    p.wait_port(port);
+    let n = 20_000u64;
+    let mut s = Sender::tcp(port);
+    s.send_acked("app", 0..n / 2, 100, "s");
+    wait_until(WAIT, "the first events at the sink", || {
+        sink.count() >= 2000
+    });
+    sentinel.failover();
+    // Sent while the sentinel fails the master over.
+    s.send_acked("app", n / 2..n, 100, "s");
+    wait_until(WAIT, "the sentinel to name the replica as master", || {
+        sentinel.master_port() == replica.port
+    });
+    s.finish();
+    wait_until(Duration::from_secs(60), "every event at the sink", || {
+        lost_and_duplicated(&sink.seqs(), n).0.is_empty()
+    });
+    let (lost, dups) = lost_and_duplicated(&sink.seqs(), n);
+    assert!(lost.is_empty());
+    // The old master was demoted: what came after was written to the new one.
+    wait_until(WAIT, "the old master to be a replica", || {
+        master.cmd::<Vec<redis::Value>>(&["ROLE"]).first()
+            == Some(&redis::Value::BulkString(b"slave".to_vec()))
+    });
+    wait_until(WAIT, "the new master's list to be drained", || {
+        replica.cmd::<u64>(&["LLEN", "jobs"]) == 0
+    });
+    eprintln!("sentinel failover: 0 lost, {dups} duplicated");
+    p.terminate();
+    c.terminate();
+}
+
 #[test]
 fn redis_restarted_mid_stream_loses_nothing() {
     if skip_without_redis() {
@@ -798,6 +874,10 @@ fn check_names_bad_options() {
         ("[[output]]\ntype = \"redis\"\nmatch = \"**\"\nkey = \"k\"\ntls = { ca = \"/nonexistent.pem\" }\n", "tls.ca"),
         ("[[input]]\ntype = \"redis\"\nkey = \"k\"\naddresses = [\"127.0.0.1:7000\"]\n", "addresses"),
         ("[[output]]\ntype = \"redis\"\nmatch = \"**\"\nkey = \"k\"\naddresses = [\"127.0.0.1:7000\"]\ndb = 2\n", "db"),
+        ("[[output]]\ntype = \"redis\"\nmatch = \"**\"\nkey = \"k\"\naddresses = [\"127.0.0.1:7000\"]\nwait_replicas = 1\n", "wait_replicas"),
+        ("[[output]]\ntype = \"redis\"\nmatch = \"**\"\nkey = \"k\"\nsentinels = [\"127.0.0.1:26379\"]\npath = \"/tmp/r.sock\"\n", "sentinels"),
+        ("[[input]]\ntype = \"redis\"\nkey = \"k\"\nsentinels = [\"redis://[nope\"]\n", "sentinels"),
+        ("[[input]]\ntype = \"redis\"\nkey = \"k\"\nsentinels = [\"127.0.0.1:26379\"]\nmaster_name = \"\"\n", "master_name"),
     ];
     for (i, (text, key)) in cases.iter().enumerate() {
         let path = dir.path().join(format!("c{i}.toml"));

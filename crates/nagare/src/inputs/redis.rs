@@ -44,7 +44,7 @@ use super::tail::encode_line;
 use crate::config::units::Dur;
 use crate::parsers::{Parser, ParserConfig, ParserType};
 use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
-use crate::redis_conn::{redis_options, Backoff};
+use crate::redis_conn::{redis_options, Backoff, Sentinel};
 use crate::router::LiveRouter;
 use crate::stats::PluginStats;
 
@@ -180,7 +180,9 @@ impl InputPlugin for RedisInputConfig {
             return Err(OptionError::new("parser", "is for format = \"text\""));
         }
         crate::parsers::check_options("parser", &self.parser_config())?;
-        self.connection().client()?;
+        if self.connection().sentinel()?.is_none() {
+            self.connection().client()?;
+        }
         Ok(Box::new(self))
     }
 }
@@ -203,6 +205,8 @@ struct Shared {
     cfg: RedisInputConfig,
     name: String,
     client: ::redis::Client,
+    /// With `sentinels`: asked for the master at each (re)connect.
+    sentinel: Option<Sentinel>,
     parser: Parser,
     router: LiveRouter,
     stats: Arc<PluginStats>,
@@ -211,6 +215,7 @@ struct Shared {
 #[async_trait::async_trait]
 impl Input for RedisInputConfig {
     async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
+        let sentinel = self.connection().sentinel().map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
         let client = self.connection().client().map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
         let parser = Parser::new(&self.parser_config())
             .map_err(|e| anyhow::anyhow!("{}: [input.parser]: {e}", cx.name))?;
@@ -226,6 +231,7 @@ impl Input for RedisInputConfig {
             cfg: *self,
             name: cx.name,
             client,
+            sentinel,
             parser,
             router: cx.router,
             stats: cx.stats,
@@ -300,7 +306,7 @@ impl Reader {
             let config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(Duration::from_secs(5)))
                 .set_response_timeout(Some(BLOCK + Duration::from_secs(10)));
-            self.con = Some(self.s.client.get_multiplexed_async_connection_with_config(&config).await?);
+            self.con = Some(self.s.client().await?.get_multiplexed_async_connection_with_config(&config).await?);
             // A restarted server may have lost the group; a new connection
             // checks. Entries whose XACK was lost with the old connection are
             // still pending for this consumer: read them again.
@@ -328,18 +334,24 @@ impl Reader {
 
     /// Pops a batch (BLMPOP) and appends it; at most once.
     async fn list(&mut self) -> Result<(), RedisError> {
-        let key = self.s.cfg.key.clone();
-        let reply: Option<(String, Vec<Vec<u8>>)> = ::redis::cmd("BLMPOP")
+        let s = self.s.clone();
+        let key = &s.cfg.key;
+        // The reply as the client parsed it, read in place: converting it to
+        // (String, Vec<Vec<u8>>) walked and moved every element once more.
+        let reply: Value = ::redis::cmd("BLMPOP")
             .arg(BLOCK.as_secs_f64())
             .arg(1)
-            .arg(&key)
+            .arg(key)
             .arg("LEFT")
             .arg("COUNT")
-            .arg(self.s.cfg.batch_count)
+            .arg(s.cfg.batch_count)
             .query_async(self.con())
             .await?;
-        if let Some((_, values)) = reply {
-            self.s.dispatch(&key, values.iter().map(Vec::as_slice)).await;
+        // [key, [element, …]], or nil when the list stayed empty.
+        if let Value::Array(kv) = &reply {
+            if let Some(Value::Array(elements)) = kv.get(1) {
+                s.dispatch(key, elements.iter().filter_map(bulk)).await;
+            }
         }
         Ok(())
     }
@@ -471,6 +483,14 @@ impl Reader {
     }
 }
 
+/// The bytes of a bulk string reply (an element); None for anything else.
+fn bulk(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        _ => None,
+    }
+}
+
 /// The event text of a stream entry: its `field`, or (an entry written by
 /// something else) a JSON object of all its fields.
 fn entry_value(e: &StreamId, field: &str) -> Vec<u8> {
@@ -499,7 +519,7 @@ fn entry_value(e: &StreamId, field: &str) -> Vec<u8> {
 
 /// Subscribes and appends what arrives, in batches of what is there at once.
 async fn subscribe(s: &Shared, shutdown: &mut watch::Receiver<bool>, backoff: &mut Backoff) -> Result<(), RedisError> {
-    let mut pubsub = s.client.get_async_pubsub().await?;
+    let mut pubsub = s.client().await?.get_async_pubsub().await?;
     match s.cfg.data_type {
         DataType::PatternChannel => pubsub.psubscribe(&s.cfg.key).await?,
         _ => pubsub.subscribe(&s.cfg.key).await?,
@@ -537,17 +557,28 @@ async fn subscribe(s: &Shared, shutdown: &mut watch::Receiver<bool>, backoff: &m
 }
 
 impl Shared {
+    /// The server to connect to: the master the sentinels name now, or the one of `address`/`path`.
+    async fn client(&self) -> Result<::redis::Client, RedisError> {
+        match &self.sentinel {
+            Some(s) => s.master().await,
+            None => Ok(self.client.clone()),
+        }
+    }
+
     /// Turns elements read from `source` into events and appends them,
     /// durably, to the outputs their tags route to. False when an output
     /// refused them (shutting down): they must not be removed from Redis.
-    async fn dispatch<'a>(&self, source: &str, values: impl Iterator<Item = &'a [u8]>) -> bool {
+    async fn dispatch<'a>(&self, source: &str, values: impl Iterator<Item = &'a [u8]> + Clone) -> bool {
         let now = EventTime::now();
+        // Room for the entries at once: an entry is its element plus a few
+        // bytes (array header, time; a JSON text shrinks as msgpack).
+        let room = values.clone().map(|v| v.len() + 16).sum();
         let default_tag = self.cfg.tag.as_deref().unwrap_or(source);
         // Runs of events with one tag: (tag, entries, count). Each element
         // is decoded at the end of the current run's entries; one whose tag
         // differs starts the next run.
         let mut runs: Vec<(String, Vec<u8>, u32)> = Vec::new();
-        let (mut tag, mut entries, mut count) = (String::new(), Vec::new(), 0u32);
+        let (mut tag, mut entries, mut count) = (String::new(), Vec::with_capacity(room), 0u32);
         for v in values {
             let start = entries.len();
             if !self.decode(v, now, &mut entries) {

@@ -15,21 +15,22 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
+use ::redis::AsyncConnectionConfig;
 use ::redis::cluster::ClusterClient;
 use ::redis::cluster_async::ClusterConnection;
 use async_trait::async_trait;
 use nagare_forward::msgpack::{read_map_len, read_str_or_bin, skip_value};
 use nagare_forward::EventTime;
 use serde::Deserialize;
-use tokio::sync::OnceCell;
+use tokio::sync::Mutex;
 
 use super::{FlushError, Output};
 use crate::buffer::Chunk;
 use crate::config::units::Dur;
 use crate::formats::{self, json};
 use crate::plugin::{BuildContext, OptionError, OutputPlugin};
-use crate::redis_conn::{is_permanent, redis_options};
+use crate::redis_conn::{is_permanent, redis_options, Sentinel};
 
 /// What the events are written to.
 #[derive(
@@ -104,6 +105,13 @@ redis_options!(
         /// Connections to Redis; the buffer's flush workers share them (default 1).
         #[serde(default = "one")]
         workers: usize,
+        /// Commit a chunk only when this many replicas confirmed it too (WAIT
+        /// after the writes; 0, the default, does not wait). Redis replicates
+        /// after it answers, so a failover can lose writes the old master
+        /// acknowledged; with 1 or more, such a chunk is retried instead.
+        /// Not with `addresses` (Redis Cluster).
+        #[serde(default)]
+        wait_replicas: u32,
         /// A chunk that Redis has not answered within this time is retried (default "10s").
         #[serde(default = "default_timeout")]
         timeout: Dur,
@@ -126,8 +134,9 @@ pub struct RedisOutput {
     cfg: RedisOutputConfig,
     client: Client,
     /// One connection per worker, opened on the first write; each
-    /// reconnects by itself after it was lost.
-    connections: Vec<OnceCell<Connection>>,
+    /// reconnects by itself after it was lost (a Sentinel connection is
+    /// dropped instead, so the next write asks the sentinels again).
+    connections: Vec<Mutex<Option<Connection>>>,
     next: AtomicUsize,
 }
 
@@ -137,6 +146,7 @@ pub struct RedisOutput {
 enum Client {
     One(::redis::Client),
     Cluster(ClusterClient),
+    Sentinel(Sentinel),
 }
 
 #[derive(Clone)]
@@ -145,13 +155,18 @@ enum Connection {
     /// Sends each command to the node that holds its key, follows MOVED
     /// and ASK, and reconnects.
     Cluster(ClusterConnection),
+    /// To the master the sentinels named; dropped after an error.
+    Sentinel(MultiplexedConnection),
 }
 
 impl Connection {
-    async fn run(mut self, pipe: &::redis::Pipeline) -> ::redis::RedisResult<()> {
+    /// Runs the pipeline; its replies are those of the commands not
+    /// ignored (WAIT's, when there is one).
+    async fn run(mut self, pipe: &::redis::Pipeline) -> ::redis::RedisResult<Vec<i64>> {
         match &mut self {
             Connection::One(c) => pipe.query_async(c).await,
             Connection::Cluster(c) => pipe.query_async(c).await,
+            Connection::Sentinel(c) => pipe.query_async(c).await,
         }
     }
 }
@@ -170,12 +185,22 @@ impl OutputPlugin for RedisOutputConfig {
         if self.maxlen.is_some() && self.data_type != DataType::Stream {
             return Err(OptionError::new("maxlen", "is for data_type = \"stream\""));
         }
-        let client = match self.connection().cluster_client(self.timeout.0)? {
-            Some(cluster) => Client::Cluster(cluster),
-            None => Client::One(self.connection().client()?),
+        if self.wait_replicas > 0 && !self.addresses.is_empty() {
+            return Err(OptionError::new(
+                "wait_replicas",
+                "is not for a Redis Cluster (`addresses`): WAIT has no key to route by",
+            ));
+        }
+        let client = match (
+            self.connection().cluster_client(self.timeout.0)?,
+            self.connection().sentinel()?,
+        ) {
+            (Some(cluster), _) => Client::Cluster(cluster),
+            (None, Some(sentinel)) => Client::Sentinel(sentinel),
+            (None, None) => Client::One(self.connection().client()?),
         };
         Ok(Arc::new(RedisOutput {
-            connections: (0..self.workers).map(|_| OnceCell::new()).collect(),
+            connections: (0..self.workers).map(|_| Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
             client,
             cfg: self,
@@ -184,36 +209,51 @@ impl OutputPlugin for RedisOutputConfig {
 }
 
 impl RedisOutput {
-    /// A worker's connection, opened when first needed.
-    async fn connection(&self) -> Result<Connection, FlushError> {
+    /// A worker's connection (its index and a handle), opened when first needed.
+    async fn connection(&self) -> Result<(usize, Connection), FlushError> {
         let i = self.next.fetch_add(1, Relaxed) % self.connections.len();
         let timeout = self.cfg.timeout.0;
-        self.connections[i]
-            .get_or_try_init(|| async {
-                match &self.client {
-                    Client::One(c) => {
-                        let config = ConnectionManagerConfig::new()
-                            .set_response_timeout(Some(timeout))
-                            .set_connection_timeout(Some(timeout))
-                            // Reconnects are the buffer's retries; the manager tries once.
-                            .set_number_of_retries(1);
-                        c.get_connection_manager_with_config(config)
-                            .await
-                            .map(Connection::One)
-                    }
-                    Client::Cluster(c) => c.get_async_connection().await.map(Connection::Cluster),
+        let mut slot = self.connections[i].lock().await;
+        if let Some(c) = &*slot {
+            return Ok((i, c.clone()));
+        }
+        let opened = match &self.client {
+            Client::One(c) => {
+                let config = ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(timeout))
+                    .set_connection_timeout(Some(timeout))
+                    // Reconnects are the buffer's retries; the manager tries once.
+                    .set_number_of_retries(1);
+                c.get_connection_manager_with_config(config)
+                    .await
+                    .map(Connection::One)
+            }
+            Client::Cluster(c) => c.get_async_connection().await.map(Connection::Cluster),
+            Client::Sentinel(s) => {
+                let config = AsyncConnectionConfig::new()
+                    .set_response_timeout(Some(timeout))
+                    .set_connection_timeout(Some(timeout));
+                match s.master().await {
+                    Ok(master) => master
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await
+                        .map(Connection::Sentinel),
+                    Err(e) => Err(e),
                 }
-            })
-            .await
-            .cloned()
-            .map_err(|e| FlushError::Retry(format!("connecting to redis {}: {e}", self.target())))
+            }
+        };
+        let c = opened
+            .map_err(|e| FlushError::Retry(format!("connecting to redis {}: {e}", self.target())))?;
+        *slot = Some(c.clone());
+        Ok((i, c))
     }
 
     fn target(&self) -> String {
-        match (&self.cfg.path, self.cfg.addresses.as_slice()) {
-            (Some(path), _) => path.clone(),
-            (None, []) => self.cfg.address.clone(),
-            (None, nodes) => format!("cluster {}", nodes.join(",")),
+        match (&self.cfg.path, self.cfg.addresses.as_slice(), &self.client) {
+            (_, _, Client::Sentinel(s)) => s.name.clone(),
+            (Some(path), _, _) => path.clone(),
+            (None, [], _) => self.cfg.address.clone(),
+            (None, nodes, _) => format!("cluster {}", nodes.join(",")),
         }
     }
 
@@ -268,6 +308,12 @@ impl RedisOutput {
                 add.arg("*").arg(&self.cfg.stream_field).arg(v).ignore();
             }),
         }
+        if self.cfg.wait_replicas > 0 {
+            // Within the response timeout, so a missing replica reads as
+            // "too few" rather than as a timeout.
+            let wait = (self.cfg.timeout.0 / 2).as_millis().max(1) as u64;
+            pipe.cmd("WAIT").arg(self.cfg.wait_replicas).arg(wait);
+        }
         pipe
     }
 }
@@ -279,15 +325,31 @@ impl Output for RedisOutput {
             return Ok(());
         }
         let pipe = self.commands(chunk);
-        let con = self.connection().await?;
-        con.run(&pipe).await.map_err(|e| {
+        let (i, con) = self.connection().await?;
+        let sentinel = matches!(con, Connection::Sentinel(_));
+        let replies = con.run(&pipe).await.map_err(|e| {
             let msg = format!("redis {}: {e}", self.target());
             if is_permanent(&e) {
                 FlushError::Permanent(msg)
             } else {
                 FlushError::Retry(msg)
             }
-        })
+        });
+        let result = replies.and_then(|r| match r.first() {
+            Some(&n) if n < i64::from(self.cfg.wait_replicas) => Err(FlushError::Retry(format!(
+                "redis {}: {n} of {} replicas confirmed the chunk (wait_replicas)",
+                self.target(),
+                self.cfg.wait_replicas
+            ))),
+            _ => Ok(()),
+        });
+        if sentinel && matches!(result, Err(FlushError::Retry(_))) {
+            // A lost master, one demoted to a replica (READONLY), or one whose
+            // replica was just promoted away from it (WAIT falls short): the
+            // next write asks the sentinels where the master is now.
+            *self.connections[i].lock().await = None;
+        }
+        result
     }
 }
 

@@ -26,6 +26,12 @@ pub struct KafkaBroker {
     /// A SASL_PLAINTEXT listener (PLAIN and SCRAM-SHA-256, user "nagare",
     /// password "kafka-secret").
     pub sasl_port: u16,
+    /// An SSL listener, its certificate for 127.0.0.1 signed by `ca`.
+    pub ssl_port: u16,
+    /// The CA certificate (PEM) the SSL listener's certificate chains to.
+    pub ca: PathBuf,
+    /// The SSL listener's key and certificate, one PEM file.
+    ssl_pem: PathBuf,
     controller_port: u16,
     pub dir: PathBuf,
     child: Option<Child>,
@@ -85,9 +91,18 @@ impl KafkaBroker {
     fn new(dir: &Path) -> KafkaBroker {
         let dir = dir.join("kafka");
         std::fs::create_dir_all(&dir).unwrap();
+        let ca = super::tls::Ca::new(&dir, "kafka");
+        let pair = ca.issue("broker", &["127.0.0.1", "localhost"]);
+        let ssl_pem = dir.join("broker-keystore.pem");
+        let pem = std::fs::read_to_string(&pair.key).unwrap()
+            + &std::fs::read_to_string(&pair.cert).unwrap();
+        std::fs::write(&ssl_pem, pem).unwrap();
         KafkaBroker {
             port: free_port(),
             sasl_port: free_port(),
+            ssl_port: free_port(),
+            ca: ca.path.clone(),
+            ssl_pem,
             controller_port: free_port(),
             dir,
             child: None,
@@ -109,11 +124,21 @@ impl KafkaBroker {
             .open(self.dir.join("broker.log"))
             .unwrap();
         // Topics are created by the tests (partitions 0: none on first use);
-        // a SASL listener for the SASL test.
+        // a SASL listener for the SASL test, an SSL one for the TLS test.
         let child = Command::new("bash")
             .arg(BROKER_SH)
             .arg(&self.dir)
-            .args([self.port, self.controller_port, 0, self.sasl_port].map(|p| p.to_string()))
+            .args(
+                [
+                    self.port,
+                    self.controller_port,
+                    0,
+                    self.sasl_port,
+                    self.ssl_port,
+                ]
+                .map(|p| p.to_string()),
+            )
+            .arg(&self.ssl_pem)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

@@ -197,3 +197,82 @@ impl RedisCluster {
             .expect("connect to the cluster")
     }
 }
+
+/// A Redis Sentinel (redis-server --sentinel, from the same package)
+/// watching one master as "mymaster", with small timeouts so a failover
+/// takes seconds; killed on drop.
+pub struct RedisSentinel {
+    pub port: u16,
+    child: Child,
+}
+
+impl RedisSentinel {
+    /// Starts a sentinel for the master on `master_port` (quorum 1: it
+    /// alone may fail it over) and waits until it answers.
+    pub fn start(dir: &Path, master_port: u16) -> RedisSentinel {
+        let dir = dir.join("sentinel");
+        std::fs::create_dir_all(&dir).unwrap();
+        let port = free_port();
+        // The sentinel rewrites its configuration file: one of its own.
+        let conf = dir.join("sentinel.conf");
+        std::fs::write(
+            &conf,
+            format!(
+                "port {port}\nbind 127.0.0.1\ndaemonize no\ndir {}\n\
+                 sentinel monitor mymaster 127.0.0.1 {master_port} 1\n\
+                 sentinel down-after-milliseconds mymaster 1000\n\
+                 sentinel failover-timeout mymaster 10000\n",
+                dir.display()
+            ),
+        )
+        .unwrap();
+        let child = Command::new("redis-server")
+            .arg(&conf)
+            .arg("--sentinel")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start redis-server --sentinel");
+        let s = RedisSentinel { port, child };
+        wait_until(WAIT, "the sentinel to answer PING", || {
+            s.con()
+                .and_then(|mut c| redis::cmd("PING").query::<String>(&mut c))
+                .is_ok()
+        });
+        s
+    }
+
+    fn con(&self) -> redis::RedisResult<redis::Connection> {
+        redis::Client::open(format!("redis://127.0.0.1:{}", self.port).as_str())?.get_connection()
+    }
+
+    /// The port of the master as the sentinel names it now.
+    pub fn master_port(&self) -> u16 {
+        let (_, port): (String, u16) = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg("mymaster")
+            .query(&mut self.con().unwrap())
+            .unwrap();
+        port
+    }
+
+    /// Starts a failover of "mymaster" (SENTINEL FAILOVER): once the
+    /// sentinel has a replica fit to promote, which it learns from its
+    /// periodic INFO, so this asks until it is accepted.
+    pub fn failover(&self) {
+        wait_until(WAIT, "the sentinel to accept SENTINEL FAILOVER", || {
+            redis::cmd("SENTINEL")
+                .arg("FAILOVER")
+                .arg("mymaster")
+                .query::<String>(&mut self.con().unwrap())
+                .is_ok()
+        });
+    }
+}
+
+impl Drop for RedisSentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
