@@ -3,10 +3,13 @@
 //! tests/common/netns.rs and tests/cluster/topology.toml).
 //!
 //! One topology, one steady acked load from every forwarder, and the faults
-//! one after another: an aggregator killed, a fourth one added, a forwarder
-//! cut off for 10 s while another forwarder's link has 200 ms of delay and
-//! 5 % loss. At the end the sink host's file holds every event the
-//! forwarders acknowledged, once.
+//! one after another: an aggregator killed, a fourth one added, another
+//! aggregator's host gone silent, a forwarder cut off for 10 s while another
+//! forwarder's link has 200 ms of delay and 5 % loss (the delay only where
+//! the kernel has sch_netem). At the end the sink host's file holds every
+//! event the forwarders acknowledged; a chunk resent to another aggregator
+//! after a fault may be there twice (see the end of the test). Failover and
+//! recovery times are printed (`cargo test --test cluster -- --nocapture`).
 
 mod common;
 
@@ -137,6 +140,32 @@ impl Hosts {
             d.stderr().contains("forward input listening")
         });
         self.0.insert(host.to_string(), d);
+    }
+}
+
+impl Hosts {
+    /// How long after `since` every forwarder had logged `server` as down
+    /// (waits until all five have).
+    fn detected(&self, server: &str, since: chrono::DateTime<chrono::Utc>) -> Duration {
+        let needle = format!("server={server}");
+        let mut worst = Duration::ZERO;
+        for f in FORWARDERS {
+            let d = &self.0[f];
+            let mut at = None;
+            wait_until(WAIT, &format!("{f} to mark {server} down"), || {
+                at = d.stderr().lines().find_map(|l| {
+                    if !(l.contains("forward server marked down") && l.contains(&needle)) {
+                        return None;
+                    }
+                    let t = chrono::DateTime::parse_from_rfc3339(l.split(' ').next()?).ok()?;
+                    (t >= since).then_some(t)
+                });
+                at.is_some()
+            });
+            let took = (at.unwrap().to_utc() - since).to_std().unwrap_or_default();
+            worst = worst.max(took);
+        }
+        worst
     }
 }
 
@@ -373,10 +402,15 @@ fn five_forwarders_three_aggregators_one_sink_under_faults() {
     // the forwarders had acked before it is at the sink host.
     let mut a2 = hosts.0.remove("a2").unwrap();
     let before = load.snapshot();
+    let killed = chrono::Utc::now();
     a2.child.kill().unwrap();
     a2.child.wait().unwrap();
     let failover = file.wait_all(&before, WAIT, "the events of before the kill at the sink");
     report(&format!("aggregator a2 killed: everything acked before the kill at the sink after {failover:?} (steady state: {latency:?})"));
+    let detected = hosts.detected(net.addr("a2"), killed);
+    report(&format!(
+        "aggregator a2 killed: all five forwarders had marked it down after {detected:?}"
+    ));
     let after = load.snapshot();
     let via_a2 = file.via("a2");
     file.wait_all(&after, WAIT, "the events of after the kill at the sink");
@@ -397,6 +431,28 @@ fn five_forwarders_three_aggregators_one_sink_under_faults() {
         "aggregator a4 added: relaying after {:?}",
         t4.elapsed()
     ));
+
+    // An aggregator's host goes silent (its link down, as a host that lost
+    // power: no reset, no FIN), then its nagare is killed. Chunks in flight
+    // to it get no ack; the forwarders give up on it and resend elsewhere.
+    let before = load.snapshot();
+    let silenced = chrono::Utc::now();
+    net.set_link("a3", false);
+    let silent = file.wait_all(
+        &before,
+        WAIT,
+        "the events of before a3 went silent at the sink",
+    );
+    report(&format!(
+        "aggregator a3's host silent: everything acked before at the sink after {silent:?}"
+    ));
+    let detected = hosts.detected(net.addr("a3"), silenced);
+    report(&format!(
+        "aggregator a3's host silent: all five forwarders had marked it down after {detected:?}"
+    ));
+    let mut a3 = hosts.0.remove("a3").unwrap();
+    a3.child.kill().unwrap();
+    a3.child.wait().unwrap();
 
     // Cut f3 off for 10 s while f5's link has 200 ms of delay and 5 % loss
     // each way (netem; nftables loss alone where the kernel has no netem).
@@ -490,18 +546,32 @@ fn five_forwarders_three_aggregators_one_sink_under_faults() {
         }
     }
     report(&format!("relayed per aggregator: {:?}", file.via));
-    // Weighted load balancing resends a chunk whose ack never came (f3's
-    // chunk in flight when its link went down) to another aggregator, which
-    // has not seen its id, while the first copy waits in the cut link's TCP
-    // queue: that one chunk may arrive more than once. Nothing else may.
-    if let Some(d) = dups.remove("app.f3") {
+    // A chunk whose ack never came back (its aggregator killed after the
+    // sink acked it, or cut off with the chunk in its TCP queue) is resent
+    // to another aggregator, which has not seen its id: that chunk arrives
+    // twice. Chunk-id dedup only catches a resend to the same receiver.
+    // So duplicates may only be whole chunks, at most one per fault and
+    // forwarder (four faults): runs of consecutive seqs.
+    for (key, d) in std::mem::take(&mut dups) {
         let distinct: BTreeSet<u64> = d.iter().copied().collect();
-        let (lo, hi) = (distinct.first().unwrap(), distinct.last().unwrap());
-        assert!(
-            hi - lo + 1 == distinct.len() as u64,
-            "f3's duplicates are more than the one chunk in flight at the cut: {d:?}"
-        );
-        report(&format!("f3: the chunk in flight at the cut (seq {lo}..={hi}) was resent to another aggregator: {} extra copies of its events", d.len()));
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for s in distinct {
+            match runs.last_mut() {
+                Some((_, hi)) if *hi + 1 == s => *hi = s,
+                _ => runs.push((s, s)),
+            }
+        }
+        report(&format!(
+            "{key}: {} events arrived twice, in {} resent chunk(s) (seqs {runs:?})",
+            d.len(),
+            runs.len()
+        ));
+        if runs.len() > 4 {
+            dups.insert(key, d);
+        }
     }
-    assert!(dups.is_empty(), "duplicated at the sink: {dups:?}");
+    assert!(
+        dups.is_empty(),
+        "duplicated beyond one chunk per fault: {dups:?}"
+    );
 }
