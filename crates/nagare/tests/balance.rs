@@ -374,7 +374,10 @@ fn heartbeats_complete_the_handshake_and_a_refused_key_keeps_the_server_down() {
     // The wait_port probes closed during the handshake: one bad input each.
     good.wait_metric("bad_input_total", "forward#0", 1);
     bad.wait_metric("bad_input_total", "forward#0", 1);
-    let standby = Sink::start(SinkOpts::default());
+    let standby = Sink::start(SinkOpts {
+        shared_key: Some("k3y".into()),
+        ..SinkOpts::default()
+    });
 
     // The right key: heartbeats are complete clients to the aggregator.
     let (mut f, port) = keyed_forwarder(
