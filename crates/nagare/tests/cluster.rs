@@ -49,11 +49,14 @@ bind = "127.0.0.1:{PORT}"
 [[output]]
 type = "forward"
 match = "**"
+# Each forwarder's tag always to the same aggregator while it is up.
+lb = "consistent_hash"
 require_ack_response = true
 ack_response_timeout = "5s"
 connect_timeout = "1s"
 send_timeout = "5s"
 heartbeat_interval = "250ms"
+phi_threshold = 8
 [output.buffer]
 # One chunk in flight at a time keeps each key in order; a chunk every
 # 200 ms leaves that worker room for the aggregator's round trip.
@@ -448,7 +451,8 @@ fn five_forwarders_three_aggregators_one_sink_under_faults() {
     ));
     let detected = hosts.detected(net.addr("a3"), silenced);
     report(&format!(
-        "aggregator a3's host silent: all five forwarders had marked it down after {detected:?}"
+        "aggregator a3's host silent: all five forwarders had marked it down after {detected:?} (phi_threshold 8, heartbeat 250 ms); failover complete {:?} after the last of them",
+        silent.saturating_sub(detected)
     ));
     let mut a3 = hosts.0.remove("a3").unwrap();
     a3.child.kill().unwrap();
@@ -536,6 +540,14 @@ fn five_forwarders_three_aggregators_one_sink_under_faults() {
             k.out_of_order
         ));
         assert_eq!(k.below, acked[key], "{key}: lost events");
+        // consistent_hash: a key's chunks go to one aggregator at a time,
+        // one flush worker at each hop: in order, but for resent chunks.
+        assert!(
+            k.out_of_order <= k.duplicates.len() as u64,
+            "{key}: {} events out of order, {} duplicated",
+            k.out_of_order,
+            k.duplicates.len()
+        );
         assert!(
             k.ahead.is_empty(),
             "{key}: seqs beyond what was acked: {:?}",
