@@ -77,11 +77,13 @@ need adduser adduser             # the Debian package's postinst (tests/package)
 need socat socat
 need curl curl
 need fusermount3 fuse3           # the fuse input's tests
-need ip iproute2                 # a private network namespace for cli.rs
+need ip iproute2                 # a private network namespace for cli.rs; the hosts of tests/cluster.rs (ip, tc)
+need nft nftables                # tests/cluster.rs: packet loss on a link (the kernel has no netem here)
 need python3 python3             # fuse tests write through python3; exec filter tests run Python programs
 need redis-server redis-server   # the redis input and output tests (tests/redis.rs)
 need logger bsdutils             # the syslog input tests send with util-linux logger (tests/syslog.rs)
 need rsyslogd rsyslog            # rsyslog forwards to and receives from nagare (tests/syslog.rs)
+need dnsmasq dnsmasq-base        # a DNS server for the forward output's service discovery (tests/balance.rs)
 need tmux tmux                   # `nagare top` in a terminal (tests/top.rs)
 need chromium chromium           # the monitor's status page in a browser (tests/status-page)
 need openssl openssl             # a CA and a server certificate for the redis TLS test

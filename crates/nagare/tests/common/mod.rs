@@ -8,6 +8,7 @@
 #![allow(dead_code)]
 
 pub mod kafka_broker;
+pub mod netns;
 pub mod redis_server;
 pub mod tls;
 
