@@ -1056,7 +1056,7 @@ impl OutputPlugin for ForwardOutputConfig {
             }
             _ => {}
         }
-        if !(self.phi_threshold > 0.0) {
+        if self.phi_threshold.is_nan() || self.phi_threshold <= 0.0 {
             return Err(OptionError::new(
                 "phi_threshold",
                 format!("{} is not a threshold: write a number above 0 (default 16)", self.phi_threshold),

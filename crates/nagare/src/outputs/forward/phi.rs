@@ -78,6 +78,7 @@ impl Phi {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::f64::consts::LOG10_E;
 
     fn secs(s: f64) -> Duration {
         Duration::from_secs_f64(s)
@@ -93,7 +94,7 @@ mod tests {
         let last = t0 + secs(10.0);
         assert_eq!(p.phi(last), 0.0);
         // One usual gap of silence: log10(e) ≈ 0.434.
-        assert!((p.phi(last + secs(1.0)) - 0.4343).abs() < 1e-3);
+        assert!((p.phi(last + secs(1.0)) - LOG10_E).abs() < 1e-3);
         // The default threshold 16 is crossed after ≈ 36.8 s of silence.
         assert!(p.phi(last + secs(36.0)) < 16.0);
         assert!(p.phi(last + secs(37.0)) > 16.0);
@@ -115,8 +116,8 @@ mod tests {
         }
         let f = fast.phi(t0 + secs(WINDOW as f64 + 6.0));
         let s = slow.phi(t0 + secs(t + 6.0));
-        assert!((f - 6.0 * 0.4343).abs() < 0.01, "{f}");
-        assert!((s - 2.0 * 0.4343).abs() < 0.05, "{s}");
+        assert!((f - 6.0 * LOG10_E).abs() < 0.01, "{f}");
+        assert!((s - 2.0 * LOG10_E).abs() < 0.05, "{s}");
     }
 
     #[test]
@@ -133,7 +134,7 @@ mod tests {
             t += 1.0;
             p.arrive(t0 + secs(t));
         }
-        assert!((p.phi(t0 + secs(t + 1.0)) - 0.4343).abs() < 1e-3);
+        assert!((p.phi(t0 + secs(t + 1.0)) - LOG10_E).abs() < 1e-3);
     }
 
     #[test]
@@ -145,6 +146,6 @@ mod tests {
         assert_eq!(p.silence(t0 + secs(500.0)), secs(400.0));
         p.arrive(t0 + secs(501.0));
         // The first gap of the new window is the interval (2 s), not the outage.
-        assert!((p.phi(t0 + secs(505.0)) - 2.0 * 0.4343).abs() < 1e-3);
+        assert!((p.phi(t0 + secs(505.0)) - 2.0 * LOG10_E).abs() < 1e-3);
     }
 }
