@@ -5,13 +5,17 @@
 # bytes/msg x msg/call, next to the forward relay (flowbench relay with
 # benches/relay.toml) at the same sizes and batch sizes.
 #
-#   benches/scribe.sh [DURATION]      (default 10s per cell)
+#   benches/scribe.sh [DURATION] [RUNS]   (defaults: 10s per cell, 1 run)
 #
+# With RUNS > 1 every cell is measured RUNS times (scribe, forward, scribe,
+# ...) and the table holds medians. The CPU columns are nagare's cores
+# (CPU seconds over the sending time) in either relay and the senders'.
 # SIZES and PER_CALL (space-separated) override the grid; SUT_PORT and
 # SINK_PORT the ports. Needs Go (flowbench, from ../shared/bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${1:-10s}
+RUNS=${2:-1}
 SIZES=${SIZES:-"100 400 1200 4800"}
 PER_CALL=${PER_CALL:-"50 200 800"}
 export SCRIBE_SUT_PORT=${SUT_PORT:-40300} SCRIBE_SINK_PORT=${SINK_PORT:-40301}
@@ -22,33 +26,48 @@ if [ -z "${SCRIBE_BENCH:-}" ]; then
   cargo build --release -p nagare-bench --bin scribe-bench --manifest-path "$ROOT/Cargo.toml" >&2
 fi
 SB=${SCRIBE_BENCH:-$ROOT/target/release/scribe-bench}
+cpu() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"; }
 
 for size in $SIZES; do
   for n in $PER_CALL; do
-    echo "size $size, $n per call" >&2
+   for i in $(seq "$RUNS"); do
+    echo "size $size, $n per call, run $i" >&2
     "$NAGARE" run -c "$ROOT/benches/scribe-relay.toml" & pid=$!
     wait_port "$SCRIBE_SUT_PORT" || { kill "$pid"; echo "nagare did not listen" >&2; exit 1; }
-    "$SB" --sut-port "$SCRIBE_SUT_PORT" --sink-port "$SCRIBE_SINK_PORT" --size "$size" \
-      --per-call "$n" --duration "$DURATION" >> "$OUT/scribe.jsonl"
+    /usr/bin/time -f "%U %S" -o "$OUT/sb-cpu.txt" \
+      "$SB" --sut-port "$SCRIBE_SUT_PORT" --sink-port "$SCRIBE_SINK_PORT" --size "$size" \
+      --per-call "$n" --duration "$DURATION" > "$OUT/sb.json"
+    ncpu=$(cpu "$pid")
     kill "$pid"; wait "$pid" || true
+    python3 -c "import json,sys; r=json.load(open('$OUT/sb.json')); u,s=open('$OUT/sb-cpu.txt').read().split()[-2:]; r.update(nagare_cores=$ncpu/r['seconds'], bench_cores=(float(u)+float(s))/r['seconds']); print(json.dumps(r))" \
+      >> "$OUT/scribe.jsonl"
     "$FB" relay --sut-port "$SCRIBE_SUT_PORT" --sink-port "$SCRIBE_SINK_PORT" --duration "$DURATION" \
       --warmup 2s --size "$size" --batch "$n" --quiet \
       --sut-cmd "exec $NAGARE run -c $ROOT/benches/relay.toml" 2>/dev/null | tail -n 1 \
       | python3 -c "import json,sys; r=json.load(sys.stdin); r.update(size=$size, per_call=$n); print(json.dumps(r))" \
       >> "$OUT/forward.jsonl"
+   done
   done
 done
 
 python3 - "$OUT" <<'PY'
-import json, sys
+import json, statistics, sys
+from collections import defaultdict
 out = sys.argv[1]
-load = lambda n: {(r["size"], r["per_call"]): r for r in map(json.loads, open(f"{out}/{n}.jsonl"))}
+def load(n):
+    d = defaultdict(list)
+    for r in map(json.loads, open(f"{out}/{n}.jsonl")):
+        d[(r["size"], r["per_call"])].append(r)
+    return d
 sc, fw = load("scribe"), load("forward")
-print("| bytes/msg | msg/call | scribe relay msg/s | Mbps | forward relay ev/s | scribe / forward | lost | duplicated | TRY_LATER |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+med = lambda rows, k: statistics.median(r[k] for r in rows) if rows else 0
+print("| bytes/msg | msg/call | scribe relay msg/s | Mbps | forward relay ev/s | scribe / forward | nagare cores (scribe) | scribe-bench cores | nagare cores (forward) | lost | duplicated | TRY_LATER |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for key in sorted(sc):
-    s, f = sc[key], fw.get(key, {})
-    fe = f.get("steady_events_per_s", 0)
-    ratio = f"{s['msg_per_s'] / fe:.2f}" if fe else "-"
-    print(f"| {key[0]} | {key[1]} | {s['msg_per_s']:,.0f} | {s['mbps']:,.0f} | {fe:,.0f} | {ratio} | {s['lost']} | {s['duplicated']} | {s['try_later']} |")
+    s, f = sc[key], fw.get(key, [])
+    ratios = [a["msg_per_s"] / b["steady_events_per_s"] for a, b in zip(s, f) if b["steady_events_per_s"]]
+    ratio = f"{statistics.median(ratios):.2f}" if ratios else "-"
+    print(f"| {key[0]} | {key[1]} | {med(s,'msg_per_s'):,.0f} | {med(s,'mbps'):,.0f} | {med(f,'steady_events_per_s'):,.0f} | {ratio} | "
+          f"{med(s,'nagare_cores'):.2f} | {med(s,'bench_cores'):.2f} | {med(f,'sut_cores'):.2f} | "
+          f"{sum(r['lost'] for r in s)} | {sum(r['duplicated'] for r in s)} | {sum(r['try_later'] for r in s)} |")
 PY

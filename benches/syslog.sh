@@ -40,7 +40,7 @@ PY
 
 # send PORT: every sender's file over its own connection, in parallel.
 send() {
-    python3 - "$OUT" "$1" "$SENDERS" <<'PY'
+    /usr/bin/time -f "%U %S" -o "$OUT/send-cpu.txt" python3 - "$OUT" "$1" "$SENDERS" <<'PY'
 import socket, sys, threading
 out, port, senders = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 def one(i):
@@ -68,15 +68,37 @@ measure() {
     start=$(date +%s.%N)
     send "$port" &
     local sender=$!
-    for _ in $(seq 6000); do
-        [ "$(count "$file")" -ge "$LINES" ] && break
-        sleep 0.05
-    done
-    end=$(date +%s.%N)
+    # Counts the lines as they are written (reading only what is new, so
+    # the wait costs little CPU); prints when the last one was seen.
+    end=$(python3 - "$file" "$LINES" <<'PY'
+import os, sys, time
+path, want = sys.argv[1], int(sys.argv[2])
+pos = lines = 0
+deadline = time.time() + 300
+while lines < want and time.time() < deadline:
+    try:
+        with open(path, "rb") as f:
+            f.seek(pos)
+            data = f.read()
+    except FileNotFoundError:
+        data = b""
+    pos += len(data)
+    lines += data.count(b"\n")
+    if lines < want:
+        time.sleep(0.01)
+print(f"{time.time():.6f}")
+PY
+)
     local got; got=$(count "$file")
-    printf '{"sut": "%s", "lines": %s, "seconds": %s, "cpu_s": %s, "rss_mb": %s}\n' \
-        "$name" "$got" "$(echo "$end - $start" | bc -l)" "$(cpu "$pid")" "$(rss "$pid")" >> "$OUT/results.jsonl"
+    local rcpu; rcpu=$(cpu "$pid")
+    # The sender ends when the receiver has closed its connections.
+    for _ in $(seq 100); do kill -0 "$sender" 2>/dev/null || break; sleep 0.05; done
     kill "$sender" 2>/dev/null || true
+    wait "$sender" 2>/dev/null || true
+    local scpu; scpu=$(awk '{ s = $1 + $2 } END { print s + 0 }' "$OUT/send-cpu.txt" 2>/dev/null || echo 0)
+    rm -f "$OUT/send-cpu.txt"
+    printf '{"sut": "%s", "lines": %s, "seconds": %s, "cpu_s": %s, "rss_mb": %s, "sender_cpu_s": %s}\n' \
+        "$name" "$got" "$(echo "$end - $start" | bc -l)" "$rcpu" "$(rss "$pid")" "$scpu" >> "$OUT/results.jsonl"
     kill "$pid"; wait "$pid" 2>/dev/null || true
 }
 
@@ -119,8 +141,8 @@ import json, statistics, sys
 out, lines, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rows = [json.loads(l) for l in open(f"{out}/results.jsonl")]
 print(f"syslog TCP in → file, {lines} lines of {size} B messages, medians of {len(rows) // 2} runs\n")
-print("| receiver | lines/s | CPU s | lines per CPU-s | peak RSS MiB | complete |")
-print("| --- | --- | --- | --- | --- | --- |")
+print("| receiver | lines/s | CPU s | lines per CPU-s | sender CPU s | peak RSS MiB | complete |")
+print("| --- | --- | --- | --- | --- | --- | --- |")
 med = {}
 for sut in ("nagare", "rsyslog"):
     r = [x for x in rows if x["sut"] == sut]
@@ -128,6 +150,7 @@ for sut in ("nagare", "rsyslog"):
     cpu = statistics.median(x["cpu_s"] for x in r)
     med[sut] = rate
     ok = all(x["lines"] == lines for x in r)
-    print(f"| {sut} | {rate:,.0f} | {cpu:.2f} | {lines / cpu:,.0f} | {max(x['rss_mb'] for x in r):.0f} | {'yes' if ok else 'NO'} |")
+    scpu = statistics.median(x.get("sender_cpu_s", 0) for x in r)
+    print(f"| {sut} | {rate:,.0f} | {cpu:.2f} | {lines / cpu:,.0f} | {scpu:.2f} | {max(x['rss_mb'] for x in r):.0f} | {'yes' if ok else 'NO'} |")
 print(f"\nnagare / rsyslog: {med['nagare'] / med['rsyslog']:.2f}×")
 PY

@@ -467,24 +467,7 @@ pub fn parse_time(s: &str, fmt: &TimeFmt) -> Option<EventTime> {
             }
             local(NaiveDateTime::parse_from_str(s, f).ok()?)
         }
-        TimeFmt::Syslog3164 => {
-            let now = Local::now();
-            let year = now.year();
-            let t = local(
-                NaiveDateTime::parse_from_str(&format!("{year} {s}"), "%Y %b %d %H:%M:%S").ok()?,
-            )?;
-            // A December line read in January is from last year.
-            if t.secs as i64 > now.timestamp() + 86_400 {
-                return local(
-                    NaiveDateTime::parse_from_str(
-                        &format!("{} {s}", year - 1),
-                        "%Y %b %d %H:%M:%S",
-                    )
-                    .ok()?,
-                );
-            }
-            Some(t)
-        }
+        TimeFmt::Syslog3164 => syslog3164_time(s),
         TimeFmt::Auto => {
             if let Ok(t) = DateTime::parse_from_rfc3339(s) {
                 return event_time(t);
@@ -500,6 +483,50 @@ pub fn parse_time(s: &str, fmt: &TimeFmt) -> Option<EventTime> {
             ))
         }
     }
+}
+
+/// An RFC 3164 time, the last one read on this thread remembered for the
+/// rest of the second: a stream of syslog lines holds one time for a
+/// second at a time, and reading it (the year from the clock, chrono's
+/// format, the local offset) cost more than cutting the whole line. Within
+/// the second the result cannot change but for the year's choice at its
+/// one-day edge.
+fn syslog3164_time(s: &str) -> Option<EventTime> {
+    use std::cell::RefCell;
+    thread_local! {
+        static LAST: RefCell<(String, u64, Option<EventTime>)> =
+            const { RefCell::new((String::new(), u64::MAX, None)) };
+    }
+    let second = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    LAST.with(|last| {
+        let mut last = last.borrow_mut();
+        if last.1 == second && last.0 == s {
+            return last.2;
+        }
+        let t = syslog3164_uncached(s);
+        last.0.clear();
+        last.0.push_str(s);
+        last.1 = second;
+        last.2 = t;
+        t
+    })
+}
+
+fn syslog3164_uncached(s: &str) -> Option<EventTime> {
+    let now = Local::now();
+    let year = now.year();
+    let t =
+        local(NaiveDateTime::parse_from_str(&format!("{year} {s}"), "%Y %b %d %H:%M:%S").ok()?)?;
+    // A December line read in January is from last year.
+    if t.secs as i64 > now.timestamp() + 86_400 {
+        return local(
+            NaiveDateTime::parse_from_str(&format!("{} {s}", year - 1), "%Y %b %d %H:%M:%S")
+                .ok()?,
+        );
+    }
+    Some(t)
 }
 
 /// A regex error is several lines (the pattern, a caret, the reason): one
