@@ -131,9 +131,6 @@ struct Script {
     lua: Lua,
     func: Function,
     clock: Arc<Clock>,
-    /// The registry reference of the key cache's table (convert::Keys).
-    keys_ref: c_int,
-    keys: convert::Keys,
 }
 
 /// When the running batch must end, shared with the count hook.
@@ -202,7 +199,7 @@ impl Script {
         let lua = Lua::new();
         // Each event makes a few short-lived tables and strings: the
         // generational collector is made for that.
-        lua.gc_gen(exp_env("NAGARE_LUA_GCMINOR"), 0); // EXPERIMENT
+        lua.gc_gen(0, 0);
         let clock = Arc::new(Clock {
             start: Instant::now(),
             deadline: AtomicU64::new(0),
@@ -217,12 +214,9 @@ impl Script {
             .map_err(|e| LoadError::Source(message(&e)))?;
         // SAFETY: one call that can only fail on memory, inside exec_raw's
         // protected call; the stack is reset.
-        let mut keys_ref = 0;
         unsafe {
             lua.exec_raw::<()>((), |l| {
                 ffi::luaL_newmetatable(l, convert::EXT.as_ptr());
-                ffi::lua_createtable(l, convert::KEY_SLOTS as c_int, 0);
-                keys_ref = ffi::luaL_ref(l, ffi::LUA_REGISTRYINDEX);
                 ffi::lua_settop(l, 0);
             })
         }
@@ -252,13 +246,7 @@ impl Script {
                 )))
             }
         };
-        Ok(Script {
-            lua,
-            func,
-            clock,
-            keys_ref,
-            keys: convert::Keys::default(),
-        })
+        Ok(Script { lua, func, clock })
     }
 }
 
@@ -274,8 +262,7 @@ impl Filter for LuaFilter {
     fn filter(&self, tag: &str, parts: &[Bytes], _count: u32) -> Filtered {
         // A panic cannot leave the state half-changed in a way that matters
         // more than losing the filter: go on with it.
-        let mut guard = self.script.lock().unwrap_or_else(|e| e.into_inner());
-        let script = &mut *guard;
+        let script = self.script.lock().unwrap_or_else(|e| e.into_inner());
         // After a time-out the hook raises at every instruction: put the
         // ordinary one back.
         let hook = match script.clock.expired.load(Ordering::Relaxed) {
@@ -292,8 +279,6 @@ impl Filter for LuaFilter {
             errors: 0,
             changed: false,
             failed: self.failures_routed.then(Vec::new),
-            keys: &mut script.keys,
-            keys_ref: script.keys_ref,
         };
         let ran = hook.and_then(|()| {
             // SAFETY: `run` keeps to the stack discipline of convert.rs and
@@ -348,8 +333,6 @@ struct Batch<'a> {
     changed: bool,
     /// With an error label: where marked events go instead of `out`.
     failed: Option<Vec<u8>>,
-    keys: &'a mut convert::Keys,
-    keys_ref: c_int,
 }
 
 /// What the script made of one event.
@@ -365,10 +348,8 @@ impl Batch<'_> {
     /// Filters every entry of `parts`; the stack holds the function and
     /// the tag at its top.
     unsafe fn run(&mut self, l: *mut lua_State, parts: &[Bytes]) {
-        let (func, tag) = (ffi::lua_gettop(l) - 1, ffi::lua_gettop(l));
-        // The key cache's table, above them for the batch.
-        ffi::lua_rawgeti(l, ffi::LUA_REGISTRYINDEX, self.keys_ref.into());
         let top = ffi::lua_gettop(l);
+        let (func, tag) = (top - 1, top);
         for part in parts {
             let mut start = 0;
             // Entries were checked on the way in: 0x92, the time, a record.
@@ -383,7 +364,7 @@ impl Batch<'_> {
                     true => Err(TIMED_OUT_MARK.to_string()),
                     false => {
                         let at = self.out.len();
-                        let result = self.call(l, func, tag, top, time, &part[r..], &mut len).and_then(|outcome| {
+                        let result = self.call(l, func, tag, time, &part[r..], &mut len).and_then(|outcome| {
                             let record = &part[r..r + len.unwrap_or(0)];
                             self.write(l, top, head, record, outcome)
                         });
@@ -410,15 +391,14 @@ impl Batch<'_> {
     }
 
     /// Calls the script on one event, whose record is at the start of
-    /// `rest`; its three results are left on the stack above `top` (the
-    /// key cache's table). Once the record is pushed, `len` is its length.
-    #[allow(clippy::too_many_arguments)]
+    /// `rest`; its three results are left on the stack above `tag` (the
+    /// index of the tag, the top when called). Once the record is pushed,
+    /// `len` is its length.
     unsafe fn call(
         &mut self,
         l: *mut lua_State,
         func: c_int,
         tag: c_int,
-        top: c_int,
         time: EventTime,
         rest: &[u8],
         len: &mut Option<usize>,
@@ -437,12 +417,11 @@ impl Batch<'_> {
         } else {
             ffi::lua_pushnumber(l, seconds(time));
         }
-        let keys = (exp_env("NAGARE_LUA_NOKEYS") == 0).then_some((&mut *self.keys, top)); // EXPERIMENT
-        *len = Some(convert::push(l, rest, keys)?);
+        *len = Some(convert::push(l, rest)?);
         if ffi::lua_pcall(l, 3, 3, 0) != ffi::LUA_OK {
             return Err(error_message(l));
         }
-        let (code_at, ts_at, rec_at) = (top + 1, top + 2, top + 3);
+        let (code_at, ts_at, rec_at) = (tag + 1, tag + 2, tag + 3);
         let code = match ffi::lua_type(l, code_at) {
             ffi::LUA_TNUMBER if ffi::lua_isinteger(l, code_at) != 0 => {
                 ffi::lua_tointegerx(l, code_at, std::ptr::null_mut())
@@ -751,8 +730,8 @@ end
     }
 
     /// Records whose keys change from event to event, in place, kind and
-    /// length, through the key cache (convert::Keys): each event gets its
-    /// own keys, however the one before it looked.
+    /// length: each event is written with its own keys in its own order,
+    /// the ones removed gone and the new ones after them.
     #[test]
     fn keys_that_change_between_events_are_read_right() {
         let f = build(
@@ -788,7 +767,7 @@ end
             m(&[("message", "c".into()), ("seq", 3.into())]),
             // Same length, other text.
             m(&[("sez", 4.into()), ("message", "d".into()), ("gone", 1.into())]),
-            // Keys past 40 bytes (not cached), and one that differs at the end.
+            // Keys past 40 bytes (Lua does not intern them), and one that differs at the end.
             m(&[(long.as_str(), 5.into()), ("seq", 5.into())]),
             m(&[(long2.as_str(), 6.into()), ("seq", 6.into())]),
             // Not a string key where a string key was (new keys that are
@@ -798,7 +777,7 @@ end
             V::Map(vec![(8.into(), "int".into())]),
             // More keys than the cache has places for.
             V::Map(many.iter().map(|(k, v)| (V::from(k.as_str()), v.clone())).collect()),
-            m(&[("seq", 9.into()), ("nested", nested.clone())]),
+            m(&[("seq", 9.into()), ("nested", nested)]),
             m(&[]),
             m(&[("seq", 11.into())]),
         ];
@@ -1131,19 +1110,5 @@ mod cost {
             "lua filter: {ours:.0} ns/event; floor (Lua C API calls only): {least:.0} ns/event; filter / floor = {:.2}",
             ours / least
         );
-    }
-}
-
-// EXPERIMENT
-fn exp_env(name: &str) -> c_int {
-    use std::sync::OnceLock;
-    static V: OnceLock<(c_int, c_int)> = OnceLock::new();
-    let v = V.get_or_init(|| {
-        let g = |n: &str| std::env::var(n).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-        (g("NAGARE_LUA_GCMINOR"), g("NAGARE_LUA_NOKEYS"))
-    });
-    match name {
-        "NAGARE_LUA_GCMINOR" => v.0,
-        _ => v.1,
     }
 }

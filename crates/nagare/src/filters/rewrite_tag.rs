@@ -111,7 +111,7 @@ struct Rule {
     /// For captures.
     pattern: Regex,
     /// The same regex, to test with a search cache of the batch's own (see
-    /// `Caches`).
+    /// `RewriteTag::caches`).
     test: meta::Regex,
     invert: bool,
     tag: Vec<Part>,
@@ -173,13 +173,10 @@ impl Rule {
             Some((a, b)) => value_text(&record[a..b], json),
             None => b"",
         };
-        let matches = match *RT_POOL.get_or_init(|| std::env::var_os("NAGARE_RT_POOL").is_some()) { // EXPERIMENT
-            true => self.pattern.is_match(text),
-            false => self
-                .test
-                .search_half_with(cache, &Input::new(text).earliest(true))
-                .is_some(),
-        };
+        let matches = self
+            .test
+            .search_half_with(cache, &Input::new(text).earliest(true))
+            .is_some();
         if self.invert {
             return !text.is_empty() && !matches;
         }
@@ -620,5 +617,3 @@ tag = "kept.${tag_parts[-1]}"
         assert_eq!(err("rule = []\n").key, "rule");
     }
 }
-
-static RT_POOL: std::sync::OnceLock<bool> = std::sync::OnceLock::new(); // EXPERIMENT

@@ -80,42 +80,18 @@ pub unsafe fn str_at<'a>(l: *mut lua_State, idx: c_int) -> &'a [u8] {
 ///
 /// # Safety
 /// See the module's safety section.
-pub unsafe fn push(l: *mut lua_State, buf: &[u8], keys: Option<(&mut Keys, c_int)>) -> Result<usize, String> {
-    let mut reader = Reader { buf, pos: 0, keys };
+pub unsafe fn push(l: *mut lua_State, buf: &[u8]) -> Result<usize, String> {
+    let mut reader = Reader { buf, pos: 0 };
     reader.push(l, 0)?;
     Ok(reader.pos)
 }
 
-/// How many of a record's first top-level keys are remembered.
-pub const KEY_SLOTS: usize = 32;
-
-/// Lua's longest interned ("short") string.
-const SHORT: usize = 40;
-
-/// The top-level keys of the last record pushed, by place, whose Lua
-/// strings are kept in a table (at `KEY_SLOTS` indices): a record with the
-/// same key at the same place (the usual stream of like records) gets it
-/// with one `lua_rawgeti` instead of hashing the key and looking it up in
-/// Lua's string table.
-pub struct Keys {
-    slots: [(u8, [u8; SHORT]); KEY_SLOTS],
-}
-
-impl Default for Keys {
-    fn default() -> Keys {
-        // u8::MAX: an empty slot (no key is that long here).
-        Keys { slots: [(u8::MAX, [0; SHORT]); KEY_SLOTS] }
-    }
-}
-
-struct Reader<'a, 'k> {
+struct Reader<'a> {
     buf: &'a [u8],
     pos: usize,
-    /// The key cache and the stack index of its table.
-    keys: Option<(&'k mut Keys, c_int)>,
 }
 
-impl<'a> Reader<'a, '_> {
+impl<'a> Reader<'a> {
     fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
         let end = self.pos.checked_add(n).filter(|e| *e <= self.buf.len());
         let end = end.ok_or("a record ends in the middle of a value")?;
@@ -253,14 +229,10 @@ impl<'a> Reader<'a, '_> {
         // adds one then does not make Lua grow the table.
         let extra = if depth == 0 { 2 } else { 0 };
         ffi::lua_createtable(l, 0, (n.min(1024) + extra) as c_int);
-        for i in 0..n {
+        for _ in 0..n {
             // Only a float key can be NaN (the common str key is not looked at).
             let float_key = matches!(self.buf.get(self.pos), Some(0xca | 0xcb));
-            if depth == 0 && i < KEY_SLOTS && self.keys.is_some() {
-                self.key(l, i)?;
-            } else {
-                self.push(l, depth + 1)?;
-            }
+            self.push(l, depth + 1)?;
             self.push(l, depth + 1)?;
             // A Lua table cannot have a NaN key; such a pair is left out.
             let nan_key = float_key && ffi::lua_tonumberx(l, -2, std::ptr::null_mut()).is_nan();
@@ -269,41 +241,6 @@ impl<'a> Reader<'a, '_> {
             } else {
                 ffi::lua_rawset(l, -3);
             }
-        }
-        Ok(())
-    }
-}
-
-impl Reader<'_, '_> {
-    /// Pushes the top-level key at `self.pos`, the `i`th, through the key
-    /// cache when it is a short str.
-    unsafe fn key(&mut self, l: *mut lua_State, i: usize) -> Result<(), String> {
-        let text = match self.buf.get(self.pos) {
-            Some(&b @ 0xa0..=0xbf) => Some((self.pos + 1, (b & 0x1f) as usize)),
-            Some(0xd9) => self
-                .buf
-                .get(self.pos + 1)
-                .map(|&n| (self.pos + 2, n as usize))
-                .filter(|(_, n)| *n <= SHORT),
-            _ => None,
-        };
-        let Some((at, n)) = text.filter(|(at, n)| at + n <= self.buf.len()) else {
-            return self.push(l, 1);
-        };
-        let text = &self.buf[at..at + n];
-        self.pos = at + n;
-        let Some((keys, table)) = self.keys.as_mut() else {
-            unreachable!("only called with a cache")
-        };
-        let slot = &mut keys.slots[i];
-        if slot.0 as usize == n && slot.1[..n] == *text {
-            ffi::lua_rawgeti(l, *table, i as i64 + 1);
-        } else {
-            ffi::lua_pushlstring(l, text.as_ptr().cast(), n);
-            ffi::lua_pushvalue(l, -1);
-            ffi::lua_rawseti(l, *table, i as i64 + 1);
-            slot.0 = n as u8;
-            slot.1[..n].copy_from_slice(text);
         }
         Ok(())
     }
@@ -648,7 +585,7 @@ mod tests {
         let mut result = Ok(());
         unsafe {
             lua.exec_raw::<()>(f, |l| {
-                result = push(l, &bytes, None).and_then(|_| {
+                result = push(l, &bytes).and_then(|_| {
                     assert_eq!(ffi::lua_pcall(l, 1, 1, 0), ffi::LUA_OK);
                     Writer::default().write(l, ffi::lua_gettop(l), &mut out, Some(&bytes))
                 });
@@ -810,7 +747,7 @@ mod tests {
             let mut r = Ok(());
             unsafe {
                 lua.exec_raw::<()>((), |l| {
-                    r = push(l, bytes, None).map(|_| ());
+                    r = push(l, bytes).map(|_| ());
                     ffi::lua_settop(l, 0);
                 })
                 .unwrap();
