@@ -783,7 +783,7 @@ end
         ];
         let input = batch(&records.iter().map(|r| (T, r.clone())).collect::<Vec<_>>());
         for round in 0..2 {
-            let out = f.filter("t", &[input.clone()], records.len() as u32);
+            let out = f.filter("t", std::slice::from_ref(&input), records.len() as u32);
             assert_eq!(out.errors, 0);
             let got = decode(&out.batch.unwrap().0);
             assert_eq!(got.len(), records.len());

@@ -214,7 +214,7 @@ pub(super) fn render(parts: &[Part], tag: &str, caps: Option<&regex::bytes::Capt
 /// argument: `Regex::is_match` gets one from a pool, which for every thread
 /// but the first to use it is a mutex taken and released per test, three
 /// rules times every event.
-fn bytes_regex(pattern: &str) -> Result<meta::Regex, meta::BuildError> {
+fn bytes_regex(pattern: &str) -> Result<meta::Regex, String> {
     let config = meta::Config::new()
         .nfa_size_limit(Some(10 * (1 << 20)))
         .hybrid_cache_capacity(2 * (1 << 20))
@@ -224,6 +224,7 @@ fn bytes_regex(pattern: &str) -> Result<meta::Regex, meta::BuildError> {
         .configure(config)
         .syntax(regex_automata::util::syntax::Config::new().utf8(false))
         .build(pattern)
+        .map_err(|e| e.to_string())
 }
 
 /// Reads a tag template: `$1`…`$9`, `${tag}`, `${tag_parts[N]}`, text.
