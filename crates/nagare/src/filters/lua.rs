@@ -729,6 +729,84 @@ end
         );
     }
 
+    /// Records whose keys change from event to event, in place, kind and
+    /// length: each event is written with its own keys in its own order,
+    /// the ones removed gone and the new ones after them.
+    #[test]
+    fn keys_that_change_between_events_are_read_right() {
+        let f = build(
+            r#"
+call = "cb"
+code = '''
+function cb(tag, ts, r)
+  local keys = {}
+  for k, v in pairs(r) do
+    if type(k) == "string" then keys[#keys + 1] = k end
+  end
+  table.sort(keys)
+  r.seen = table.concat(keys, ",")
+  r.gone = nil
+  if r.nested then r.nested.added = #r.nested.list end
+  return 1, ts, r
+end
+'''
+"#,
+        )
+        .unwrap();
+        let long = "k".repeat(41);
+        let long2 = format!("{}x", "k".repeat(40));
+        let many: Vec<(String, V)> = (0..40).map(|i| (format!("f{i}"), V::from(i))).collect();
+        let nested = V::Map(vec![
+            ("list".into(), V::Array(vec![1.into(), 2.into(), 3.into()])),
+            ("inner".into(), m(&[("seq", 9.into())])),
+        ]);
+        let records: Vec<V> = vec![
+            m(&[("seq", 1.into()), ("message", "a".into())]),
+            m(&[("seq", 2.into()), ("message", "b".into())]),
+            // The same keys in other places.
+            m(&[("message", "c".into()), ("seq", 3.into())]),
+            // Same length, other text.
+            m(&[("sez", 4.into()), ("message", "d".into()), ("gone", 1.into())]),
+            // Keys past 40 bytes (Lua does not intern them), and one that differs at the end.
+            m(&[(long.as_str(), 5.into()), ("seq", 5.into())]),
+            m(&[(long2.as_str(), 6.into()), ("seq", 6.into())]),
+            // Not a string key where a string key was (new keys that are
+            // not strings go first among the new ones, so last here keeps
+            // the order).
+            V::Map(vec![("seq".into(), 7.into()), (7.into(), "int".into())]),
+            V::Map(vec![(8.into(), "int".into())]),
+            // More keys than the cache has places for.
+            V::Map(many.iter().map(|(k, v)| (V::from(k.as_str()), v.clone())).collect()),
+            m(&[("seq", 9.into()), ("nested", nested)]),
+            m(&[]),
+            m(&[("seq", 11.into())]),
+        ];
+        let input = batch(&records.iter().map(|r| (T, r.clone())).collect::<Vec<_>>());
+        for round in 0..2 {
+            let out = f.filter("t", std::slice::from_ref(&input), records.len() as u32);
+            assert_eq!(out.errors, 0);
+            let got = decode(&out.batch.unwrap().0);
+            assert_eq!(got.len(), records.len());
+            for ((_, got), want) in got.iter().zip(&records) {
+                let V::Map(mut want) = want.clone() else { panic!() };
+                let mut keys: Vec<String> = want
+                    .iter()
+                    .filter_map(|(k, _)| k.as_str().map(str::to_string))
+                    .collect();
+                keys.sort();
+                want.retain(|(k, _)| k.as_str() != Some("gone"));
+                for (k, v) in want.iter_mut() {
+                    if k.as_str() == Some("nested") {
+                        let V::Map(n) = v else { panic!() };
+                        n.push(("added".into(), 3.into()));
+                    }
+                }
+                want.push(("seen".into(), keys.join(",").into()));
+                assert_eq!(*got, V::Map(want), "round {round}");
+            }
+        }
+    }
+
     #[test]
     fn a_batch_kept_whole_goes_on_unchanged() {
         let f = build("call = \"cb\"\ncode = 'function cb(t, ts, r) return 0, ts, r end'\n").unwrap();

@@ -8,8 +8,12 @@
 //! `Router::filter`). A batch whose events all keep their tag goes on
 //! uncopied.
 
+use std::sync::Mutex;
+
 use bytes::Bytes;
 use regex::bytes::Regex;
+use regex_automata::meta;
+use regex_automata::Input;
 use serde::Deserialize;
 
 use super::record::{value_text, FieldPath};
@@ -84,6 +88,7 @@ impl FilterPlugin for RewriteTagConfig {
             rules,
             keys: keys.len(),
             unmatched: self.unmatched,
+            caches: Mutex::new(Vec::new()),
         }))
     }
 }
@@ -103,7 +108,11 @@ struct Rule {
     key: FieldPath,
     /// Rules on the same field share one id: the field is found once per event.
     key_id: usize,
+    /// For captures.
     pattern: Regex,
+    /// The same regex, to test with a search cache of the batch's own (see
+    /// `RewriteTag::caches`).
+    test: meta::Regex,
     invert: bool,
     tag: Vec<Part>,
     captures: bool,
@@ -113,6 +122,7 @@ impl Rule {
     fn new(r: &RewriteRule) -> Result<Rule, (&'static str, String)> {
         let key = FieldPath::parse(&r.key).map_err(|e| ("key", e))?;
         let pattern = Regex::new(&r.pattern).map_err(|e| ("pattern", format!("bad regex: {e}")))?;
+        let test = bytes_regex(&r.pattern).map_err(|e| ("pattern", format!("bad regex: {e}")))?;
         let tag = tag_template(&r.tag).map_err(|e| ("tag", e))?;
         let groups = pattern.captures_len() - 1;
         let mut captures = false;
@@ -137,6 +147,7 @@ impl Rule {
             key,
             key_id: 0,
             pattern,
+            test,
             invert: r.invert,
             tag,
             captures,
@@ -147,8 +158,10 @@ impl Rule {
     /// writes the new tag into `out` (the others' tags are made once per
     /// batch, see `RewriteTag::filter`). `spans` holds, by key, where an
     /// earlier rule of this event found its field.
+    #[allow(clippy::too_many_arguments)]
     fn apply(
         &self,
+        cache: &mut meta::Cache,
         tag: &str,
         record: &[u8],
         spans: &mut [Option<Span>],
@@ -160,11 +173,15 @@ impl Rule {
             Some((a, b)) => value_text(&record[a..b], json),
             None => b"",
         };
+        let matches = self
+            .test
+            .search_half_with(cache, &Input::new(text).earliest(true))
+            .is_some();
         if self.invert {
-            return !text.is_empty() && !self.pattern.is_match(text);
+            return !text.is_empty() && !matches;
         }
-        // is_match first: most events match no rule, and it is the cheap test.
-        if !self.pattern.is_match(text) {
+        // A match test first: most events match no rule, and it is the cheap test.
+        if !matches {
             return false;
         }
         if self.captures {
@@ -190,6 +207,24 @@ pub(super) fn render(parts: &[Part], tag: &str, caps: Option<&regex::bytes::Capt
             }
         }
     }
+}
+
+/// `pattern` as `regex::bytes::Regex::new` reads it (regex's builder,
+/// builders.rs), as a regex-automata regex that takes its search cache as an
+/// argument: `Regex::is_match` gets one from a pool, which for every thread
+/// but the first to use it is a mutex taken and released per test, three
+/// rules times every event.
+fn bytes_regex(pattern: &str) -> Result<meta::Regex, String> {
+    let config = meta::Config::new()
+        .nfa_size_limit(Some(10 * (1 << 20)))
+        .hybrid_cache_capacity(2 * (1 << 20))
+        .match_kind(regex_automata::MatchKind::LeftmostFirst)
+        .utf8_empty(false);
+    meta::Builder::new()
+        .configure(config)
+        .syntax(regex_automata::util::syntax::Config::new().utf8(false))
+        .build(pattern)
+        .map_err(|e| e.to_string())
 }
 
 /// Reads a tag template: `$1`…`$9`, `${tag}`, `${tag_parts[N]}`, text.
@@ -251,6 +286,10 @@ struct RewriteTag {
     /// Distinct fields the rules read.
     keys: usize,
     unmatched: Unmatched,
+    /// Search caches, one per rule, for as many batches as ran at once: a
+    /// batch takes a set and puts it back (two locks per batch, not two per
+    /// rule and event as with the regex's own pool).
+    caches: Mutex<Vec<Vec<meta::Cache>>>,
 }
 
 /// The events of one new tag.
@@ -262,6 +301,16 @@ struct Group {
 
 impl Filter for RewriteTag {
     fn filter(&self, tag: &str, parts: &[Bytes], _count: u32) -> Filtered {
+        let taken = self.caches.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let mut caches = taken.unwrap_or_else(|| self.rules.iter().map(|r| r.test.create_cache()).collect());
+        let filtered = self.filter_with(&mut caches, tag, parts);
+        self.caches.lock().unwrap_or_else(|e| e.into_inner()).push(caches);
+        filtered
+    }
+}
+
+impl RewriteTag {
+    fn filter_with(&self, caches: &mut [meta::Cache], tag: &str, parts: &[Bytes]) -> Filtered {
         let mut json = Vec::new();
         let mut new_tag = String::new();
         let mut spans: Vec<Option<Span>> = vec![None; self.keys];
@@ -296,8 +345,12 @@ impl Filter for RewriteTag {
                     .rules
                     .iter()
                     .zip(&fixed)
-                    .find(|(r, _)| r.apply(tag, record, &mut spans, &mut json, &mut new_tag))
-                    .map(|(_, f)| f.as_deref().unwrap_or(&new_tag));
+                    .zip(caches.iter_mut())
+                    .find_map(|((r, f), cache)| {
+                        r.apply(cache, tag, record, &mut spans, &mut json, &mut new_tag)
+                            .then_some(f)
+                    })
+                    .map(|f| f.as_deref().unwrap_or(&new_tag));
                 let goes = match to {
                     Some(t) if t != tag => Some(t),
                     Some(_) => None,
