@@ -103,6 +103,13 @@ class TlsTest {
               .build()) {
         log.emit("app.tls", ClientTest.rec(1000));
         assertFalse(log.flush(Duration.ofMillis(800)));
+        // The refused handshake is reported by the sender thread: wait for
+        // it with a deadline (a loaded machine can take longer than 800 ms).
+        long deadline = System.nanoTime() + Duration.ofSeconds(20).toNanos();
+        while (errs.stream().noneMatch(e -> e.kind() == NagareError.Kind.CONNECT)
+            && System.nanoTime() < deadline) {
+          Thread.sleep(20);
+        }
         assertTrue(errs.stream().anyMatch(e -> e.kind() == NagareError.Kind.CONNECT), "" + errs);
       }
       assertEquals(100, srv.events.size());
