@@ -1117,13 +1117,20 @@ func (c *Client) persistLocked() (lost uint64, err error) {
 		}
 		c.markSyncedLocked()
 	}()
-	mem := false
+	// The file can be rewritten for two reasons: batches still in memory,
+	// or batches on disk out of sending order. The second happens when the
+	// batch the sender held while memory filled up went to the file at the
+	// start of the outage, behind the later ones spilled for room.
+	rewrite := false
+	last := int64(-1)
 	for _, ch := range c.queue {
-		if !ch.disk {
-			mem = true
+		if !ch.disk || ch.off < last {
+			rewrite = true
+			break
 		}
+		last = ch.off
 	}
-	if !mem {
+	if !rewrite {
 		return 0, nil // the file already holds everything, in order
 	}
 	path := c.cfg.SpillPath

@@ -441,11 +441,22 @@ fn udp_heartbeat_and_monitor_counts() {
     d.wait_port(port);
     d.wait_port(mon);
 
+    // The UDP heartbeat socket may be bound a moment after the TCP listener
+    // that wait_port saw, and a datagram sent before is gone: send again, as
+    // a heartbeat sender does, until an answer comes or WAIT runs out.
     let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-    udp.set_read_timeout(Some(WAIT)).unwrap();
-    udp.send_to(b"\0", ("127.0.0.1", port)).unwrap();
+    udp.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+        .unwrap();
     let mut b = [0u8; 16];
-    let (n, from) = udp.recv_from(&mut b).expect("a UDP heartbeat answer");
+    let deadline = std::time::Instant::now() + WAIT;
+    let (n, from) = loop {
+        udp.send_to(b"\0", ("127.0.0.1", port)).unwrap();
+        match udp.recv_from(&mut b) {
+            Ok(answer) => break answer,
+            Err(e) if std::time::Instant::now() < deadline => drop(e),
+            Err(e) => panic!("no UDP heartbeat answer within {WAIT:?}: {e}"),
+        }
+    };
     assert!(n >= 1);
     assert_eq!(from.port(), port);
 
