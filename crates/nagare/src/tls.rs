@@ -52,7 +52,7 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 #[serde(deny_unknown_fields)]
 pub struct TlsOptions {
     /// Use TLS (default true: the table's presence turns it on).
-    #[serde(default = "yes")]
+    #[serde(default = "crate::config::yes")]
     pub enable: bool,
     /// PEM file of this side's certificate chain, leaf first. Required on a
     /// listener; on a client, sent to servers that ask for one (mTLS).
@@ -69,7 +69,7 @@ pub struct TlsOptions {
     /// Check the peer's certificate (default true). On a client, false
     /// accepts any server certificate and name; on a listener with `ca`,
     /// false makes client certificates optional (checked when presented).
-    #[serde(default = "yes")]
+    #[serde(default = "crate::config::yes")]
     pub verify: bool,
     /// A client: the name the server's certificate must hold, and the SNI
     /// sent (default: the host of the address).
@@ -101,10 +101,6 @@ impl TlsVersion {
             TlsVersion::V1_3 => &ONLY_1_3,
         }
     }
-}
-
-fn yes() -> bool {
-    true
 }
 
 /// TLS on, every other key at its default.

@@ -15,6 +15,17 @@ use crate::plugin::Listen;
 /// An error found: (byte offset for the line, key, message).
 pub type Found = (usize, String, String);
 
+/// A client's "HOST:PORT": a host and a port, not resolved (the host is
+/// resolved when connecting). `example` shows a good one in the message.
+pub fn host_port(address: &str, example: &str) -> Result<(), String> {
+    match address.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
+        _ => Err(format!(
+            "expected HOST:PORT such as {example:?}, found {address:?}"
+        )),
+    }
+}
+
 /// A "HOST:PORT" listen address, resolved as the daemon will resolve it.
 pub fn resolve(bind: &str) -> Result<SocketAddr, String> {
     let example = "e.g. \"127.0.0.1:24224\" or \"0.0.0.0:24224\"";

@@ -10,6 +10,7 @@
 //! (config/checks.rs).
 
 mod checks;
+pub(crate) use checks::host_port;
 pub use checks::resolve;
 mod messages;
 pub use messages::closest;

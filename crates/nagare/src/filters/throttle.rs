@@ -63,7 +63,7 @@ pub struct ThrottleConfig {
     /// is back under it: at its first event after a whole `period` without
     /// any over the limit, with the number that were over. So a group
     /// logs at most two lines per period, and one that stays over logs one.
-    #[serde(default = "yes")]
+    #[serde(default = "crate::config::yes")]
     pub log: bool,
 }
 
@@ -75,9 +75,6 @@ fn default_max_groups() -> usize {
     10_000
 }
 
-fn yes() -> bool {
-    true
-}
 
 impl FilterPlugin for ThrottleConfig {
     const TYPE: &'static str = "throttle";

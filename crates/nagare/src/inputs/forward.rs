@@ -69,7 +69,7 @@ pub struct ForwardInputConfig {
     #[serde(default = "default_idle")]
     pub idle_timeout: Dur,
     /// Answer UDP heartbeats on the same port (default true).
-    #[serde(default = "yes")]
+    #[serde(default = "crate::config::yes")]
     pub heartbeat: bool,
     /// Remember this many recently acked chunk ids, and ack a resent chunk
     /// again without storing it twice (default 10000; 0 turns it off).
@@ -111,9 +111,6 @@ fn default_max_decompressed() -> Size {
 }
 fn default_idle() -> Dur {
     Dur(Duration::from_secs(300))
-}
-fn yes() -> bool {
-    true
 }
 
 struct Ctx {

@@ -45,16 +45,13 @@ pub struct FileConfig {
     #[serde(default = "default_message_key")]
     pub message_key: String,
     /// Append to the named file (default true); false gives each chunk its own file.
-    #[serde(default = "yes")]
+    #[serde(default = "crate::config::yes")]
     pub append: bool,
     /// "gzip" compresses each write as one gzip member (".gz" is added to the name).
     #[serde(default)]
     pub compress: Option<FileCompression>,
 }
 
-fn yes() -> bool {
-    true
-}
 
 pub struct FileOutput {
     cfg: FileConfig,

@@ -171,7 +171,7 @@ pub struct ForwardOutputConfig {
     #[serde(default = "default_recover_wait")]
     pub recover_wait: Dur,
     /// Reuse connections between chunks (default true).
-    #[serde(default = "yes")]
+    #[serde(default = "crate::config::yes")]
     pub keepalive: bool,
     /// Shared key for the handshake; when set, the server's HELO is expected.
     #[serde(default)]
@@ -206,9 +206,6 @@ fn default_hard_timeout() -> Dur {
 }
 fn default_recover_wait() -> Dur {
     Dur(Duration::from_secs(10))
-}
-fn yes() -> bool {
-    true
 }
 
 struct Server {
@@ -982,16 +979,7 @@ impl ForwardOutput {
 
 /// Checks a server's "HOST:PORT".
 fn check_address(address: &str) -> Result<(), String> {
-    let port_ok = address
-        .rsplit_once(':')
-        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
-    if port_ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "expected HOST:PORT such as \"aggregator.example:24224\", found {address:?}"
-        ))
-    }
+    crate::config::host_port(address, "aggregator.example:24224")
 }
 
 /// (seed, weight) of the servers `pool` names, for rendezvous hashing.

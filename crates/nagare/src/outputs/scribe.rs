@@ -107,19 +107,8 @@ impl OutputPlugin for ScribeOutputConfig {
     const DOC: &'static str = "Sends events to a Scribe server as `Log` calls; `TRY_LATER` is retried (see [Scribe](scribe.md)).";
 
     fn build(self, cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
-        let port_ok = self
-            .address
-            .rsplit_once(':')
-            .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
-        if !port_ok {
-            return Err(OptionError::new(
-                "address",
-                format!(
-                    "expected HOST:PORT such as \"scribe.example:1463\", found {:?}",
-                    self.address
-                ),
-            ));
-        }
+        crate::config::host_port(&self.address, "scribe.example:1463")
+            .map_err(|e| OptionError::new("address", e))?;
         if self.default_category.is_empty() {
             return Err(OptionError::new("default_category", "must not be empty"));
         }

@@ -70,11 +70,6 @@ impl OutputPlugin for TcpOutputConfig {
 
 /// "HOST:PORT" with a port (the host is resolved when connecting).
 pub(super) fn check_address(address: &str) -> Result<(), OptionError> {
-    match address.rsplit_once(':') {
-        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => Ok(()),
-        _ => Err(OptionError::new(
-            "address",
-            format!("{address:?} is not HOST:PORT (e.g. \"127.0.0.1:5170\")"),
-        )),
-    }
+    crate::config::host_port(address, "127.0.0.1:5170")
+        .map_err(|e| OptionError::new("address", e))
 }
