@@ -120,17 +120,36 @@ pub fn skip_unless(cond: bool, reason: &str) -> bool {
     if cond {
         return false;
     }
-    let test = format!(
-        "{}::{}",
-        env!("CARGO_CRATE_NAME"),
-        std::thread::current().name().unwrap_or("?")
-    );
+    let test = test_name();
     if std::env::var_os(REQUIRE_ENV).is_some() {
         panic!("{test} cannot run here ({reason}), and {REQUIRE_ENV} says every test must run");
     }
-    // One write, so lines of tests running in parallel do not interleave.
-    let _ = std::io::stderr().write_all(format!("\nSKIPPED: {test}: {reason}\n").as_bytes());
+    report_skipped(&test, reason);
     true
+}
+
+/// Reports a part of the calling test that this machine cannot run (the
+/// rest of the test runs and asserts as usual), so scripts/test-all.sh
+/// lists it among the skips instead of counting it as passed. Unlike
+/// `skip_unless` it does not fail under NAGARE_TEST_REQUIRE: use it only
+/// where nothing the test set-up could install would make the part run
+/// (a kernel module the kernel lacks).
+pub fn skipped_part(part: &str, reason: &str) {
+    report_skipped(&format!("{} ({part})", test_name()), reason);
+}
+
+fn test_name() -> String {
+    format!(
+        "{}::{}",
+        env!("CARGO_CRATE_NAME"),
+        std::thread::current().name().unwrap_or("?")
+    )
+}
+
+/// On stderr around libtest's capture, in one write so lines of tests
+/// running in parallel do not interleave.
+fn report_skipped(test: &str, reason: &str) {
+    let _ = std::io::stderr().write_all(format!("\nSKIPPED: {test}: {reason}\n").as_bytes());
 }
 
 /// Runs `body` on a thread of its own inside a new network namespace whose
