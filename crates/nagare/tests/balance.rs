@@ -342,6 +342,16 @@ flush_interval = "50ms"
 /// A forwarder sending everything to `servers` (`[[output.server]]` tables)
 /// with the shared key "k3y", transport heartbeats every 100 ms and acks.
 fn keyed_forwarder(dir: &std::path::Path, servers: &str) -> (Daemon, u16) {
+    acking_forwarder(
+        dir,
+        "forwarder",
+        &format!("shared_key = \"k3y\"\n{servers}"),
+    )
+}
+
+/// A forwarder whose forward output acks, beats every 100 ms and retries
+/// fast; `output` adds the output's own lines (keys, servers, tables).
+fn acking_forwarder(dir: &std::path::Path, name: &str, output: &str) -> (Daemon, u16) {
     let (port, mon) = (free_port(), free_port());
     let cfg = format!(
         r#"[monitor]
@@ -352,16 +362,16 @@ bind = "127.0.0.1:{port}"
 [[output]]
 type = "forward"
 match = "**"
-shared_key = "k3y"
 require_ack_response = true
 heartbeat_interval = "100ms"
-{servers}[output.buffer]
+{output}
+[output.buffer]
 flush_interval = "20ms"
 retry_wait = "100ms"
 retry_max_interval = "300ms"
 "#
     );
-    let mut d = Daemon::start(dir, "forwarder", &cfg, Some(mon));
+    let mut d = Daemon::start(dir, name, &cfg, Some(mon));
     d.wait_port(port);
     (d, port)
 }
@@ -449,29 +459,11 @@ fn heartbeats_complete_the_handshake_and_a_refused_key_keeps_the_server_down() {
 /// A forwarder whose output's servers come from `discovery` (the body of
 /// `[output.service_discovery]`) only.
 fn discovering_forwarder(dir: &std::path::Path, discovery: &str) -> (Daemon, u16) {
-    let (port, mon) = (free_port(), free_port());
-    let cfg = format!(
-        r#"[monitor]
-bind = "127.0.0.1:{mon}"
-[[input]]
-type = "forward"
-bind = "127.0.0.1:{port}"
-[[output]]
-type = "forward"
-match = "**"
-require_ack_response = true
-heartbeat_interval = "100ms"
-[output.service_discovery]
-{discovery}
-[output.buffer]
-flush_interval = "20ms"
-retry_wait = "100ms"
-retry_max_interval = "300ms"
-"#
-    );
-    let mut d = Daemon::start(dir, "discovering", &cfg, Some(mon));
-    d.wait_port(port);
-    (d, port)
+    acking_forwarder(
+        dir,
+        "discovering",
+        &format!("[output.service_discovery]\n{discovery}"),
+    )
 }
 
 /// Waits for the log line of a change of the output's servers that adds
