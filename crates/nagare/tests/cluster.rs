@@ -558,7 +558,10 @@ fn five_forwarders_three_aggregators_one_sink_under_faults() {
             "f5's link: {} packets delayed, {} of them let go after a later one, {} dropped",
             st.passed, st.reordered, st.dropped
         ));
-        assert!(st.dropped > 0 && st.passed > 0, "the impairment did nothing: {st:?}");
+        assert!(
+            st.dropped > 0 && st.passed > 0,
+            "the impairment did nothing: {st:?}"
+        );
     }
     let held = f3_acked - f3_at_cut;
     let back = file.wait_all(

@@ -324,7 +324,12 @@ flush_interval = "50ms"
     sink.wait_port(sink_port);
     let mut aggs = Vec::new();
     for (port, name) in [(a1, "a1"), (a2, "a2")] {
-        let mut d = Daemon::start(dir.path(), name, &aggregator_config(port, sink_port, name), None);
+        let mut d = Daemon::start(
+            dir.path(),
+            name,
+            &aggregator_config(port, sink_port, name),
+            None,
+        );
         d.wait_port(port);
         aggs.push(d);
     }
@@ -356,7 +361,10 @@ flush_interval = "50ms"
         })
         .collect();
     assert_eq!(seqs, (0..15).collect::<Vec<u64>>(), "{lines:#?}");
-    assert!(lines[..10].iter().all(|l| l.contains(r#""via":"a1""#)), "{lines:#?}");
+    assert!(
+        lines[..10].iter().all(|l| l.contains(r#""via":"a1""#)),
+        "{lines:#?}"
+    );
 }
 
 #[test]

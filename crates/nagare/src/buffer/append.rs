@@ -660,9 +660,16 @@ mod tests {
         });
         // 65 KiB of small batches: copied into an allocation of 128 KiB.
         for _ in 0..65 {
-            b.append("t", &[Bytes::from(vec![0x90u8; 1024])], 1024, false, false, &[])
-                .await
-                .unwrap();
+            b.append(
+                "t",
+                &[Bytes::from(vec![0x90u8; 1024])],
+                1024,
+                false,
+                false,
+                &[],
+            )
+            .await
+            .unwrap();
         }
         assert_eq!(b.held_bytes(), 128 << 10);
         // A shared batch seals them, shrinking their allocation by more
@@ -702,7 +709,10 @@ mod tests {
         b.append_kept("t", &six, 6, false, other).await.unwrap();
         drain(&b).await;
         let chunks = out.0.lock().unwrap();
-        let got: Vec<(u32, u8)> = chunks.iter().map(|c| (c.count, c.contiguous()[1])).collect();
+        let got: Vec<(u32, u8)> = chunks
+            .iter()
+            .map(|c| (c.count, c.contiguous()[1]))
+            .collect();
         assert_eq!(got, vec![(1, 0), (2, 1), (4, 3), (2, 7)]);
         assert_eq!(chunks[1].id, origin.chunk_id("test", "t", 0));
         assert_eq!(chunks[2].id, other.chunk_id("test", "t", 0));
@@ -722,11 +732,23 @@ mod tests {
             o.chunk_id("out", "t", 1),
             o.chunk_id("out", "u", 0),
             o.chunk_id("out2", "t", 0),
-            Origin { id: b"abd", batch: 0 }.chunk_id("out", "t", 0),
-            Origin { id: b"abc", batch: 1 }.chunk_id("out", "t", 0),
+            Origin {
+                id: b"abd",
+                batch: 0,
+            }
+            .chunk_id("out", "t", 0),
+            Origin {
+                id: b"abc",
+                batch: 1,
+            }
+            .chunk_id("out", "t", 0),
             // The fields are length-prefixed: moving a byte across a
             // boundary changes the id.
-            Origin { id: b"ab", batch: 0 }.chunk_id("cout", "t", 0),
+            Origin {
+                id: b"ab",
+                batch: 0,
+            }
+            .chunk_id("cout", "t", 0),
         ];
         let distinct: std::collections::HashSet<_> = ids.iter().collect();
         assert_eq!(distinct.len(), ids.len());

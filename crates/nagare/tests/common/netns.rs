@@ -20,10 +20,10 @@
 //! Dropping the net kills what still runs in its namespaces and deletes them.
 
 use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
