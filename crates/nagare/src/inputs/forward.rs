@@ -468,7 +468,7 @@ where
                     if p.tag == frame.tag
                         && p.len < MAX_BATCH_BYTES
                         && !alone
-                        && !(ctx.keep && !p.acks.is_empty()) =>
+                        && (!ctx.keep || p.acks.is_empty()) =>
                 {
                     p.len += frame.entries.len();
                     p.parts.push(frame.entries);

@@ -63,16 +63,14 @@ pub fn unavailable() -> Option<String> {
     if unsafe { libc::geteuid() } != 0 {
         return Some("network namespaces need root".into());
     }
-    for tool in ["ip"] {
-        let ok = Command::new(tool)
-            .arg("-V")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            return Some(format!("`{tool}` (iproute2) is not installed"));
-        }
+    let ok = Command::new("ip")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        return Some("`ip` (iproute2) is not installed".into());
     }
     None
 }
