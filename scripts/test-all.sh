@@ -77,8 +77,8 @@ need adduser adduser             # the Debian package's postinst (tests/package)
 need socat socat
 need curl curl
 need fusermount3 fuse3           # the fuse input's tests
-need ip iproute2                 # a private network namespace for cli.rs; the hosts of tests/cluster.rs (ip, tc)
-need nft nftables                # tests/cluster.rs: packet loss on a link (the kernel has no netem here)
+need ip iproute2                 # a private network namespace for cli.rs; the hosts of tests/cluster.rs (ip)
+need iptables iptables           # tests/cluster.rs: a link's packets to an NFQUEUE (delay, loss, reordering without netem)
 need python3 python3             # fuse tests write through python3; exec filter tests run Python programs
 need redis-server redis-server   # the redis input and output tests (tests/redis.rs)
 need logger bsdutils             # the syslog input tests send with util-linux logger (tests/syslog.rs)

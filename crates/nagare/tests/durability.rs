@@ -275,6 +275,98 @@ flush_interval = "50ms"
     assert_eq!(d.stdout().lines().count(), 5, "{}", d.stdout());
 }
 
+/// An aggregator: acks once the sink has the events (`ack = "delivered"`,
+/// so `keep_chunks` is on) and stamps `via` (a filter: the batch it
+/// forwards is a new one, yet its id comes from the sender's chunk).
+fn aggregator_config(port: u16, sink: u16, me: &str) -> String {
+    format!(
+        r#"
+[[input]]
+type = "forward"
+bind = "127.0.0.1:{port}"
+ack = "delivered"
+[[filter]]
+type = "modify"
+match = "**"
+[filter.set]
+via = "{me}"
+[[output]]
+type = "forward"
+match = "**"
+require_ack_response = true
+[[output.server]]
+address = "127.0.0.1:{sink}"
+[output.buffer]
+flush_interval = "10s"
+"#
+    )
+}
+
+#[test]
+fn a_chunk_resent_through_another_aggregator_is_stored_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (sink_port, mon, a1, a2) = (free_port(), free_port(), free_port(), free_port());
+    let sink_cfg = format!(
+        r#"
+[monitor]
+bind = "127.0.0.1:{mon}"
+[[input]]
+type = "forward"
+bind = "127.0.0.1:{sink_port}"
+[[output]]
+type = "stdout"
+match = "**"
+[output.buffer]
+flush_interval = "50ms"
+"#
+    );
+    let mut sink = Daemon::start(dir.path(), "sink", &sink_cfg, Some(mon));
+    sink.wait_port(sink_port);
+    let mut aggs = Vec::new();
+    for (port, name) in [(a1, "a1"), (a2, "a2")] {
+        let mut d = Daemon::start(
+            dir.path(),
+            name,
+            &aggregator_config(port, sink_port, name),
+            None,
+        );
+        d.wait_port(port);
+        aggs.push(d);
+    }
+    // A forwarder's chunk through a1, acked once the sink had it (at once:
+    // a kept chunk does not wait for flush_interval)...
+    let mut s = Sender::tcp(a1);
+    s.packed("fo", 0..10, Some(b"fwd-1"));
+    assert_eq!(s.read_ack(), ack_bytes(&mp_str(b"fwd-1")));
+    // ...and again through a2, as the forwarder does when a1's ack is lost
+    // with a1; then a new chunk through a2.
+    let mut s = Sender::tcp(a2);
+    s.packed("fo", 0..10, Some(b"fwd-1"));
+    assert_eq!(s.read_ack(), ack_bytes(&mp_str(b"fwd-1")));
+    s.packed("fo", 10..15, Some(b"fwd-2"));
+    assert_eq!(s.read_ack(), ack_bytes(&mp_str(b"fwd-2")));
+    sink.wait_metric("duplicate_events_total", "forward#0", 10);
+    for mut d in aggs {
+        assert!(d.terminate().success());
+    }
+    // Stopped, the sink has printed everything it stored.
+    assert!(sink.terminate().success());
+    let lines: Vec<String> = sink.stdout().lines().map(str::to_string).collect();
+    let seqs: Vec<u64> = lines
+        .iter()
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+            v["record"]["seq"].as_u64().unwrap()
+        })
+        .collect();
+    assert_eq!(seqs, (0..15).collect::<Vec<u64>>(), "{lines:#?}");
+    assert!(
+        lines[..10].iter().all(|l| l.contains(r#""via":"a1""#)),
+        "{lines:#?}"
+    );
+}
+
 #[test]
 fn dead_letters_after_the_retry_limit_and_replay_delivers_them() {
     let dir = tempfile::tempdir().unwrap();

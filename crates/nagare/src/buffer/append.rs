@@ -12,7 +12,11 @@ use tokio::sync::oneshot;
 use super::chunk::{split_batch, Chunk, Staging};
 use super::chunk_file::{FileStore, SyncTicket};
 use super::paging::keep_on_disk_if_over;
-use super::{Buffer, OverflowAction, State, SyncMode};
+use super::{Buffer, Origin, OverflowAction, State, SyncMode};
+
+/// What staging a batch gave: the chunk files to sync for it, and the ids
+/// of the chunks it went into.
+type Staged = (Vec<SyncTicket>, Vec<[u8; 16]>);
 use crate::stats::PluginStats;
 
 /// Why an append was refused.
@@ -61,6 +65,44 @@ impl Buffer {
         ids: &[Bytes],
     ) -> Result<Vec<oneshot::Receiver<bool>>, AppendError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
+        self.append_with(count, len, durable, delivery, |st| {
+            self.append_pieces(st, tag, parts, count, len, ids)
+        })
+        .await
+    }
+
+    /// Appends a sender's chunk kept whole (see `Origin`): into chunks of
+    /// its own, queued at once, with ids derived from the sender's. A piece
+    /// whose chunk is still queued or being flushed (the sender resent it
+    /// before its ack came) is not stored again; with `delivery`, its
+    /// receiver resolves when that chunk is delivered. The sender waits for
+    /// an ack, so a file buffer fsyncs as for any acked batch.
+    pub async fn append_kept(
+        &self,
+        tag: &str,
+        parts: &[Bytes],
+        count: u32,
+        delivery: bool,
+        origin: Origin<'_>,
+    ) -> Result<Vec<oneshot::Receiver<bool>>, AppendError> {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        self.append_with(count, len, true, delivery, |st| {
+            self.stage_kept(st, tag, parts, count, len, origin)
+        })
+        .await
+    }
+
+    /// The limits, overflow actions, delivery waiters and fsync around
+    /// `stage`, which puts a batch of `count` events and `len` bytes into
+    /// chunks and returns the files to sync and the chunks' ids.
+    async fn append_with(
+        &self,
+        count: u32,
+        len: usize,
+        durable: bool,
+        delivery: bool,
+        mut stage: impl FnMut(&mut State) -> Result<Staged, AppendError>,
+    ) -> Result<Vec<oneshot::Receiver<bool>>, AppendError> {
         let mut disk_wait = false;
         loop {
             let space = self.space.notified();
@@ -78,7 +120,7 @@ impl Buffer {
                 // pass the limit by one such allocation.
                 let over = st.bytes > 0 && st.bytes + len > self.cfg.total_limit_size.0 as usize;
                 if !over {
-                    match self.append_pieces(&mut st, tag, parts, count, len, ids) {
+                    match stage(&mut st) {
                         Ok((files, ids)) => {
                             let rx = if delivery {
                                 ids.iter()
@@ -158,6 +200,7 @@ impl Buffer {
         for w in st.waiters.remove(&old.id).unwrap_or_default() {
             let _ = w.send(false);
         }
+        st.kept.remove(&old.id);
         PluginStats::add(&self.stats.dropped, old.count as u64);
         self.stats.buffer_chunks.fetch_sub(1, Relaxed);
         tracing::warn!(output = %self.name, events = old.count, tag = %old.tag,
@@ -207,10 +250,13 @@ impl Buffer {
                 .map_err(|e| self.disk_error(store, e))?;
             handle = Some(f.ticket());
         }
-        let held: usize = parts.iter().map(|p| s.push(p, limit)).sum();
+        let before = s.held;
+        parts.iter().for_each(|p| s.push(p, limit));
         s.count += count;
         let full = s.len >= limit || s.count >= rec_limit;
-        st.bytes += held;
+        // `held` may have gone down (see `Staging::push`); `bytes` includes
+        // what it was.
+        st.bytes = st.bytes - before + s.held;
         self.stats.buffer_bytes.store(st.bytes as u64, Relaxed);
         PluginStats::add(&self.stats.events_in, count as u64);
         PluginStats::add(&self.stats.bytes_in, len as u64);
@@ -232,7 +278,7 @@ impl Buffer {
         count: u32,
         len: usize,
         sender_ids: &[Bytes],
-    ) -> Result<(Vec<SyncTicket>, Vec<[u8; 16]>), AppendError> {
+    ) -> Result<Staged, AppendError> {
         let max_len = self.cfg.chunk_limit_size.0 as usize;
         let max_count = self.cfg.chunk_limit_records.unwrap_or(u32::MAX);
         let mut chunk_ids = Vec::new();
@@ -258,6 +304,75 @@ impl Buffer {
         Ok((files, chunk_ids))
     }
 
+    /// Stages a sender's chunk kept whole (`append_kept`): each piece a
+    /// chunk of its own with its derived id, queued at once.
+    fn stage_kept(
+        &self,
+        st: &mut State,
+        tag: &str,
+        parts: &[Bytes],
+        count: u32,
+        len: usize,
+        origin: Origin<'_>,
+    ) -> Result<Staged, AppendError> {
+        let limit = self.cfg.chunk_limit_size.0 as usize;
+        let rec_limit = self.cfg.chunk_limit_records.unwrap_or(u32::MAX);
+        let key: Arc<str> = match st.staged.get_key_value(tag) {
+            // Events of this tag staged before this batch are queued first,
+            // so the chunks leave in the order their events came.
+            Some((k, _)) => {
+                let k = k.clone();
+                self.close_staged(st, &k);
+                k
+            }
+            None => Arc::from(tag),
+        };
+        let pieces = if len <= limit && count <= rec_limit {
+            vec![(parts.to_vec(), count)]
+        } else {
+            split_batch(parts, rec_limit, limit)
+        };
+        let sender = [Bytes::copy_from_slice(origin.id)];
+        let (mut files, mut ids) = (Vec::new(), Vec::with_capacity(pieces.len()));
+        for (i, (piece, n)) in pieces.into_iter().enumerate() {
+            let id = origin.chunk_id(&self.name, &key, i as u32);
+            ids.push(id);
+            if !st.kept.insert(id) {
+                tracing::debug!(output = %self.name, chunk = %hex::encode(id), events = n,
+                    "a sender's chunk resent while its first copy is still queued: not stored twice");
+                continue;
+            }
+            let mut s = Staging::new(id, None);
+            if let Some(store) = &self.store {
+                let written = store.create(&id, &key).and_then(|mut f| {
+                    let r = f.append(&piece, n, &sender);
+                    if r.is_err() {
+                        self.free_file(Some(f.slot().clone()));
+                    }
+                    r.map(|()| f)
+                });
+                match written {
+                    Ok(f) => {
+                        files.push(f.ticket());
+                        s.file = Some(f);
+                    }
+                    Err(e) => {
+                        st.kept.remove(&id);
+                        return Err(self.disk_error(store, e));
+                    }
+                }
+            }
+            piece.iter().for_each(|p| s.push(p, limit));
+            s.count = n;
+            st.bytes += s.held;
+            PluginStats::add(&self.stats.events_in, n as u64);
+            PluginStats::add(&self.stats.bytes_in, s.len as u64);
+            self.queue_staging(st, key.clone(), s);
+        }
+        self.stats.buffer_bytes.store(st.bytes as u64, Relaxed);
+        Ok((files, ids))
+    }
+
     /// Closes a tag's staged chunk and queues it for the flush workers.
     pub(super) fn close_staged(&self, st: &mut State, tag: &Arc<str>) {
         if let Some(s) = st.staged.remove(tag) {
@@ -267,30 +382,35 @@ impl Buffer {
                     self.free_file(Some(f.slot().clone()));
                 }
             } else {
-                let (id, len, count, staged_held) = (s.id, s.len, s.count, s.held);
-                let file = s.file.as_ref().map(|f| f.slot().clone());
-                let (segments, held) = s.into_segments();
-                // Closing may have copied the last batches into a tighter allocation.
-                st.bytes -= staged_held - held;
-                self.stats.buffer_bytes.store(st.bytes as u64, Relaxed);
-                let mut chunk = Chunk {
-                    id,
-                    tag: tag.clone(),
-                    segments,
-                    len,
-                    held,
-                    count,
-                    file,
-                };
-                if self.store.is_some() {
-                    keep_on_disk_if_over(st, &mut chunk, self.cfg.memory_limit_size.0 as usize);
-                    self.show_disk_only(st);
-                }
-                st.queue.push_back(chunk);
-                PluginStats::add(&self.stats.buffer_chunks, 1);
-                self.queued.notify_one();
+                self.queue_staging(st, tag.clone(), s);
             }
         }
+    }
+
+    /// Queues a closed chunk for the flush workers.
+    fn queue_staging(&self, st: &mut State, tag: Arc<str>, s: Staging) {
+        let (id, len, count, staged_held) = (s.id, s.len, s.count, s.held);
+        let file = s.file.as_ref().map(|f| f.slot().clone());
+        let (segments, held) = s.into_segments();
+        // Closing may have copied the last batches into a tighter allocation.
+        st.bytes -= staged_held - held;
+        self.stats.buffer_bytes.store(st.bytes as u64, Relaxed);
+        let mut chunk = Chunk {
+            id,
+            tag,
+            segments,
+            len,
+            held,
+            count,
+            file,
+        };
+        if self.store.is_some() {
+            keep_on_disk_if_over(st, &mut chunk, self.cfg.memory_limit_size.0 as usize);
+            self.show_disk_only(st);
+        }
+        st.queue.push_back(chunk);
+        PluginStats::add(&self.stats.buffer_chunks, 1);
+        self.queued.notify_one();
     }
 
     /// Queues staged chunks older than `flush_interval` (all of them when `all`).
@@ -530,5 +650,107 @@ mod tests {
         }
         assert_eq!(PluginStats::get(&b.stats.dropped), 1);
         assert_eq!(b.held_bytes(), 8);
+    }
+
+    #[tokio::test]
+    async fn a_shared_batch_after_many_small_ones_gives_their_spare_room_back() {
+        let (b, _) = buffer(BufferConfig {
+            chunk_limit_size: Size(1 << 20),
+            ..Default::default()
+        });
+        // 65 KiB of small batches: copied into an allocation of 128 KiB.
+        for _ in 0..65 {
+            b.append(
+                "t",
+                &[Bytes::from(vec![0x90u8; 1024])],
+                1024,
+                false,
+                false,
+                &[],
+            )
+            .await
+            .unwrap();
+        }
+        assert_eq!(b.held_bytes(), 128 << 10);
+        // A shared batch seals them, shrinking their allocation by more
+        // than the batch adds: the held bytes go down (this underflowed).
+        let big = Bytes::from(vec![0x90u8; SHARE_THRESHOLD]);
+        b.append("t", std::slice::from_ref(&big), 1, false, false, &[])
+            .await
+            .unwrap();
+        assert_eq!(b.held_bytes(), (65 << 10) + SHARE_THRESHOLD);
+    }
+
+    #[tokio::test]
+    async fn a_kept_sender_chunk_is_a_chunk_of_its_own_with_a_derived_id() {
+        let (b, out) = buffer(BufferConfig {
+            chunk_limit_records: Some(4),
+            ..Default::default()
+        });
+        let e = |i: u8| [0x92, i, 0x80];
+        // Events of the tag staged before the sender's chunk leave first.
+        b.append("t", &[Bytes::from(e(0).to_vec())], 1, false, false, &[])
+            .await
+            .unwrap();
+        let origin = Origin {
+            id: b"sender-chunk-1",
+            batch: 0,
+        };
+        let two = [Bytes::from([e(1), e(2)].concat())];
+        b.append_kept("t", &two, 2, false, origin).await.unwrap();
+        // Resent before its ack came, while the first copy is queued.
+        b.append_kept("t", &two, 2, false, origin).await.unwrap();
+        // Bigger than a chunk (4 records): cut, each piece its own id.
+        let other = Origin {
+            id: b"sender-chunk-2",
+            batch: 0,
+        };
+        let six = [Bytes::from((3..9).flat_map(e).collect::<Vec<u8>>())];
+        b.append_kept("t", &six, 6, false, other).await.unwrap();
+        drain(&b).await;
+        let chunks = out.0.lock().unwrap();
+        let got: Vec<(u32, u8)> = chunks
+            .iter()
+            .map(|c| (c.count, c.contiguous()[1]))
+            .collect();
+        assert_eq!(got, vec![(1, 0), (2, 1), (4, 3), (2, 7)]);
+        assert_eq!(chunks[1].id, origin.chunk_id("test", "t", 0));
+        assert_eq!(chunks[2].id, other.chunk_id("test", "t", 0));
+        assert_eq!(chunks[3].id, other.chunk_id("test", "t", 1));
+    }
+
+    #[test]
+    fn derived_ids_depend_on_every_field_and_on_nothing_else() {
+        let o = Origin {
+            id: b"abc",
+            batch: 0,
+        };
+        // Another nagare with the same output derives the same id.
+        assert_eq!(o.chunk_id("out", "t", 0), o.chunk_id("out", "t", 0));
+        let ids = [
+            o.chunk_id("out", "t", 0),
+            o.chunk_id("out", "t", 1),
+            o.chunk_id("out", "u", 0),
+            o.chunk_id("out2", "t", 0),
+            Origin {
+                id: b"abd",
+                batch: 0,
+            }
+            .chunk_id("out", "t", 0),
+            Origin {
+                id: b"abc",
+                batch: 1,
+            }
+            .chunk_id("out", "t", 0),
+            // The fields are length-prefixed: moving a byte across a
+            // boundary changes the id.
+            Origin {
+                id: b"ab",
+                batch: 0,
+            }
+            .chunk_id("cout", "t", 0),
+        ];
+        let distinct: std::collections::HashSet<_> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len());
     }
 }

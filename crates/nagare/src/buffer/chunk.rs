@@ -102,10 +102,10 @@ impl Staging {
         }
     }
 
-    /// Adds a batch part; returns how many more bytes the chunk holds in
-    /// memory (to charge against `total_limit_size`).
-    pub fn push(&mut self, part: &Bytes, limit: usize) -> usize {
-        let before = self.held;
+    /// Adds a batch part. `held` changes by what it costs in memory (to
+    /// charge against `total_limit_size`): it may go down, as sealing the
+    /// copied batches before a shared one gives their spare room back.
+    pub fn push(&mut self, part: &Bytes, limit: usize) {
         if part.len() >= SHARE_THRESHOLD {
             self.seal_small();
             self.segments.push(part.clone());
@@ -117,7 +117,6 @@ impl Staging {
             self.small.extend_from_slice(part);
         }
         self.len += part.len();
-        self.held - before
     }
 
     /// Grows the allocation of the copied batches: to double its size, at

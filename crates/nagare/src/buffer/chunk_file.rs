@@ -209,12 +209,7 @@ impl FileStore {
         let slot = match reused {
             Some(slot) => slot,
             None => {
-                let path = self.dir.join(format!("slot-{}.chunk", hex::encode(id)));
-                let file = OpenOptions::new()
-                    .create_new(true)
-                    .read(true)
-                    .write(true)
-                    .open(&path)?;
+                let (file, path) = create_unique(&self.dir, &format!("slot-{}", hex::encode(id)))?;
                 Slot::new(file, path)
             }
         };
@@ -365,6 +360,33 @@ impl ChunkFile {
     /// The slot, to keep with the chunk until it is delivered.
     pub fn slot(&self) -> &Arc<Slot> {
         &self.slot
+    }
+}
+
+/// Creates `dir/<stem>.chunk`, or `<stem>-1.chunk`, `<stem>-2.chunk`… when
+/// that name is taken. A chunk id names the file it starts, and ids derived
+/// from a sender's chunk (the forward input's `keep_chunks`) come again when
+/// the sender resends that chunk: the file of the first copy may still be
+/// there (in use, or kept free for reuse). The name is only a name: the id
+/// that counts is the one in the header.
+pub(super) fn create_unique(dir: &Path, stem: &str) -> io::Result<(File, PathBuf)> {
+    let mut n = 0u32;
+    loop {
+        let path = if n == 0 {
+            dir.join(format!("{stem}.chunk"))
+        } else {
+            dir.join(format!("{stem}-{n}.chunk"))
+        };
+        match OpenOptions::new()
+            .create_new(true)
+            .read(true)
+            .write(true)
+            .open(&path)
+        {
+            Ok(f) => return Ok((f, path)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && n < 1000 => n += 1,
+            Err(e) => return Err(e),
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! else (file buffer) a dead-letter file under `<path>/dead-letters/` that
 //! `nagare replay` can send, else it is counted as lost.
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -89,12 +89,7 @@ pub(super) fn write_dead_letter(
     count: u32,
 ) -> io::Result<PathBuf> {
     fs::create_dir_all(dir)?;
-    let path = dir.join(format!("{}.chunk", hex::encode(id)));
-    let file = OpenOptions::new()
-        .create_new(true)
-        .read(true)
-        .write(true)
-        .open(&path)?;
+    let (file, path) = super::chunk_file::create_unique(dir, &hex::encode(id))?;
     let slot = Slot::new(file, path.clone());
     let written = start_chunk(slot.clone(), id, tag)
         .and_then(|mut f| f.append(segments, count, &[]))

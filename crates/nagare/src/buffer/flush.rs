@@ -98,6 +98,7 @@ impl Buffer {
         for w in st.waiters.remove(&chunk.id).unwrap_or_default() {
             let _ = w.send(delivered);
         }
+        st.kept.remove(&chunk.id);
         st.bytes -= chunk.held;
         self.stats.buffer_bytes.store(st.bytes as u64, Relaxed);
         self.stats.buffer_chunks.fetch_sub(1, Relaxed);

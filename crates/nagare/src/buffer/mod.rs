@@ -28,7 +28,7 @@ mod recovery;
 #[cfg(test)]
 mod testing;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
@@ -59,6 +59,40 @@ struct State {
     closing: bool,
     /// Inputs waiting for a chunk's delivery (`ack = "delivered"`), by chunk id.
     waiters: HashMap<[u8; 16], Vec<oneshot::Sender<bool>>>,
+    /// Ids of the chunks kept whole for their sender (`Origin`) that are
+    /// queued or being flushed: the same sender chunk appended again
+    /// meanwhile (resent before its ack came) is not stored twice.
+    kept: HashSet<[u8; 16]>,
+}
+
+/// A sender's chunk that the forward input keeps whole (`keep_chunks`): its
+/// events go into chunks of their own, queued at once, whose ids are derived
+/// from the sender's chunk id, from which of the filter chain's batches they
+/// are (`batch`), from this buffer's output name and tag, and from the piece
+/// (a batch bigger than `chunk_limit_size` is cut). The same events resent
+/// by the sender, here or through another nagare with the same
+/// configuration, get the same ids, so the next nagare's dedup window drops
+/// the copy.
+#[derive(Debug, Clone, Copy)]
+pub struct Origin<'a> {
+    pub id: &'a [u8],
+    pub batch: u32,
+}
+
+impl Origin<'_> {
+    /// The id of piece `piece` of this batch in the buffer of `output`, for `tag`:
+    /// XXH3-128 of the fields, each with its length first (so no two
+    /// different field lists hash the same bytes).
+    pub fn chunk_id(&self, output: &str, tag: &str, piece: u32) -> [u8; 16] {
+        let mut b = Vec::with_capacity(32 + self.id.len() + output.len() + tag.len());
+        for field in [self.id, output.as_bytes(), tag.as_bytes()] {
+            b.extend_from_slice(&(field.len() as u32).to_be_bytes());
+            b.extend_from_slice(field);
+        }
+        b.extend_from_slice(&self.batch.to_be_bytes());
+        b.extend_from_slice(&piece.to_be_bytes());
+        xxhash_rust::xxh3::xxh3_128(&b).to_be_bytes()
+    }
 }
 
 /// The buffer in front of one output (memory or file type).

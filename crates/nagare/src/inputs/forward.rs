@@ -22,7 +22,7 @@ use tokio::net::{TcpListener, UdpSocket, UnixListener};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::buffer::SHARE_THRESHOLD;
+use crate::buffer::{Origin, SHARE_THRESHOLD};
 use crate::config::units::{Dur, Size};
 use crate::dedup::RecentIds;
 use crate::forward_io;
@@ -87,6 +87,24 @@ pub struct ForwardInputConfig {
     /// certificates); as Fluentd's `<transport tls>` and Fluent Bit's `tls on`.
     #[serde(default)]
     pub tls: Option<TlsOptions>,
+    /// Keep each chunk a sender asks to ack (a frame with the `chunk`
+    /// option) whole: it goes into chunks of its own in the outputs'
+    /// buffers, sent on at once, whose ids are derived from the sender's
+    /// chunk id. A chunk the sender resends through another nagare (its
+    /// first one died before acking) then reaches the next hop with the same
+    /// ids, and that nagare's dedup window drops the copy: no duplicates
+    /// across a failover (docs/deployment.md). Default: on with ack =
+    /// "delivered", off otherwise (off, the sender's chunks are merged into
+    /// bigger ones and a resend through another nagare can arrive twice).
+    #[serde(default)]
+    pub keep_chunks: Option<bool>,
+}
+
+impl ForwardInputConfig {
+    /// Whether senders' chunks are kept whole (`keep_chunks`).
+    fn keeps_chunks(&self) -> bool {
+        self.keep_chunks.unwrap_or(self.ack == AckMode::Delivered)
+    }
 }
 
 #[derive(
@@ -125,6 +143,8 @@ struct Ctx {
     live: Arc<()>,
     recent: RecentIds,
     tls: Option<Arc<TlsServer>>,
+    /// `keep_chunks`: a frame with a chunk id is a batch of its own.
+    keep: bool,
 }
 
 pub async fn start(
@@ -162,6 +182,7 @@ pub async fn start(
         ServerAuth::new(key.as_bytes(), hostname.as_bytes(), users)
     });
     let ctx = Arc::new(Ctx {
+        keep: cfg.keeps_chunks(),
         recent,
         cfg: cfg.clone(),
         name: name.to_string(),
@@ -427,8 +448,9 @@ where
                 tracing::debug!(input = %ctx.name, peer = %peer, events = frame.count,
                     "resent chunk already stored; acked without storing it again");
                 match &mut pending {
-                    Some(p) => p.acks.push(id.clone()),
-                    None => {
+                    // (With keep_chunks a batch carries one sender's ack.)
+                    Some(p) if !ctx.keep => p.acks.push(id.clone()),
+                    _ => {
                         acks_out.clear();
                         encode_ack(&mut acks_out, id);
                         s.write_all(&acks_out)
@@ -438,8 +460,16 @@ where
                 }
                 continue;
             }
+            // keep_chunks: a sender's chunk is a batch of its own (its
+            // events are kept together, apart from any other's).
+            let alone = ctx.keep && frame.chunk.is_some();
             match &mut pending {
-                Some(p) if p.tag == frame.tag && p.len < MAX_BATCH_BYTES => {
+                Some(p)
+                    if p.tag == frame.tag
+                        && p.len < MAX_BATCH_BYTES
+                        && !alone
+                        && (!ctx.keep || p.acks.is_empty()) =>
+                {
                     p.len += frame.entries.len();
                     p.parts.push(frame.entries);
                     p.count += frame.count;
@@ -639,18 +669,34 @@ where
         .chain(filtered.is_none().then_some((p.tag.as_str(), &route.outputs, &p.parts[..], p.count)));
     let wants_ack = !p.acks.is_empty();
     let delivery = wants_ack && ctx.cfg.ack == AckMode::Delivered;
+    // keep_chunks: the batch is one sender's chunk (see `serve`).
+    let kept = match p.acks.as_slice() {
+        [one] if ctx.keep => Some(one),
+        _ => None,
+    };
     let mut deliveries = Vec::new();
-    for (tag, outputs, parts, count) in batches {
+    for (i, (tag, outputs, parts, count)) in batches.enumerate() {
         if outputs.is_empty() && count > 0 {
             PluginStats::add(&ctx.stats.errors, 1);
             tracing::warn!(input = %ctx.name, tag = %tag, events = count, "no output matches this tag; events discarded");
         }
         crate::tap::offer(tag, parts, count);
         for out in outputs.iter().filter(|_| count > 0) {
-            let rx = out
-                .append(tag, parts, count, wants_ack, delivery, &p.acks)
-                .await
-                .map_err(|e| format!("{e}; {} events not acknowledged", p.count))?;
+            let appended = match kept {
+                // The filter chain's batches come in the same order from the
+                // same events, so `i` names this batch the same way on every
+                // nagare of the same configuration.
+                Some(id) => {
+                    let origin = Origin { id, batch: i as u32 };
+                    out.append_kept(tag, parts, count, delivery, origin).await
+                }
+                None => {
+                    out.append(tag, parts, count, wants_ack, delivery, &p.acks)
+                        .await
+                }
+            };
+            let rx =
+                appended.map_err(|e| format!("{e}; {} events not acknowledged", p.count))?;
             deliveries.extend(rx);
         }
     }

@@ -10,10 +10,9 @@
 //! Processes run on a host with [`Net::command`] (`ip netns exec`), test
 //! code with [`Net::enter`] (a thread moved into the host's namespace). Link
 //! faults: [`Net::set_link`] downs or ups a host's switch port (a
-//! partition: packets vanish, no reset is sent), [`Net::netem`] puts a
-//! `tc netem` qdisc (delay, loss, reordering) on both ends of a host's link,
-//! [`Net::loss`] drops a share of the host's packets with nftables (for
-//! kernels without sch_netem).
+//! partition: packets vanish, no reset is sent); [`Net::impair`] delays,
+//! reorders and drops a host's packets both ways in userspace, through an
+//! NFQUEUE (the kernel here has no sch_netem for `tc netem`).
 //!
 //! Names carry a prefix unique to the test process (`ngt<pid>x<n>-`), so
 //! test processes run side by side; namespaces left by a killed run (whose
@@ -21,10 +20,13 @@
 //! Dropping the net kills what still runs in its namespaces and deletes them.
 
 use std::collections::BTreeMap;
+use std::collections::VecDeque;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde::Deserialize;
 
@@ -61,16 +63,14 @@ pub fn unavailable() -> Option<String> {
     if unsafe { libc::geteuid() } != 0 {
         return Some("network namespaces need root".into());
     }
-    for tool in ["ip", "tc"] {
-        let ok = Command::new(tool)
-            .arg("-V")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            return Some(format!("`{tool}` (iproute2) is not installed"));
-        }
+    let ok = Command::new("ip")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        return Some("`ip` (iproute2) is not installed".into());
     }
     None
 }
@@ -251,70 +251,225 @@ impl Net {
         ]));
     }
 
-    /// A `tc netem` qdisc with `args` (e.g. "delay 200ms loss 5%") on both
-    /// ends of `host`'s link, so each direction gets it; Err when the
-    /// kernel has no sch_netem.
-    pub fn netem(&self, host: &str, args: &str) -> Result<(), String> {
-        let args: Vec<&str> = args.split_whitespace().collect();
-        for (ns, dev) in [
-            (self.ns(host), "eth0".to_string()),
-            (self.switch(), Net::port(host)),
-        ] {
-            let mut a = vec!["-n", &ns, "qdisc", "replace", "dev", &dev, "root", "netem"];
-            a.extend(&args);
-            run("tc", &a)?;
+    /// Impairs `host`'s link both ways (see [`Impairment`]): its packets
+    /// in and out on `eth0` go to an NFQUEUE (iptables, `--queue-bypass`),
+    /// where a thread in the host's namespace holds each for the delay and
+    /// then accepts it, or drops it. Dropping the guard removes the rules
+    /// and lets every held packet go. Err when iptables or the kernel's
+    /// NFQUEUE is missing.
+    pub fn impair(&self, host: &str, imp: Impairment) -> Result<Impaired, String> {
+        let iptables = ["iptables-nft", "iptables-legacy", "iptables"]
+            .into_iter()
+            .find(|t| {
+                Command::new(t)
+                    .arg("-V")
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+            })
+            .ok_or("iptables is not installed (Debian package `iptables`)")?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+        let thread = {
+            let stop = stop.clone();
+            self.enter(host, move || delayer(imp, &stop, ready_tx))
+        };
+        let mut guard = Impaired {
+            ns: self.ns(host),
+            iptables,
+            rules: Vec::new(),
+            stop,
+            thread: Some(thread),
+        };
+        ready_rx
+            .recv()
+            .map_err(|_| "the delayer thread ended".to_string())??;
+        for (chain, dir) in [("OUTPUT", "-o"), ("INPUT", "-i")] {
+            guard.add_rule(vec![
+                chain.into(),
+                dir.into(),
+                "eth0".into(),
+                "-j".into(),
+                "NFQUEUE".into(),
+                "--queue-num".into(),
+                QUEUE.to_string(),
+                // Should the delayer be gone, packets pass instead of vanishing.
+                "--queue-bypass".into(),
+            ])?;
         }
+        Ok(guard)
+    }
+}
+
+/// The NFQUEUE number the delayer binds (queues are per network namespace).
+const QUEUE: u16 = 0;
+
+/// What [`Net::impair`] does to each packet of a link, each way: held for
+/// `delay` plus or minus up to `jitter` (uniformly; a jitter lets later
+/// packets overtake earlier ones, so TCP sees them out of order), or,
+/// `loss_percent` of them at random, dropped. The kernel here has neither
+/// sch_netem nor sch_fq, so `tc netem` cannot do it.
+#[derive(Clone, Copy, Debug)]
+pub struct Impairment {
+    pub delay: Duration,
+    pub jitter: Duration,
+    pub loss_percent: u32,
+}
+
+/// What the delayer did, counted in packets.
+#[derive(Debug, Default)]
+pub struct ImpairStats {
+    pub passed: u64,
+    pub dropped: u64,
+    /// Packets let go after a packet that came in later than them.
+    pub reordered: u64,
+}
+
+/// A link impaired by [`Net::impair`]; dropping it (or [`Impaired::stop`])
+/// ends the impairment.
+pub struct Impaired {
+    ns: String,
+    iptables: &'static str,
+    /// The rules added, to delete them (each as `-A`'s arguments).
+    rules: Vec<Vec<String>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Result<ImpairStats, String>>>,
+}
+
+impl Impaired {
+    fn iptables(&self, op: &str, rule: &[String]) -> Result<(), String> {
+        let mut args = vec!["netns", "exec", &self.ns, self.iptables, op];
+        args.extend(rule.iter().map(String::as_str));
+        run("ip", &args)
+    }
+
+    fn add_rule(&mut self, rule: Vec<String>) -> Result<(), String> {
+        self.iptables("-A", &rule)?;
+        self.rules.push(rule);
         Ok(())
     }
 
-    /// Drops `percent` % of the packets `host` sends and of those it
-    /// receives, at random (nftables `numgen`).
-    pub fn loss(&self, host: &str, percent: u32) -> Result<(), String> {
-        let rules = format!(
-            "table inet nagare_fault {{
-  chain out {{ type filter hook output priority 0; oifname \"eth0\" numgen random mod 100 < {percent} drop; }}
-  chain in {{ type filter hook input priority 0; iifname \"eth0\" numgen random mod 100 < {percent} drop; }}
-}}"
-        );
-        let file = std::env::temp_dir().join(format!("{}{host}.nft", self.prefix));
-        std::fs::write(&file, rules).map_err(|e| e.to_string())?;
-        let r = run(
-            "ip",
-            &[
-                "netns",
-                "exec",
-                &self.ns(host),
-                "nft",
-                "-f",
-                &file.to_string_lossy(),
-            ],
-        );
-        let _ = std::fs::remove_file(&file);
-        r
+    /// Removes the rules, lets the held packets go and returns the counts.
+    pub fn stop(mut self) -> Result<ImpairStats, String> {
+        self.end()
     }
 
-    /// Removes the netem qdiscs and the loss rules of `host`'s link.
-    pub fn clear_faults(&self, host: &str) {
-        let ns = self.ns(host);
-        let _ = run("tc", &["-n", &ns, "qdisc", "del", "dev", "eth0", "root"]);
-        let sw = self.switch();
-        let _ = run(
-            "tc",
-            &["-n", &sw, "qdisc", "del", "dev", &Net::port(host), "root"],
-        );
-        let _ = run(
-            "ip",
-            &[
-                "netns",
-                "exec",
-                &ns,
-                "nft",
-                "delete",
-                "table",
-                "inet",
-                "nagare_fault",
-            ],
-        );
+    fn end(&mut self) -> Result<ImpairStats, String> {
+        for rule in std::mem::take(&mut self.rules) {
+            let _ = self.iptables("-D", &rule);
+        }
+        self.stop.store(true, SeqCst);
+        match self.thread.take() {
+            Some(t) => t.join().map_err(|_| "the delayer panicked".to_string())?,
+            None => Ok(ImpairStats::default()),
+        }
+    }
+}
+
+impl Drop for Impaired {
+    fn drop(&mut self) {
+        let _ = self.end();
+    }
+}
+
+/// The delayer: binds the queue (answers on `ready`), then until `stop`
+/// takes the queued packets, drops some, and accepts the others once their
+/// time has come; at the end accepts whatever it still holds.
+fn delayer(
+    imp: Impairment,
+    stop: &AtomicBool,
+    ready: std::sync::mpsc::Sender<Result<(), String>>,
+) -> Result<ImpairStats, String> {
+    let opened = (|| {
+        let mut q = nfq::Queue::open()?;
+        q.bind(QUEUE)?;
+        // Only the verdict is needed, not the packet's bytes.
+        q.set_copy_range(QUEUE, 0)?;
+        q.set_nonblocking(true);
+        Ok::<_, std::io::Error>(q)
+    })();
+    let mut q = match opened {
+        Ok(q) => {
+            let _ = ready.send(Ok(()));
+            q
+        }
+        Err(e) => {
+            let e = format!("NFQUEUE {QUEUE}: {e}");
+            let _ = ready.send(Err(e.clone()));
+            return Err(e);
+        }
+    };
+    let fail = |e: std::io::Error| format!("NFQUEUE {QUEUE}: {e}");
+    let mut rng = Rng::new();
+    let mut stats = ImpairStats::default();
+    // Held packets by release time, with their arrival number.
+    let mut held: VecDeque<(Instant, u64, nfq::Message)> = VecDeque::new();
+    let (mut arrived, mut last_out) = (0u64, None::<u64>);
+    while !stop.load(SeqCst) {
+        loop {
+            let mut m = match q.recv() {
+                Ok(m) => m,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                Err(e) => return Err(fail(e)),
+            };
+            arrived += 1;
+            if rng.below(100) < u64::from(imp.loss_percent) {
+                stats.dropped += 1;
+                m.set_verdict(nfq::Verdict::Drop);
+                q.verdict(m).map_err(fail)?;
+                continue;
+            }
+            let spread = imp.jitter.as_micros() as u64;
+            let due = if spread == 0 {
+                Instant::now() + imp.delay
+            } else {
+                Instant::now() + imp.delay - imp.jitter
+                    + Duration::from_micros(rng.below(2 * spread + 1))
+            };
+            let at = held.partition_point(|(t, _, _)| *t <= due);
+            held.insert(at, (due, arrived, m));
+        }
+        let now = Instant::now();
+        while held.front().is_some_and(|(t, _, _)| *t <= now) {
+            let (_, n, mut m) = held.pop_front().expect("a held packet");
+            if last_out.is_some_and(|l| n < l) {
+                stats.reordered += 1;
+            }
+            last_out = Some(last_out.map_or(n, |l| l.max(n)));
+            stats.passed += 1;
+            m.set_verdict(nfq::Verdict::Accept);
+            q.verdict(m).map_err(fail)?;
+        }
+        // Pacing of this loop, not synchronisation: a packet waits at most
+        // this much past its time.
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for (_, _, mut m) in held {
+        stats.passed += 1;
+        m.set_verdict(nfq::Verdict::Accept);
+        q.verdict(m).map_err(fail)?;
+    }
+    Ok(stats)
+}
+
+/// xorshift64*: enough randomness to pick packets, no dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn new() -> Rng {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64);
+        Rng(t | 1)
+    }
+
+    /// A number in 0..n.
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
     }
 }
 
