@@ -3,6 +3,9 @@
 # 100-byte records, into flowbench's forward sink. Prints one JSON line per run and the medians.
 #   usage: bench/run.sh [RUNS=3] [COUNT=2000000] [WARMUP=500000]
 # fluent-logger (synchronous, one write per event) gets COUNT/10 events to keep the run short.
+# BENCH_RECORD=reuse gives every emit the same map (its "seq" replaced) instead of a new
+# LinkedHashMap per event: the emit loop then measures emit() without the benchmark's own
+# allocation, which is most of a profile of the loop (both libraries encode inside emit()).
 # NAGARE_SINK=1 sends into the nagare daemon instead ($NAGARE_BIN, default target/release/nagare:
 # forward input -> null output, with its monitor); a run ends when the monitor's null output count
 # reaches WARMUP + COUNT.
