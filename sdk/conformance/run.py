@@ -303,6 +303,52 @@ def wait_connect_failure(d: Driver, before: int, timeout: float = 20) -> None:
         time.sleep(0.02)
 
 
+# After close(): the most the runner waits for what is on its way to the
+# servers, and (UNIX socket servers, whose connections it cannot see) how long
+# the count may stand still before it stops waiting.
+SETTLE_MAX_S = 120.0
+SETTLE_S = 10.0
+
+
+def open_connections(port: int) -> int:
+    """Connections to 127.0.0.1:port that the server has not finished with
+    (established, closed by the client but not yet by the server, or still in
+    the listen queue), from /proc/net/tcp."""
+    n = 0
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            local, state = fields[1], fields[3]
+            if int(local.rsplit(":", 1)[1], 16) == port and state in ("01", "03", "08"):
+                n += 1
+    return n
+
+
+def wait_settled(ctx: Ctx, tag: str, n: int) -> None:
+    """Waits until n events of tag arrived, or every server finished with
+    every connection (it read all the clients sent: they closed them at
+    close()). Without acks close() is true once all was written to the socket,
+    maybe before the server even accepted the connection on a loaded machine:
+    stopping the server then would lose what is on its way."""
+    start = last_change = time.monotonic()
+    last = -1
+    tcp = [s.port for s in ctx.servers if s.proc is not None and s.unix_path is None]
+    unix = any(s.proc is not None and s.unix_path is not None for s in ctx.servers)
+    while True:
+        got = ctx.seen.count(tag)[0]
+        now = time.monotonic()
+        if got != last:
+            last, last_change = got, now
+        if got >= n or now - start > SETTLE_MAX_S:
+            return
+        if not unix and all(open_connections(p) == 0 for p in tcp):
+            return
+        if unix and now - last_change > SETTLE_S:
+            return
+        time.sleep(0.05)
+
+
 def arrived_or_fail(srv: Nagare, tag: str, n: int, what: str) -> None:
     if not srv.wait_for(tag, n, 20):
         raise RuntimeError(f"{what}: {srv.count(tag)[0]} of {n} events arrived within 20 s")
@@ -643,9 +689,11 @@ def run_one(sdk: str, cmd: list[str], name: str, workdir: pathlib.Path) -> dict:
         counted = not stats.get("unavailable")
         dropped = stats["dropped"] if counted else 0
         expected = emitted - dropped if ctx.may_drop else emitted
-        # The count is final only once every server printed all it received:
-        # SIGTERM makes nagare deliver what it holds, then exit (a fixed wait
-        # read a slow server under load as a lost event)
+        # Once the servers have everything the clients sent (wait_settled),
+        # SIGTERM makes each deliver what it holds and exit, and its output is
+        # read to the end: the count is final (late duplicates too), and no
+        # fixed wait that a loaded machine outlasts decides it.
+        wait_settled(ctx, tag, expected)
         for s in ctx.servers:
             s.stop(signal.SIGTERM)
         arrived, dup = seen.count(tag)
