@@ -520,9 +520,22 @@ func (c *Client) spillTick() {
 
 // spillAllLocked moves every batch waiting in memory to the spill file, in
 // sending order. Only while no server is reachable: the sender is then not
-// writing any batch, so the first one in the queue can move too.
+// writing any batch, so the batches it holds can move too.
+//
+// The file must hold the batches in sending order, or a kill -9 during the
+// outage leaves them out of order for the next client. Appending keeps that
+// order only when no batch in memory is older than one on disk. The batch the
+// sender held while memory filled up (during the first, failing connect) is:
+// the later ones were spilled for room first. Then the file is rewritten.
 func (c *Client) spillAllLocked() {
 	c.queueAllStagedLocked()
+	if !c.spillAppendKeepsOrderLocked() {
+		if err := c.rewriteSpillLocked(); err == nil {
+			c.cond.Broadcast() // block-mode emitters: memory was freed
+		}
+		// else: a full or failing file; memory keeps what it has, as without spill
+		return
+	}
 	for _, ch := range c.queue {
 		if err := c.spillChunkLocked(ch); err != nil {
 			// full or failing file: the rest waits in memory, as without spill
@@ -530,6 +543,77 @@ func (c *Client) spillAllLocked() {
 		}
 	}
 	c.cond.Broadcast() // block-mode emitters: memory was freed
+}
+
+// spillAppendKeepsOrderLocked reports whether appending the queued batches
+// that are in memory leaves the file in sending order: the batches on disk
+// are in the file in queue order, and none in memory comes before one of them.
+func (c *Client) spillAppendKeepsOrderLocked() bool {
+	last := int64(-1)
+	inMemory := false
+	for _, ch := range c.queue {
+		if !ch.disk {
+			inMemory = true
+			continue
+		}
+		if inMemory || ch.off < last {
+			return false
+		}
+		last = ch.off
+	}
+	return true
+}
+
+// rewriteSpillLocked writes every queued batch (in memory or on disk) to a
+// new spill file in sending order, fsyncs it and puts it in place of the old
+// one: all of them are then on disk, at their new offsets. The sender must
+// not be reading the file (no server is reachable, or the sender stopped).
+func (c *Client) rewriteSpillLocked() error {
+	path := c.cfg.SpillPath
+	tmp := path + ".tmp"
+	_ = os.Remove(tmp)
+	out, _, err := openSpill(tmp, c.cfg.SpillLimit)
+	if err != nil {
+		return err
+	}
+	offs := make([]int64, len(c.queue))
+	for i, ch := range c.queue {
+		data := ch.data
+		if ch.disk {
+			if data, err = c.spill.read(ch.tag, ch.off, ch.size); err != nil {
+				break
+			}
+		}
+		if offs[i], err = out.append(ch.tag, ch.count, data); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = out.f.Sync()
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		out.f.Close()
+		os.Remove(tmp)
+		return fmt.Errorf("nagare: rewriting the spill file: %w", err)
+	}
+	c.spill.f.Close()
+	c.spill = out
+	for i, ch := range c.queue {
+		if !ch.disk {
+			c.memBytes -= len(ch.data)
+			ch.size = len(ch.data)
+			c.putBuf(ch.data)
+			ch.data = nil
+			ch.disk = true
+			c.diskChunks++
+		}
+		ch.off = offs[i]
+	}
+	c.markSyncedLocked() // the new file is fsync'd
+	return nil
 }
 
 // syncSpillLocked fsyncs the spill file and counts what it made durable.
@@ -868,10 +952,11 @@ func (c *Client) write(conn net.Conn, ch *chunk) error {
 	c.mu.Lock()
 	data := ch.data
 	disk := ch.disk
+	sp, off, size := c.spill, ch.off, ch.size
 	c.mu.Unlock()
 	if disk {
 		var err error
-		if data, err = c.spill.read(ch); err != nil {
+		if data, err = sp.read(ch.tag, off, size); err != nil {
 			return err
 		}
 	}
@@ -1117,57 +1202,24 @@ func (c *Client) persistLocked() (lost uint64, err error) {
 		}
 		c.markSyncedLocked()
 	}()
-	// The file can be rewritten for two reasons: batches still in memory,
-	// or batches on disk out of sending order. The second happens when the
-	// batch the sender held while memory filled up went to the file at the
-	// start of the outage, behind the later ones spilled for room.
-	rewrite := false
-	last := int64(-1)
-	for _, ch := range c.queue {
-		if !ch.disk || ch.off < last {
-			rewrite = true
-			break
-		}
-		last = ch.off
-	}
-	if !rewrite {
-		return 0, nil // the file already holds everything, in order
-	}
-	path := c.cfg.SpillPath
-	tmp := path + ".tmp"
-	_ = os.Remove(tmp)
-	out, _, err := openSpill(tmp, c.cfg.SpillLimit)
-	if err != nil {
+	// Batches in memory are appended when that keeps the sending order, else
+	// the file is rewritten (see spillAllLocked).
+	if c.spillAppendKeepsOrderLocked() {
 		for _, ch := range c.queue {
-			if !ch.disk {
-				lost += uint64(ch.count)
-			}
-		}
-		return lost, err
-	}
-	for _, ch := range c.queue {
-		data := ch.data
-		if ch.disk {
-			if data, err = c.spill.read(ch); err != nil {
+			if err = c.spillChunkLocked(ch); err != nil {
 				break
 			}
 		}
-		if _, err = out.append(ch.tag, ch.count, data); err != nil {
-			break
+	} else {
+		err = c.rewriteSpillLocked()
+	}
+	if err == nil {
+		return 0, nil
+	}
+	for _, ch := range c.queue {
+		if !ch.disk {
+			lost += uint64(ch.count)
 		}
 	}
-	if err != nil {
-		out.close()
-		os.Remove(tmp)
-		for _, ch := range c.queue {
-			if !ch.disk {
-				lost += uint64(ch.count)
-			}
-		}
-		return lost, fmt.Errorf("nagare: writing the spill file at close: %w", err)
-	}
-	if err = out.close(); err != nil {
-		return 0, err
-	}
-	return 0, os.Rename(tmp, path)
+	return lost, fmt.Errorf("nagare: writing the spill file at close: %w", err)
 }

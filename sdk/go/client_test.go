@@ -318,6 +318,71 @@ func TestSpillDuringOutageWithRoomInMemory(t *testing.T) {
 	}
 }
 
+// The batch the sender holds while its first connect hangs stays in memory
+// while memory fills up and later batches go to the spill file for room; when
+// the connect fails, the held batch goes to the file too, in front of them:
+// the file as a kill -9 during the outage leaves it (copied while the client
+// still runs) is in sending order.
+func TestSpillKeepsOrderWhenTheHeldBatchSpillsLast(t *testing.T) {
+	dir := t.TempDir()
+	spill := filepath.Join(dir, "spill.dat")
+	// A server that accepts and never sends HELO: with a shared key the
+	// client's connect waits in the handshake until DialTimeout, then fails.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	accepted := make(chan net.Conn, 64)
+	go func() {
+		for {
+			cn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- cn
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		for {
+			select {
+			case cn := <-accepted:
+				cn.Close()
+			default:
+				return
+			}
+		}
+	})
+	c := newClient(t, Config{
+		Servers: []Server{{Address: ln.Addr().String()}}, SharedKey: "k", SpillPath: spill,
+		BufferLimit: 8 << 10, ChunkSize: 1 << 10, FlushInterval: 10 * time.Millisecond,
+		DialTimeout: time.Second, BackoffBase: time.Minute, BackoffMax: time.Minute,
+	})
+	emitN(t, c, "app.held", 0, 10) // one small batch: the sender takes it and connects
+	select {
+	case cn := <-accepted:
+		accepted <- cn // closed at cleanup
+	case <-time.After(5 * time.Second):
+		t.Fatal("the client did not connect within 5 s")
+	}
+	emitN(t, c, "app.held", 10, 1000) // fills memory: later batches are spilled for room
+	waitStats(t, c, "all on disk after the failed connect", func(st Stats) bool { return st.SpillPending == 1000 })
+	data, err := os.ReadFile(spill)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashed := filepath.Join(dir, "crashed.dat")
+	if err := os.WriteFile(crashed, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startTestServer(t)
+	c2 := newClient(t, Config{Servers: []Server{s.server()}, SpillPath: crashed})
+	if err := c2.Flush(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	checkSeqs(t, s.waitEvents(1000, 5*time.Second), 1000)
+}
+
 // In ack mode the sender has several frames in flight: draining a spill
 // file, it writes the next frames before the first one's ack is back.
 func TestAckModeSeveralFramesInFlight(t *testing.T) {

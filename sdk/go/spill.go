@@ -120,10 +120,10 @@ func (s *spillFile) append(tag string, count int, entries []byte) (int64, error)
 	return off, nil
 }
 
-// read returns the entries of the chunk at off.
-func (s *spillFile) read(c *chunk) ([]byte, error) {
-	start := c.off + spillHeaderLen + 2 + int64(len(c.tag)) + 4
-	buf := make([]byte, c.size)
+// read returns the entries (size bytes) of the record of tag at off.
+func (s *spillFile) read(tag string, off int64, size int) ([]byte, error) {
+	start := off + spillHeaderLen + 2 + int64(len(tag)) + 4
+	buf := make([]byte, size)
 	if _, err := s.f.ReadAt(buf, start); err != nil {
 		return nil, fmt.Errorf("nagare: spill read: %w", err)
 	}

@@ -2,7 +2,11 @@
 # Benchmark: nagare-logger vs Fluency 2.7.0 vs fluent-logger 0.3.4, one emitting thread,
 # 100-byte records, into flowbench's forward sink. Prints one JSON line per run and the medians.
 #   usage: bench/run.sh [RUNS=3] [COUNT=2000000] [WARMUP=500000]
+# LIBS="nagare fluency" runs only those libraries (default: nagare fluency fluent-logger).
 # fluent-logger (synchronous, one write per event) gets COUNT/10 events to keep the run short.
+# BENCH_RECORD=reuse gives every emit the same map (its "seq" replaced) instead of a new
+# LinkedHashMap per event: the emit loop then measures emit() without the benchmark's own
+# allocation, which is most of a profile of the loop (both libraries encode inside emit()).
 # NAGARE_SINK=1 sends into the nagare daemon instead ($NAGARE_BIN, default target/release/nagare:
 # forward input -> null output, with its monitor); a run ends when the monitor's null output count
 # reaches WARMUP + COUNT.
@@ -30,7 +34,7 @@ trap '[ -z "$sink" ] || kill "$sink" 2>/dev/null || true' EXIT
 # Run by run, each library in turn (nagare, fluency, fluent-logger, nagare...):
 # a load change on a busy machine lands on every side, not on one library's runs.
 for r in $(seq 1 "$runs"); do
-  for lib in nagare fluency fluent-logger; do
+  for lib in ${LIBS:-nagare fluency fluent-logger}; do
     n=$count; w=$warmup
     if [ "$lib" = fluent-logger ]; then n=$((count / 10)); w=$((warmup / 10)); fi
     port=$((port + 1))
