@@ -300,7 +300,9 @@ impl Connection<'_> {
         &self,
         name: &str,
     ) -> Result<Option<std::sync::Arc<crate::tls::TlsClient>>, OptionError> {
-        let tls_url = self.sentinels.is_empty() && self.path.is_none() && self.address.starts_with("rediss://");
+        let tls_url = self.sentinels.is_empty()
+            && self.path.is_none()
+            && self.address.starts_with("rediss://");
         let opts = self.tls_options(tls_url)?;
         crate::tls::TlsClient::build(opts.as_ref(), &mut crate::plugin::BuildContext::new(name))
     }

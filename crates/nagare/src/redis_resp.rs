@@ -85,7 +85,8 @@ impl RespConn {
             _ => {}
         }
         if r.db() != 0 {
-            con.call(&[b"SELECT", r.db().to_string().as_bytes()]).await?;
+            con.call(&[b"SELECT", r.db().to_string().as_bytes()])
+                .await?;
         }
         Ok(con)
     }
@@ -117,10 +118,14 @@ impl RespConn {
     /// (nils left out), borrowed from the read buffer.
     pub fn bulks(&self, from: usize) -> impl Iterator<Item = &[u8]> + Clone {
         let buf = &self.rbuf[..];
-        self.leaves.get(from..).unwrap_or_default().iter().filter_map(move |l| match *l {
-            Leaf::Bulk { start, end } => Some(&buf[start..end]),
-            _ => None,
-        })
+        self.leaves
+            .get(from..)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(move |l| match *l {
+                Leaf::Bulk { start, end } => Some(&buf[start..end]),
+                _ => None,
+            })
     }
 
     async fn read_reply(&mut self) -> anyhow::Result<()> {
@@ -136,7 +141,13 @@ impl RespConn {
                 }
                 Progress::Need(n) => {
                     self.rbuf.reserve(n.max(READ_CHUNK));
-                    if self.stream.read_buf(&mut self.rbuf).await.context("reading from redis")? == 0 {
+                    if self
+                        .stream
+                        .read_buf(&mut self.rbuf)
+                        .await
+                        .context("reading from redis")?
+                        == 0
+                    {
                         bail!("redis closed the connection");
                     }
                 }
@@ -145,21 +156,32 @@ impl RespConn {
     }
 }
 
-async fn open(addr: &ConnectionAddr, tls: Option<&Arc<TlsClient>>) -> anyhow::Result<Box<dyn Stream>> {
+async fn open(
+    addr: &ConnectionAddr,
+    tls: Option<&Arc<TlsClient>>,
+) -> anyhow::Result<Box<dyn Stream>> {
     Ok(match addr {
         ConnectionAddr::Tcp(host, port) => {
             let s = tcp(host, *port).await?;
             match tls {
                 // A `tls` table on a redis:// address (the crate's client
                 // turns it into TcpTls; kept here in case it did not).
-                Some(t) => Box::new(t.connect(s, &host_port(host, *port)).await.map_err(|e| anyhow!(e))?),
+                Some(t) => Box::new(
+                    t.connect(s, &host_port(host, *port))
+                        .await
+                        .map_err(|e| anyhow!(e))?,
+                ),
                 None => Box::new(s),
             }
         }
         ConnectionAddr::TcpTls { host, port, .. } => {
             let s = tcp(host, *port).await?;
             let t = tls.ok_or_else(|| anyhow!("rediss:// without TLS settings"))?;
-            Box::new(t.connect(s, &host_port(host, *port)).await.map_err(|e| anyhow!(e))?)
+            Box::new(
+                t.connect(s, &host_port(host, *port))
+                    .await
+                    .map_err(|e| anyhow!(e))?,
+            )
         }
         ConnectionAddr::Unix(path) => Box::new(
             tokio::net::UnixStream::connect(path)
@@ -289,7 +311,12 @@ fn int(line: &[u8]) -> anyhow::Result<i64> {
     std::str::from_utf8(line)
         .ok()
         .and_then(|s| s.parse().ok())
-        .ok_or_else(|| anyhow!("redis protocol error: {:?} is not a length", String::from_utf8_lossy(line)))
+        .ok_or_else(|| {
+            anyhow!(
+                "redis protocol error: {:?} is not a length",
+                String::from_utf8_lossy(line)
+            )
+        })
 }
 
 #[cfg(test)]
@@ -340,7 +367,11 @@ mod tests {
 
     #[test]
     fn errors_and_bad_bytes() {
-        let e = scan(b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n", 4).unwrap_err();
+        let e = scan(
+            b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
+            4,
+        )
+        .unwrap_err();
         assert!(e.to_string().starts_with("WRONGTYPE"), "{e}");
         assert!(scan(b"$3\r\nabcd\r\n", 100).is_err());
         assert!(scan(b"*x\r\n", 100).is_err());
@@ -352,6 +383,9 @@ mod tests {
     fn commands() {
         let mut out = Vec::new();
         encode(&mut out, &[b"LRANGE", b"k", b"0", b""]);
-        assert_eq!(out, b"*4\r\n$6\r\nLRANGE\r\n$1\r\nk\r\n$1\r\n0\r\n$0\r\n\r\n");
+        assert_eq!(
+            out,
+            b"*4\r\n$6\r\nLRANGE\r\n$1\r\nk\r\n$1\r\n0\r\n$0\r\n\r\n"
+        );
     }
 }
