@@ -349,7 +349,7 @@ mod tests {
     #[test]
     fn replies_in_pieces_of_any_size() {
         // BLMPOP's [key, [elements]] and what follows it.
-        let blmpop = b"*2\r\n$4\r\njobs\r\n*3\r\n$3\r\na\r\nb\r\n$0\r\n\r\n$2\r\n\x00\n\r\n+OK\r\n";
+        let blmpop = b"*2\r\n$4\r\njobs\r\n*3\r\n$4\r\na\r\nb\r\n$0\r\n\r\n$2\r\n\x00\n\r\n+OK\r\n";
         let end = blmpop.len() - 5;
         for step in 1..blmpop.len() {
             let (e, bulks, n) = scan(blmpop, step).unwrap();
