@@ -82,6 +82,8 @@ for size in $SIZES; do
   dir=$(mktemp -d)
   tests/kafka/broker.sh "$dir/kafka" "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$PARTITIONS" >"$dir/broker.log" 2>&1 &
   export BROKER_PID=$!
+  # The broker goes with the script, whatever step fails.
+  trap 'kill "$BROKER_PID" 2>/dev/null' EXIT
   for _ in $(seq 1800); do grep -q "Kafka Server started" "$dir/broker.log" && break; sleep 0.1; done
   grep -q "Kafka Server started" "$dir/broker.log" || { echo "the broker did not start:" >&2; tail -n 20 "$dir/broker.log" >&2; exit 1; }
   records=${PERF_RECORDS:-$(( size < 1000 ? 2000000 : 400000 ))}
@@ -125,7 +127,7 @@ for size in $SIZES; do
     wait $sink || true
     t1=$(date +%s.%N)
     b1=$(broker_cpu "$BROKER_PID")
-    c=$(broker_cpu $drain)
+    c=$(broker_cpu $drain 2>/dev/null || echo null)
     kill $drain; wait $drain 2>/dev/null || true
     echo "{\"events\": $n, \"wall_s\": $(echo "$t1 - $t0" | bc)}" > "$OUT/drain-$size-$i.json"
     echo "{\"cpu_s\": $c, \"kafka_cpu_s\": $(echo "$b1 - $b0" | bc)}" > "$OUT/drain-$size-$i.cpu.json"
@@ -137,7 +139,8 @@ done
 python3 - "$OUT" "$RUNS" $SIZES <<'PY'
 import json, re, statistics, sys
 out, runs, sizes = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-load = lambda p: json.load(open(p))
+# bc writes 0.36 as .36, which JSON does not read.
+load = lambda p: json.loads(re.sub(r"(:\s*-?)\.", r"\g<1>0.", open(p).read()))
 def e2e(size, i):
     r = load(f"{out}/e2e-{size}-{i}.json")
     r.update(load(f"{out}/cpu-{size}-{i}.json"))
