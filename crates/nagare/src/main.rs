@@ -18,6 +18,7 @@ mod outputs;
 mod parsers;
 mod plugin;
 mod redis_conn;
+mod redis_resp;
 mod reload;
 mod router;
 mod service;

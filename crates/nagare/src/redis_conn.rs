@@ -293,6 +293,20 @@ impl Connection<'_> {
         }))
     }
 
+    /// TLS for a connection that is not the redis crate's (the input's
+    /// lists, see `redis_resp`): the same `tls` table, or rediss://, read
+    /// into a [`TlsClient`] (None when TLS is off).
+    pub fn tls_client(
+        &self,
+        name: &str,
+    ) -> Result<Option<std::sync::Arc<crate::tls::TlsClient>>, OptionError> {
+        let tls_url = self.sentinels.is_empty()
+            && self.path.is_none()
+            && self.address.starts_with("rediss://");
+        let opts = self.tls_options(tls_url)?;
+        crate::tls::TlsClient::build(opts.as_ref(), &mut crate::plugin::BuildContext::new(name))
+    }
+
     /// The `tls` table when TLS is on (it is, or the address is rediss://),
     /// refusing the keys the redis client has no setting for.
     fn tls_options(&self, tls_url: bool) -> Result<Option<TlsOptions>, OptionError> {

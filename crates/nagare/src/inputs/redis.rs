@@ -5,11 +5,13 @@
 //!   `batch_count` elements at a time (BLMPOP: at once when the list has
 //!   some, blocking up to a second when it is empty). What was popped and
 //!   not yet buffered is lost if nagare is killed (at most once), unless
-//!   `reliable = true`: then each element is moved (LMOVE) to the
-//!   consumer's own processing list and removed from there only once its
-//!   batch is in every matched output's buffer; at start the processing
-//!   list is read first. A kill -9 loses nothing; a batch buffered just
-//!   before the kill is read again (at least once).
+//!   `reliable = true`: then each batch is moved, in one atomic script, to
+//!   the consumer's own processing list and removed from there only once
+//!   it is in every matched output's buffer; at start the processing list
+//!   is read first. A kill -9 loses nothing; a batch buffered just before
+//!   the kill is read again (at least once). Lists are read over a
+//!   connection of our own (`redis_resp`) that takes the popped elements
+//!   from its read buffer without a copy per element.
 //! - `data_type = "channel"` / `"pattern_channel"`: SUBSCRIBE / PSUBSCRIBE.
 //!   Redis keeps nothing for a subscriber: what is published while nagare
 //!   is not connected, or was received but not yet buffered when it dies,
@@ -45,6 +47,8 @@ use crate::config::units::Dur;
 use crate::parsers::{Parser, ParserConfig, ParserType};
 use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
 use crate::redis_conn::{redis_options, Backoff, Sentinel};
+use crate::redis_resp::RespConn;
+use crate::tls::TlsClient;
 use crate::router::LiveRouter;
 use crate::stats::PluginStats;
 
@@ -149,6 +153,22 @@ fn default_claim_idle() -> Dur {
 
 /// How long a blocking read waits before the consumer looks at shutdown again.
 const BLOCK: Duration = Duration::from_secs(1);
+/// BLOCK in seconds, as the blocking list commands take it.
+const BLOCK_SECS: &[u8] = b"1";
+
+/// The reliable list's move of a batch, KEYS[1] → KEYS[2], at most ARGV[1]
+/// elements, in one atomic step (a script runs whole or not at all); the
+/// moved elements are its reply. One round trip per batch where LMOVE took
+/// one command per element. RPUSH takes them 1000 at a time: Lua's unpack
+/// has a limit on the values it returns.
+const MOVE_BATCH: &str = "local v = redis.call('LRANGE', KEYS[1], 0, tonumber(ARGV[1]) - 1)
+if #v > 0 then
+  redis.call('LTRIM', KEYS[1], #v, -1)
+  for i = 1, #v, 1000 do
+    redis.call('RPUSH', KEYS[2], unpack(v, i, math.min(i + 999, #v)))
+  end
+end
+return v";
 
 impl InputPlugin for RedisInputConfig {
     const TYPE: &'static str = "redis";
@@ -207,6 +227,8 @@ struct Shared {
     client: ::redis::Client,
     /// With `sentinels`: asked for the master at each (re)connect.
     sentinel: Option<Sentinel>,
+    /// Lists: TLS for the connection of our own (the crate's client holds its own).
+    tls: Option<Arc<TlsClient>>,
     parser: Parser,
     router: LiveRouter,
     stats: Arc<PluginStats>,
@@ -217,6 +239,7 @@ impl Input for RedisInputConfig {
     async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
         let sentinel = self.connection().sentinel().map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
         let client = self.connection().client().map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
+        let tls = self.connection().tls_client(&cx.name).map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
         let parser = Parser::new(&self.parser_config())
             .map_err(|e| anyhow::anyhow!("{}: [input.parser]: {e}", cx.name))?;
         let consumer = self
@@ -232,6 +255,7 @@ impl Input for RedisInputConfig {
             name: cx.name,
             client,
             sentinel,
+            tls,
             parser,
             router: cx.router,
             stats: cx.stats,
@@ -253,7 +277,9 @@ async fn consume(s: Arc<Shared>, consumer: String, mut shutdown: watch::Receiver
     let mut reader = Reader::new(&s, consumer);
     while !*shutdown.borrow() {
         let result = match s.cfg.data_type {
-            DataType::Channel | DataType::PatternChannel => subscribe(&s, &mut shutdown, &mut backoff).await,
+            DataType::Channel | DataType::PatternChannel => {
+                subscribe(&s, &mut shutdown, &mut backoff).await.map_err(anyhow::Error::from)
+            }
             _ => match reader.connect().await {
                 Ok(()) => reader.run(&mut shutdown, &mut backoff).await,
                 Err(e) => Err(e),
@@ -262,9 +288,10 @@ async fn consume(s: Arc<Shared>, consumer: String, mut shutdown: watch::Receiver
         if let Err(e) = result {
             PluginStats::add(&s.stats.errors, 1);
             let wait = backoff.next();
-            tracing::warn!(input = %s.name, key = %s.cfg.key, error = %e, retry_in = ?wait,
+            tracing::warn!(input = %s.name, key = %s.cfg.key, error = %format_args!("{e:#}"), retry_in = ?wait,
                 "redis input: cannot read; trying again");
             reader.con = None;
+            reader.resp = None;
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = shutdown.wait_for(|v| *v) => {}
@@ -279,7 +306,13 @@ struct Reader {
     consumer: String,
     /// The reliable list's processing list.
     processing: String,
+    /// Streams: the redis crate's connection.
     con: Option<MultiplexedConnection>,
+    /// Lists: our own, which reads the popped elements in place.
+    resp: Option<RespConn>,
+    /// Reliable lists: the processing list was found empty on this
+    /// connection, so only this consumer's own moves fill it.
+    recovered: bool,
     /// The stream's group exists (created once per run).
     group_ready: bool,
     /// The consumer's own pending stream entries were read again.
@@ -294,13 +327,31 @@ impl Reader {
             s: s.clone(),
             consumer,
             con: None,
+            resp: None,
+            recovered: false,
             group_ready: false,
             pending_done: false,
             last_claim: None,
         }
     }
 
-    async fn connect(&mut self) -> Result<(), RedisError> {
+    async fn connect(&mut self) -> anyhow::Result<()> {
+        if self.s.cfg.data_type == DataType::List {
+            if self.resp.is_none() {
+                let client = self.s.client().await?;
+                let con = RespConn::connect(
+                    client.get_connection_info(),
+                    self.s.tls.as_ref(),
+                    Duration::from_secs(5),
+                    BLOCK + Duration::from_secs(10),
+                )
+                .await?;
+                self.resp = Some(con);
+                // What an earlier connection moved and did not finish.
+                self.recovered = false;
+            }
+            return Ok(());
+        }
         if self.con.is_none() {
             // Blocking reads wait up to BLOCK: the reply timeout is longer.
             let config = AsyncConnectionConfig::new()
@@ -320,7 +371,7 @@ impl Reader {
         self.con.as_mut().expect("connected")
     }
 
-    async fn run(&mut self, shutdown: &mut watch::Receiver<bool>, backoff: &mut Backoff) -> Result<(), RedisError> {
+    async fn run(&mut self, shutdown: &mut watch::Receiver<bool>, backoff: &mut Backoff) -> anyhow::Result<()> {
         while !*shutdown.borrow() {
             match self.s.cfg.data_type {
                 DataType::List if self.s.cfg.reliable => self.reliable_list().await?,
@@ -333,73 +384,61 @@ impl Reader {
     }
 
     /// Pops a batch (BLMPOP) and appends it; at most once.
-    async fn list(&mut self) -> Result<(), RedisError> {
+    async fn list(&mut self) -> anyhow::Result<()> {
         let s = self.s.clone();
         let key = &s.cfg.key;
-        // The reply as the client parsed it, read in place: converting it to
-        // (String, Vec<Vec<u8>>) walked and moved every element once more.
-        let reply: Value = ::redis::cmd("BLMPOP")
-            .arg(BLOCK.as_secs_f64())
-            .arg(1)
-            .arg(key)
-            .arg("LEFT")
-            .arg("COUNT")
-            .arg(s.cfg.batch_count)
-            .query_async(self.con())
+        let con = self.resp.as_mut().expect("connected");
+        let count = itoa::Buffer::new().format(s.cfg.batch_count).to_string();
+        con.call(&[b"BLMPOP", BLOCK_SECS, b"1", key.as_bytes(), b"LEFT", b"COUNT", count.as_bytes()])
             .await?;
         // [key, [element, …]], or nil when the list stayed empty.
-        if let Value::Array(kv) = &reply {
-            if let Some(Value::Array(elements)) = kv.get(1) {
-                s.dispatch(key, elements.iter().filter_map(bulk)).await;
-            }
+        if con.len() > 1 {
+            s.dispatch(key, con.bulks(1)).await;
         }
         Ok(())
     }
 
-    /// Moves a batch to the processing list, appends it durably, then
-    /// removes it from the processing list. What the processing list holds
-    /// at start (a batch of an earlier run) goes first.
-    async fn reliable_list(&mut self) -> Result<(), RedisError> {
-        let (key, processing, n) = (self.s.cfg.key.clone(), self.processing.clone(), self.s.cfg.batch_count);
-        let mut batch: Vec<Vec<u8>> = ::redis::cmd("LRANGE")
-            .arg(&processing)
-            .arg(0)
-            .arg(n as i64 - 1)
-            .query_async(self.con())
-            .await?;
-        if !batch.is_empty() {
-            tracing::info!(input = %self.s.name, list = %processing, events = batch.len(),
-                "redis input: reading again what an earlier run took but did not finish");
-        } else {
-            let mut moves = ::redis::pipe();
-            for _ in 0..n {
-                moves.cmd("LMOVE").arg(&key).arg(&processing).arg("LEFT").arg("RIGHT");
-            }
-            let moved: Vec<Option<Vec<u8>>> = moves.query_async(self.con()).await?;
-            batch = moved.into_iter().flatten().collect();
-            if batch.is_empty() {
-                // Empty: wait for one element, then take the rest at once next round.
-                let one: Option<Vec<u8>> = ::redis::cmd("BLMOVE")
-                    .arg(&key)
-                    .arg(&processing)
-                    .arg("LEFT")
-                    .arg("RIGHT")
-                    .arg(BLOCK.as_secs_f64())
-                    .query_async(self.con())
-                    .await?;
-                batch.extend(one);
+    /// Moves a batch to the processing list (one atomic script: the
+    /// elements are in one list or the other whatever happens to nagare),
+    /// appends it durably, then removes it from the processing list. What
+    /// the processing list holds at start (a batch of an earlier run) goes
+    /// first.
+    async fn reliable_list(&mut self) -> anyhow::Result<()> {
+        let s = self.s.clone();
+        let (key, processing) = (s.cfg.key.as_bytes(), self.processing.as_bytes());
+        let count = itoa::Buffer::new().format(s.cfg.batch_count).to_string();
+        let con = self.resp.as_mut().expect("connected");
+        let mut got = 0;
+        if !self.recovered {
+            let last = itoa::Buffer::new().format(s.cfg.batch_count - 1).to_string();
+            con.call(&[b"LRANGE", processing, b"0", last.as_bytes()]).await?;
+            got = con.len();
+            if got > 0 {
+                tracing::info!(input = %s.name, list = %self.processing, events = got,
+                    "redis input: reading again what an earlier run took but did not finish");
+            } else {
+                self.recovered = true;
             }
         }
-        if batch.is_empty() {
+        if got == 0 {
+            con.call(&[b"EVAL", MOVE_BATCH.as_bytes(), b"2", key, processing, count.as_bytes()]).await?;
+            got = con.len();
+        }
+        if got == 0 {
+            // Empty: wait for one element, then take the rest at once next round.
+            con.call(&[b"BLMOVE", key, processing, b"LEFT", b"RIGHT", BLOCK_SECS]).await?;
+            got = con.bulks(0).count();
+        }
+        if got == 0 {
             return Ok(());
         }
-        if self.s.dispatch(&key, batch.iter().map(Vec::as_slice)).await {
-            ::redis::cmd("LTRIM")
-                .arg(&processing)
-                .arg(batch.len())
-                .arg(-1)
-                .query_async::<()>(self.con())
-                .await?;
+        if s.dispatch(&s.cfg.key, con.bulks(0)).await {
+            let n = itoa::Buffer::new().format(got).to_string();
+            con.call(&[b"LTRIM", processing, n.as_bytes(), b"-1"]).await?;
+        } else {
+            // Not buffered: the batch stays in the processing list, read
+            // again first.
+            self.recovered = false;
         }
         Ok(())
     }
@@ -480,14 +519,6 @@ impl Reader {
             // An entry deleted while pending comes back without fields.
             .filter(|e| !e.map.is_empty())
             .collect())
-    }
-}
-
-/// The bytes of a bulk string reply (an element); None for anything else.
-fn bulk(v: &Value) -> Option<&[u8]> {
-    match v {
-        Value::BulkString(b) => Some(b),
-        _ => None,
     }
 }
 

@@ -287,7 +287,11 @@ impl RedisOutput {
         let mut pipe = ::redis::pipe();
         match self.cfg.data_type {
             DataType::List => {
-                let push = pipe.cmd(match self.cfg.push {
+                // Sized once: growing the command's buffer by doubling
+                // while a 512 KiB chunk is copied in moved it again and again.
+                let room = key.len() + 5 + chunk.len;
+                let mut push = ::redis::Cmd::with_capacity(chunk.count as usize + 2, room);
+                push.arg(match self.cfg.push {
                     Push::Rpush => "RPUSH",
                     Push::Lpush => "LPUSH",
                 });
@@ -295,7 +299,7 @@ impl RedisOutput {
                 self.for_each_element(chunk, |v| {
                     push.arg(v);
                 });
-                push.ignore();
+                pipe.add_command(push).ignore();
             }
             DataType::Channel => self.for_each_element(chunk, |v| {
                 pipe.cmd("PUBLISH").arg(&key).arg(v).ignore();
