@@ -134,12 +134,49 @@ fn incomplete_or(e: ScanError, limits: &Limits) -> Result<Option<Scanned>, Decod
 /// `Ok(None)`: more bytes are needed. `Err`: the stream is broken and the
 /// connection should be closed.
 pub fn scan_frame(buf: &[u8], limits: &Limits) -> Result<Option<Scanned>, DecodeError> {
-    match scan_inner(buf) {
+    scan_frame_resumed(buf, limits, &mut ScanProgress::default())
+}
+
+/// How far the scan of an incomplete frame got, kept by a stream reader
+/// between reads of that frame (`scan_frame_resumed`). Without it a frame
+/// that arrives in many reads is scanned from its start on every read: a
+/// Forward-mode frame of some MB took quadratic time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScanProgress {
+    /// The least total length the frame can have (0: not known yet); no
+    /// scan is worth making before the buffer holds this many bytes.
+    pub need: usize,
+    /// Forward mode: the entries before `entries_end` were complete ...
+    entries_end: usize,
+    /// ... and there were this many.
+    entries_done: usize,
+}
+
+/// `scan_frame` for a buffer that only grew since the last call with the
+/// same `progress` (the frame at its start is the same): it goes on where
+/// that scan stopped. Reset `progress` (`Default`) once a frame is cut off.
+pub fn scan_frame_resumed(
+    buf: &[u8],
+    limits: &Limits,
+    progress: &mut ScanProgress,
+) -> Result<Option<Scanned>, DecodeError> {
+    if buf.len() < progress.need {
+        return Ok(None);
+    }
+    let scanned = scan_inner(buf, progress);
+    if scanned.is_ok() {
+        // The next frame's scan starts afresh.
+        *progress = ScanProgress::default();
+    }
+    match scanned {
         Ok(s) if s.len > limits.max_frame_size => Err(DecodeError::Oversized {
             limit: limits.max_frame_size,
         }),
         Ok(s) => Ok(Some(s)),
         Err(e) => {
+            if let ScanError::Incomplete(n) = e {
+                progress.need = n;
+            }
             let r = incomplete_or(e, limits);
             if matches!(r, Ok(None)) && buf.len() > limits.max_frame_size {
                 return Err(DecodeError::Oversized {
@@ -155,13 +192,13 @@ pub fn scan_frame(buf: &[u8], limits: &Limits) -> Result<Option<Scanned>, Decode
 /// frame can have (exact up to the option map for PackedForward), so a reader
 /// can make room for it at once instead of growing step by step.
 pub fn bytes_needed(buf: &[u8]) -> Option<usize> {
-    match scan_inner(buf) {
+    match scan_inner(buf, &mut ScanProgress::default()) {
         Err(ScanError::Incomplete(n)) => Some(n),
         _ => None,
     }
 }
 
-fn scan_inner(buf: &[u8]) -> Result<Scanned, ScanError> {
+fn scan_inner(buf: &[u8], progress: &mut ScanProgress) -> Result<Scanned, ScanError> {
     let (n, mut pos) = read_array_len(buf, 0)?;
     if !(2..=4).contains(&n) {
         return Err(ScanError::Invalid("a frame is an array of 2 to 4 elements"));
@@ -175,8 +212,23 @@ fn scan_inner(buf: &[u8]) -> Result<Scanned, ScanError> {
     let (body, mut used) = match second {
         // array: Forward mode
         0x90..=0x9f | 0xdc | 0xdd => {
-            let (_, first) = read_array_len(buf, pos)?;
-            let end = skip_value(buf, pos)?;
+            let (count, first) = read_array_len(buf, pos)?;
+            // Entry by entry, from where the last scan of this frame
+            // stopped.
+            let (mut end, mut done) = if progress.entries_end > first {
+                (progress.entries_end, progress.entries_done)
+            } else {
+                (first, 0)
+            };
+            while done < count {
+                match skip_value(buf, end) {
+                    Ok(next) => (end, done) = (next, done + 1),
+                    Err(e) => {
+                        (progress.entries_end, progress.entries_done) = (end, done);
+                        return Err(e);
+                    }
+                }
+            }
             (
                 Body::Forward {
                     entries: (first, end),

@@ -16,8 +16,8 @@ pub mod handshake;
 pub mod msgpack;
 
 pub use decode::{
-    bytes_needed, count_entries, normalize_entries, scan_frame, Compression, DecodeError,
-    EventFrame, Limits, Mode, Scanned,
+    bytes_needed, count_entries, normalize_entries, scan_frame, scan_frame_resumed, Compression,
+    DecodeError, EventFrame, Limits, Mode, ScanProgress, Scanned,
 };
 pub use encode::{
     encode_ack, encode_forward, encode_message, encode_packed_forward, write_entry,

@@ -547,6 +547,45 @@ fn incomplete_input_at_every_cut_is_none() {
     }
 }
 
+/// A stream reader's way: the buffer grows a few bytes per read and each
+/// scan goes on from the last one's progress. Every prefix is incomplete
+/// (with a `need` past it, never past the frame), the whole frame scans as
+/// it does in one piece, and the progress is reset for the next frame.
+#[test]
+fn a_resumed_scan_of_a_growing_buffer_finds_the_same_frame() {
+    let lim = Limits::default();
+    for f in sample_frames() {
+        for step in [1, 3, 7] {
+            let mut progress = nagare_forward::ScanProgress::default();
+            let mut cut = 0;
+            while cut < f.len() {
+                let got = nagare_forward::scan_frame_resumed(&f[..cut], &lim, &mut progress)
+                    .map(|o| o.map(|s| s.len));
+                assert_eq!(got, Ok(None), "step {step}, cut {cut} of {f:02x?}");
+                assert!(
+                    cut < progress.need && progress.need <= f.len(),
+                    "step {step}, cut {cut}: need {} of {}",
+                    progress.need,
+                    f.len()
+                );
+                cut = (cut + step).min(f.len());
+            }
+            let whole = scan_frame(&f, &lim).unwrap().unwrap();
+            let resumed = nagare_forward::scan_frame_resumed(&f, &lim, &mut progress)
+                .unwrap()
+                .unwrap();
+            assert_eq!(resumed.len, whole.len, "step {step}");
+            let now = EventTime::new(0, 0);
+            assert_eq!(
+                resumed.into_frame(Bytes::from(f.clone()), &lim, now),
+                whole.into_frame(Bytes::from(f.clone()), &lim, now),
+                "step {step}"
+            );
+            assert_eq!(progress, nagare_forward::ScanProgress::default());
+        }
+    }
+}
+
 #[test]
 fn a_stream_of_frames_decodes_in_order() {
     let frames = sample_frames();

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use nagare_forward::handshake::{ServerAuth, User};
-use nagare_forward::{encode_ack, scan_frame, EventFrame, EventTime, Limits};
+use nagare_forward::{encode_ack, scan_frame_resumed, EventFrame, EventTime, Limits};
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket, UnixListener};
@@ -548,6 +548,9 @@ struct RecvBuf {
     buf: BytesMut,
     /// `buf` starts with a frame being read into an allocation of its own.
     own: bool,
+    /// How far the scan of the incomplete frame at `buf`'s start got, so a
+    /// frame that comes in many reads is scanned once, not once per read.
+    progress: nagare_forward::ScanProgress,
 }
 
 /// Read size while frames are small (several frames per read).
@@ -560,7 +563,9 @@ impl RecvBuf {
     /// Makes room for the next read.
     fn make_room(&mut self) {
         let len = self.buf.len();
-        let frame = nagare_forward::bytes_needed(&self.buf).unwrap_or(0);
+        // The last scan's least length of the frame at the start (0 when
+        // the buffer holds no partial frame).
+        let frame = if len == 0 { 0 } else { self.progress.need };
         if frame >= SHARE_THRESHOLD {
             let size = frame + OPTIONS_ROOM;
             if !self.own || self.buf.capacity() < size {
@@ -611,7 +616,8 @@ fn tight(mut frame: EventFrame, received: &Bytes) -> EventFrame {
 /// see `RecvBuf`) and decodes it.
 fn next_frame(rb: &mut RecvBuf, ctx: &Ctx, now: EventTime, peer: &str) -> Result<Next, String> {
     // The connection's log line names the peer; the reason does not repeat it.
-    let Some(scanned) = scan_frame(&rb.buf, &ctx.limits).map_err(|e| e.to_string())?
+    let Some(scanned) =
+        scan_frame_resumed(&rb.buf, &ctx.limits, &mut rb.progress).map_err(|e| e.to_string())?
     else {
         return Ok(Next::NeedMore);
     };
