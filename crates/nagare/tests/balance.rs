@@ -631,3 +631,81 @@ fn servers_from_dns_srv_records_follow_the_answers() {
     assert_exact_seqs(&all, 200);
     assert!(d.terminate().success());
 }
+
+/// SRV priorities: the lowest priority's targets are the primaries, the
+/// others standbys that get events only while every primary is down. A
+/// records: the name's address with the configured `port`.
+#[test]
+fn dns_srv_priorities_pick_primaries_and_a_records_take_the_port() {
+    if skip_unless(
+        dnsmasq().is_some(),
+        "dnsmasq is not installed (Debian package dnsmasq-base)",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut primary = Sink::start(SinkOpts::default());
+    let (standby, by_a) = (
+        Sink::start(SinkOpts::default()),
+        Sink::start(SinkOpts::default()),
+    );
+    let dns_port = free_port();
+    let _dns = Dnsmasq::start(
+        dns_port,
+        &[
+            format!(
+                "--srv-host=_forward._tcp.nagare.test,agg.nagare.test,{},10",
+                primary.port
+            ),
+            format!(
+                "--srv-host=_forward._tcp.nagare.test,agg.nagare.test,{},20",
+                standby.port
+            ),
+            "--host-record=agg.nagare.test,127.0.0.1".to_string(),
+        ],
+    );
+    let (mut d, port) = discovering_forwarder(
+        dir.path(),
+        &format!(
+            "type = \"dns\"\nname = \"_forward._tcp.nagare.test\"\n\
+             nameserver = \"127.0.0.1:{dns_port}\"\ninterval = \"200ms\""
+        ),
+    );
+    wait_added(&d, primary.port);
+    wait_added(&d, standby.port);
+    let mut tx = Sender::tcp(port);
+    tx.send_seqs("sd.srv", 500, 50);
+    primary.wait_count(500);
+    assert_eq!(standby.count(), 0, "the priority-20 standby rests");
+
+    // The primary dies: the standby takes the rest.
+    primary.stop();
+    for s in (500..1000).step_by(50) {
+        tx.packed("sd.srv", s..s + 50, None);
+    }
+    tx.finish();
+    wait_until(WAIT, "events 0..1000 delivered", || {
+        primary.count() + standby.count() >= 1000
+    });
+    let mut all = primary.seqs();
+    all.extend(standby.seqs());
+    assert_exact_seqs(&all, 1000);
+    assert!(d.terminate().success());
+
+    // record = "a": agg.nagare.test's address with `port`.
+    let (mut d, port) = discovering_forwarder(
+        dir.path(),
+        &format!(
+            "type = \"dns\"\nname = \"agg.nagare.test\"\nrecord = \"a\"\nport = {}\n\
+             nameserver = \"127.0.0.1:{dns_port}\"\ninterval = \"200ms\"",
+            by_a.port
+        ),
+    );
+    wait_added(&d, by_a.port);
+    let mut tx = Sender::tcp(port);
+    tx.send_seqs("sd.a", 200, 50);
+    tx.finish();
+    by_a.wait_count(200);
+    assert_exact_seqs(&by_a.seqs(), 200);
+    assert!(d.terminate().success());
+}
