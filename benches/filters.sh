@@ -7,7 +7,7 @@
 # interleaved, RUNS times each. Prints the medians of events per nagare
 # CPU-second and at the sink, and the ratio filtered / plain.
 #
-#   benches/filters.sh FILTER [RUNS] [DURATION]   (FILTER: grep, modify, rewrite_tag, throttle, sample, exec, exec-msgpack, lua;
+#   benches/filters.sh FILTER [RUNS] [DURATION]   (FILTER: grep, modify, rewrite_tag, throttle, sample, exec, exec-msgpack, lua, lua-lazy;
 #                                                  defaults: 3 runs of 8s)
 #
 # Needs Go (to build flowbench from ../shared/bench).

@@ -52,6 +52,16 @@ fn ev(seq: i64, op: &str) -> Value {
 
 #[test]
 fn lua_adds_drops_splits_and_keeps_or_sets_the_time() {
+    adds_drops_splits("");
+}
+
+/// The same script and events with `lazy_record`: the same events arrive.
+#[test]
+fn lua_lazy_records_give_the_same_events() {
+    adds_drops_splits("lazy_record = true\n");
+}
+
+fn adds_drops_splits(option: &str) {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("filter.lua");
     std::fs::write(&script, SCRIPT).unwrap();
@@ -63,7 +73,7 @@ type = "lua"
 match = "app.**"
 script = "{}"
 call = "cb"
-"#,
+{option}"#,
         script.display()
     );
     let (mut d, port) = daemon(dir.path(), &filters, sink.port);

@@ -34,6 +34,7 @@ use nagare_forward::msgpack::{
     read_array_len, read_str_or_bin, write_array_len, write_map_len, write_str,
 };
 
+use super::lazy::{self, Lazy};
 use crate::filters::record;
 
 /// Deeper values are refused (in both directions): a cycle such as
@@ -287,9 +288,20 @@ pub struct Writer {
     /// parent's (read once per map, not once per key).
     old_keys: Vec<OldKey>,
     tmp: Vec<u8>,
+    /// With `lazy_record`: the event being filtered, whose proxy is
+    /// written by `lazy_map`.
+    lazy: Option<*mut Lazy>,
 }
 
 impl Writer {
+    /// A writer; `lazy` is the current event with `lazy_record`.
+    pub fn new(lazy: Option<*mut Lazy>) -> Writer {
+        Writer {
+            lazy,
+            ..Writer::default()
+        }
+    }
+
     /// Writes the value at `idx` (an absolute index) to `out`. `hint` is
     /// the msgpack value it replaces (from its first byte on), if any.
     ///
@@ -346,6 +358,15 @@ impl Writer {
             }
             ffi::LUA_TTABLE => {
                 room(l, depth)?;
+                if let Some(lz) = self.lazy.map(|p| &mut *p).filter(|lz| lazy::is_current(l, idx, lz)) {
+                    // The record returned (or one of a split): its
+                    // untouched pairs are copied. Deeper, it is an
+                    // ordinary table once every field is in it.
+                    if depth == 0 {
+                        return self.lazy_map(l, idx, out, lz);
+                    }
+                    lazy::materialize(l, idx, lz)?;
+                }
                 self.table(l, idx, out, hint, depth + 1)?;
             }
             ffi::LUA_TUSERDATA if !ffi::luaL_testudata(l, idx, EXT.as_ptr()).is_null() => {
@@ -420,17 +441,69 @@ impl Writer {
         written?;
         let pairs = self.spans.len() - base;
         self.order(out, first, base);
-        if pairs == 0 && hint.is_some_and(|h| array_elements(h).is_some()) {
-            // `{}` where the record had an array: still an (empty) array.
-            out[header] = 0x90;
-        } else if pairs < 16 {
-            out[header] = 0x80 | pairs as u8;
-        } else {
-            let mut len = Vec::with_capacity(5);
-            write_map_len(&mut len, pairs);
-            out.splice(header..first, len);
-        }
+        // `{}` where the record had an array: still an (empty) array.
+        let array = pairs == 0 && hint.is_some_and(|h| array_elements(h).is_some());
+        finish_map(out, header, first, pairs, array);
         Ok(())
+    }
+
+    /// Writes the current event's proxy (`lazy_record`) as its record:
+    /// the pairs the script never touched as they came, in their places,
+    /// then what the proxy holds, as `table` writes a map.
+    unsafe fn lazy_map(
+        &mut self,
+        l: *mut lua_State,
+        idx: c_int,
+        out: &mut Vec<u8>,
+        lz: &mut Lazy,
+    ) -> Result<(), String> {
+        let h = lz.record();
+        let header = out.len();
+        loop {
+            out.truncate(header);
+            out.push(0x80);
+            let first = out.len();
+            let base = self.spans.len();
+            let keys_base = self.old_keys.len();
+            for (j, k) in lz.keys.iter().enumerate() {
+                self.old_keys.push(OldKey {
+                    text: k.text,
+                    pair: k.pair,
+                    value: k.value,
+                });
+                if !lz.touched[j] {
+                    let start = out.len();
+                    out.extend_from_slice(&h[k.pair..k.end]);
+                    self.spans.push(Span {
+                        old: Some(j),
+                        key: (0, 0),
+                        start,
+                        end: out.len(),
+                    });
+                }
+            }
+            let copied = self.spans.len();
+            let written = self.pairs(l, idx, out, h, keys_base, 1);
+            self.old_keys.truncate(keys_base);
+            written?;
+            // A field set with `rawset` bypassed `__newindex`: its pair was
+            // copied as well. Count it touched and write the map again.
+            let mut again = false;
+            for s in &self.spans[copied..] {
+                if let Some(j) = s.old.filter(|&j| !lz.touched[j]) {
+                    lz.touched[j] = true;
+                    again = true;
+                }
+            }
+            if again {
+                self.spans.truncate(base);
+                continue;
+            }
+            let pairs = self.spans.len() - base;
+            self.order(out, first, base);
+            finish_map(out, header, first, pairs, false);
+            return Ok(());
+        }
     }
 
     /// Writes the pairs of the map at `idx`, each with a span; `h` is the
@@ -514,6 +587,20 @@ impl Writer {
             }
         }
         self.spans.truncate(base);
+    }
+}
+
+/// Puts the header of a map of `pairs` pairs (or an empty array) in the
+/// byte kept for it at `header`; the pairs start at `first`.
+fn finish_map(out: &mut Vec<u8>, header: usize, first: usize, pairs: usize, array: bool) {
+    if array {
+        out[header] = 0x90;
+    } else if pairs < 16 {
+        out[header] = 0x80 | pairs as u8;
+    } else {
+        let mut len = Vec::with_capacity(5);
+        write_map_len(&mut len, pairs);
+        out.splice(header..first, len);
     }
 }
 
