@@ -404,10 +404,17 @@ retry_max_interval = "200ms"
     });
     let sink = Sink::start_on(sink_port, SinkOpts::default());
     let (sent, try_later) = client_done(client);
-    assert_eq!((sent, try_later), (5000, 0), "every call answered OK, none TRY_LATER");
+    assert_eq!(
+        (sent, try_later),
+        (5000, 0),
+        "every call answered OK, none TRY_LATER"
+    );
     assert_eq!(d.metric("rejected_events_total", "scribe#0"), 0);
     sink.wait_records(5000);
-    let got: Vec<String> = records_of(&sink, "held").iter().map(message_field).collect();
+    let got: Vec<String> = records_of(&sink, "held")
+        .iter()
+        .map(message_field)
+        .collect();
     let want: Vec<String> = (0..5000).map(|s| format!("message {s}")).collect();
     assert_eq!(got, want, "every event once, in order");
     assert!(d.terminate().success());

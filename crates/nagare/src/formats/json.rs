@@ -380,7 +380,10 @@ mod tests {
     fn invalid_utf8_becomes_replacement_characters() {
         let mut out = Vec::new();
         write_string(&mut out, b"abcdefgh\xffij\"");
-        assert_eq!(String::from_utf8(out).unwrap(), "\"abcdefgh\u{fffd}ij\\\"\"");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "\"abcdefgh\u{fffd}ij\\\"\""
+        );
     }
 
     #[test]
