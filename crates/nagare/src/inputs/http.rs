@@ -542,6 +542,15 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
         assert!(e.message.starts_with("line 4: "), "{}", e.message);
+        // CRLF lines, and a last line without its newline.
+        let e = d
+            .decode(&request("/t", "application/x-ndjson"), Bytes::from("{\"a\":1}\r\n{\"a\":"))
+            .unwrap_err();
+        assert!(e.message.starts_with("line 2: "), "{}", e.message);
+        let b = d
+            .decode(&request("/t", "application/x-ndjson"), Bytes::from("{\"a\":1}\r\n\r\n{\"a\":2}"))
+            .unwrap();
+        assert_eq!(b[0].count, 2);
         // NDJSON sent as application/json is taken too.
         let b = d
             .decode(&request("/t", "application/json"), Bytes::from("{\"a\":1}\n{\"a\":2}\n"))
