@@ -328,6 +328,8 @@ bind = "127.0.0.1:{mon}"
 [[input]]
 type = "scribe"
 bind = "127.0.0.1:{port}"
+# Calls wait 100 ms for room, then are answered TRY_LATER.
+wait_for_room = "100ms"
 [[output]]
 type = "forward"
 match = "**"
@@ -363,6 +365,59 @@ retry_max_interval = "200ms"
     assert!(d.terminate().success());
     sink.wait_disconnected();
     assert_eq!(sink.records().len(), 5000);
+}
+
+#[test]
+fn a_call_waits_for_room_instead_of_try_later() {
+    let Some(thrift) = thrift() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (port, mon, sink_port) = (free_port(), free_port(), free_port());
+    // Nothing listens on sink_port yet: the buffer fills, and the call
+    // that finds it full waits (wait_for_room) until the sink takes chunks.
+    let cfg = format!(
+        r#"[monitor]
+bind = "127.0.0.1:{mon}"
+[[input]]
+type = "scribe"
+bind = "127.0.0.1:{port}"
+wait_for_room = "60s"
+[[output]]
+type = "forward"
+match = "**"
+heartbeat_interval = "100ms"
+[[output.server]]
+address = "127.0.0.1:{sink_port}"
+[output.buffer]
+flush_interval = "50ms"
+chunk_limit_size = "8KiB"
+total_limit_size = "32KiB"
+retry_wait = "100ms"
+retry_max_interval = "200ms"
+"#
+    );
+    let mut d = Daemon::start(dir.path(), "scribe", &cfg, Some(mon));
+    d.wait_port(port);
+    // 5,000 events of about 30 bytes: far more than the buffer holds.
+    let client = thrift.client(port, 100, 50, "held", "text");
+    wait_until(WAIT, "the buffer is full", || {
+        d.metric("buffer_bytes", "forward#0") > 24 * 1024
+    });
+    let sink = Sink::start_on(sink_port, SinkOpts::default());
+    let (sent, try_later) = client_done(client);
+    assert_eq!(
+        (sent, try_later),
+        (5000, 0),
+        "every call answered OK, none TRY_LATER"
+    );
+    assert_eq!(d.metric("rejected_events_total", "scribe#0"), 0);
+    sink.wait_records(5000);
+    let got: Vec<String> = records_of(&sink, "held")
+        .iter()
+        .map(message_field)
+        .collect();
+    let want: Vec<String> = (0..5000).map(|s| format!("message {s}")).collect();
+    assert_eq!(got, want, "every event once, in order");
+    assert!(d.terminate().success());
 }
 
 // ------------------------------------------------------------ bad input

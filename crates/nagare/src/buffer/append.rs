@@ -185,6 +185,28 @@ impl Buffer {
                 || self.cfg.overflow_action == OverflowAction::DropOldestChunk)
     }
 
+    /// Waits until `has_room(len)`, or `deadline`, or the buffer closes;
+    /// returns whether there is room. For inputs that hold a caller briefly
+    /// before answering "try later" (scribe's `wait_for_room`): a chunk
+    /// delivered meanwhile lets the call in, and a Scribe client does not
+    /// back off for a moment's full buffer.
+    pub async fn wait_room(&self, len: usize, deadline: tokio::time::Instant) -> bool {
+        loop {
+            let space = self.space.notified();
+            tokio::pin!(space);
+            // Registered before the check, so a free between the two wakes us.
+            space.as_mut().enable();
+            if self.has_room(len) {
+                return true;
+            }
+            if self.state.lock().expect("buffer state").closing
+                || tokio::time::timeout_at(deadline, space).await.is_err()
+            {
+                return self.has_room(len);
+            }
+        }
+    }
+
     /// `overflow_action = "drop_oldest_chunk"`: drops the oldest queued
     /// chunk; false when none is queued.
     fn drop_oldest(&self, st: &mut State) -> bool {

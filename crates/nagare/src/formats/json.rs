@@ -208,11 +208,35 @@ fn write_float(out: &mut Vec<u8>, v: f64) {
 /// Writes a JSON string; invalid UTF-8 is replaced with U+FFFD.
 pub fn write_string(out: &mut Vec<u8>, s: &[u8]) {
     out.push(b'"');
-    match std::str::from_utf8(s) {
-        Ok(t) => escape(out, t),
-        Err(_) => escape(out, &String::from_utf8_lossy(s)),
+    if plain_ascii(s) {
+        // Most keys and values: valid UTF-8 with nothing to escape, found
+        // in one pass (a UTF-8 check and then the escape scan took a fifth
+        // of a syslog → file relay's CPU at 100 B).
+        out.extend_from_slice(s);
+    } else {
+        match std::str::from_utf8(s) {
+            Ok(t) => escape(out, t),
+            Err(_) => escape(out, &String::from_utf8_lossy(s)),
+        }
     }
     out.push(b'"');
+}
+
+/// Whether `s` is ASCII with no byte a JSON string must escape.
+#[inline]
+fn plain_ascii(s: &[u8]) -> bool {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut words = s.chunks_exact(8);
+    for w in &mut words {
+        let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        if w & HIGH != 0 || needs_escape(w) {
+            return false;
+        }
+    }
+    words
+        .remainder()
+        .iter()
+        .all(|&b| (0x20..0x80).contains(&b) && b != b'"' && b != b'\\')
 }
 
 /// Whether any of the 8 bytes of `w` must be escaped in a JSON string: a
@@ -343,9 +367,23 @@ mod tests {
                         "{s:?} → {:?}",
                         String::from_utf8_lossy(&out)
                     );
+                    // write_string (its ASCII fast path or not) writes the same.
+                    let mut quoted = Vec::new();
+                    write_string(&mut quoted, s.as_bytes());
+                    assert_eq!(quoted, [b"\"", &out[..], b"\""].concat(), "{s:?}");
                 }
             }
         }
+    }
+
+    #[test]
+    fn invalid_utf8_becomes_replacement_characters() {
+        let mut out = Vec::new();
+        write_string(&mut out, b"abcdefgh\xffij\"");
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "\"abcdefgh\u{fffd}ij\\\"\""
+        );
     }
 
     #[test]

@@ -204,7 +204,7 @@ impl Decode for HttpDecode {
             Some(t) => Some(param_time(&String::from_utf8_lossy(&t))?),
             None => None,
         };
-        let mut out = Batches::new(tag, self.tag_key.as_deref(), forced);
+        let mut out = Batches::new(tag, self.tag_key.as_deref(), forced, data.len());
         match kind {
             BodyKind::Json => self.json(&data, &mut out)?,
             BodyKind::Ndjson => self.ndjson(&data, &mut out)?,
@@ -271,7 +271,15 @@ impl HttpDecode {
     }
 
     fn ndjson(&self, body: &[u8], out: &mut Batches) -> Result<(), Reject> {
-        for (i, line) in body.split(|&b| b == b'\n').enumerate() {
+        // Lines found with memchr: a byte-at-a-time split of the body took
+        // 40 % of the input's CPU at 1 KiB events, more than the JSON.
+        let mut start = 0;
+        for (i, end) in memchr::memchr_iter(b'\n', body)
+            .chain((body.last() != Some(&b'\n')).then_some(body.len()))
+            .enumerate()
+        {
+            let line = &body[start..end];
+            start = end + 1;
             let line = line.strip_suffix(b"\r").unwrap_or(line);
             if line.iter().all(|b| b.is_ascii_whitespace()) {
                 continue;
@@ -400,9 +408,12 @@ struct Batches {
 }
 
 impl Batches {
-    fn new(tag: String, tag_key: Option<&str>, forced: Option<EventTime>) -> Batches {
+    /// `size`: the body's; its msgpack entries take about as much (JSON's
+    /// quotes and colons are a little more than the entry's time), allocated
+    /// once instead of doubled up to it.
+    fn new(tag: String, tag_key: Option<&str>, forced: Option<EventTime>, size: usize) -> Batches {
         Batches {
-            buf: Vec::new(),
+            buf: Vec::with_capacity(size + size / 8),
             count: 0,
             tag,
             tag_key: tag_key.map(|k| k.as_bytes().to_vec()),
@@ -452,7 +463,13 @@ impl Batches {
         }
     }
 
-    fn done(self) -> Vec<Events> {
+    fn done(mut self) -> Vec<Events> {
+        // The buffer counts a big batch at its length: the allocation it
+        // keeps alive must be about that (records moved by tag_key, or a
+        // body that was mostly spaces).
+        if self.buf.capacity() > self.buf.len() + self.buf.len() / 4 + 4096 {
+            self.buf.shrink_to_fit();
+        }
         let mut all = Vec::with_capacity(1 + self.others.len());
         all.push(Events {
             tag: self.tag,
@@ -525,6 +542,15 @@ mod tests {
             .unwrap_err();
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
         assert!(e.message.starts_with("line 4: "), "{}", e.message);
+        // CRLF lines, and a last line without its newline.
+        let e = d
+            .decode(&request("/t", "application/x-ndjson"), Bytes::from("{\"a\":1}\r\n{\"a\":"))
+            .unwrap_err();
+        assert!(e.message.starts_with("line 2: "), "{}", e.message);
+        let b = d
+            .decode(&request("/t", "application/x-ndjson"), Bytes::from("{\"a\":1}\r\n\r\n{\"a\":2}"))
+            .unwrap();
+        assert_eq!(b[0].count, 2);
         // NDJSON sent as application/json is taken too.
         let b = d
             .decode(&request("/t", "application/json"), Bytes::from("{\"a\":1}\n{\"a\":2}\n"))

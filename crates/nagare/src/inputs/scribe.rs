@@ -6,10 +6,12 @@
 //!
 //! The answer is the acknowledgement: `OK` once every entry of the call is
 //! in every matched output's buffer (fsync'd for file buffers), `TRY_LATER`
-//! when a matched output's buffer is full. A call answered TRY_LATER was
-//! not taken at all: the client sends it again, and nothing is dropped.
-//! A connection is not held while buffers are full, unlike the forward
-//! input, because Scribe clients expect the answer to come back at once.
+//! when a matched output's buffer is still full after `wait_for_room`. A
+//! call answered TRY_LATER was not taken at all: the client sends it again,
+//! and nothing is dropped. A connection is held only that long while
+//! buffers are full, unlike the forward input, because Scribe clients wait
+//! for the answer; not at all would turn every full moment into a client's
+//! back-off and a resend of the whole call.
 //!
 //! With `[input.tls]` the framed transport runs inside TLS (Thrift's
 //! `TSSLSocket`/`TSSLTransport` clients).
@@ -30,6 +32,7 @@ use tokio::time::Instant;
 use super::append::append_batch;
 use super::tail::encode_line;
 use crate::config::units::{Dur, Size};
+use crate::outputs::OutputHandle;
 use crate::parsers::{Parser, ParserConfig, ParserType};
 use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, Listen, OptionError};
 use crate::router::LiveRouter;
@@ -85,6 +88,13 @@ pub struct ScribeInputConfig {
     /// once with a log line (default 1024).
     #[serde(default = "default_max_connections")]
     pub max_connections: usize,
+    /// While a matched output's buffer is full, a call waits this long for
+    /// room before it is answered TRY_LATER (default "1s"; "0s" answers at
+    /// once). A chunk delivered meanwhile lets the call in: a Scribe client
+    /// told TRY_LATER backs off (Scribe's own network store for
+    /// `retry_interval`, 300 s by default) and sends the whole call again.
+    #[serde(default = "default_wait_for_room")]
+    pub wait_for_room: Dur,
     /// TLS (`[input.tls]`: `cert`, `key`, and `ca` to require client
     /// certificates); see docs/tls.md.
     #[serde(default)]
@@ -108,6 +118,9 @@ fn default_request_timeout() -> Dur {
 }
 fn default_max_connections() -> usize {
     1024
+}
+fn default_wait_for_room() -> Dur {
+    Dur(Duration::from_secs(1))
 }
 
 /// The tag of entries whose category is empty (as out_scribe's default category).
@@ -370,9 +383,13 @@ async fn take_call(args: &[u8], ctx: &Ctx, peer: &str) -> Result<ResultCode, Str
         let run = match runs.last_mut() {
             Some(r) if r.category == category => r,
             _ => {
+                // Most calls have one category: its entries take about the
+                // call's size (a msgpack entry is a Thrift one plus a few
+                // bytes), allocated once rather than doubled up to it.
+                let size = if runs.is_empty() { args.len() + args.len() / 8 } else { 0 };
                 runs.push(Run {
                     category,
-                    entries: Vec::new(),
+                    entries: Vec::with_capacity(size),
                     count: 0,
                 });
                 runs.last_mut().expect("just pushed")
@@ -386,23 +403,38 @@ async fn take_call(args: &[u8], ctx: &Ctx, peer: &str) -> Result<ResultCode, Str
     .map_err(|e| e.to_string())?;
     let runs: Vec<(String, Vec<u8>, u32)> = runs
         .into_iter()
-        .map(|r| (tag_of(r.category, ctx), r.entries, r.count))
+        .map(|mut r| {
+            // The buffer counts a big batch at its length: the allocation
+            // it keeps alive must be about that (several categories).
+            if r.entries.capacity() > r.entries.len() + r.entries.len() / 4 + 4096 {
+                r.entries.shrink_to_fit();
+            }
+            (tag_of(r.category, ctx), r.entries, r.count)
+        })
         .collect();
     let total: u64 = runs.iter().map(|r| r.2 as u64).sum();
     // Every buffer must have room before anything is appended, so that a
     // TRY_LATER call was taken nowhere and its resend duplicates nothing.
-    let full = {
-        // This table is let go before the appends' awaits (a reload waits for it).
+    let wanted: Vec<(OutputHandle, usize)> = {
+        // This table is let go before the waits and appends (a reload waits for it).
         let (_, router) = ctx.router.load();
-        runs.iter().find_map(|(tag, entries, _)| {
-            let route = router.route(tag);
-            route
-                .outputs
-                .iter()
-                .find(|o| !o.has_room(entries.len()))
-                .map(|o| o.name().to_string())
-        })
+        runs.iter()
+            .flat_map(|(tag, entries, _)| {
+                let route = router.route(tag);
+                let len = entries.len();
+                route.outputs.iter().map(move |o| (o.clone(), len)).collect::<Vec<_>>()
+            })
+            .collect()
     };
+    let deadline = Instant::now() + ctx.cfg.wait_for_room.0;
+    let mut full = None;
+    for (o, len) in &wanted {
+        if !o.wait_room(*len, deadline).await {
+            full = Some(o.name().to_string());
+            break;
+        }
+    }
+    drop(wanted);
     if let Some(output) = full {
         PluginStats::add(&ctx.stats.rejected, total);
         tracing::debug!(input = %ctx.name, peer = %peer, %output, events = total,

@@ -57,7 +57,15 @@ pub struct FileOutput {
     cfg: FileConfig,
     has_time: bool,
     appends: Arc<Appends>,
+    /// Text buffers of earlier writes, used again: a fresh one of a chunk's
+    /// size costs a zeroed page per 4 KiB (a tenth of a syslog → file
+    /// relay's CPU at 100 B went to clearing pages).
+    spare: Arc<Mutex<Vec<Vec<u8>>>>,
 }
+
+/// Spare text buffers kept, and the largest kept.
+const SPARE_BUFFERS: usize = 4;
+const SPARE_MAX: usize = 16 << 20;
 
 /// Files that take turns: a failed append is cut back to where it started,
 /// which would also cut another worker's append made in the meantime.
@@ -149,6 +157,7 @@ impl FileOutput {
             has_time: cfg.path.contains('%'),
             cfg,
             appends: Arc::new(Appends::new()),
+            spare: Arc::new(Mutex::new(Vec::new())),
         })
     }
 
@@ -245,7 +254,10 @@ impl Output for FileOutput {
             if !same {
                 let p = self.render_path(&chunk.tag, time.secs)?;
                 if groups.last().map(|g| &g.0) != Some(&p) {
-                    groups.push((p, Vec::with_capacity(chunk.len)));
+                    let mut buf = self.spare.lock().expect("spare buffers").pop().unwrap_or_default();
+                    // JSON lines of small records are about 1.5x their msgpack.
+                    buf.reserve(chunk.len + chunk.len / 2);
+                    groups.push((p, buf));
                 }
                 last_secs = Some(time.secs);
             }
@@ -262,23 +274,30 @@ impl Output for FileOutput {
         }
         let compress = self.cfg.compress.is_some();
         let append = self.cfg.append;
-        let (id, appends) = (chunk.id, self.appends.clone());
+        let (id, appends, spare) = (chunk.id, self.appends.clone(), self.spare.clone());
         tokio::task::spawn_blocking(move || {
             let written = if append { appends.written(&id) } else { 0 };
-            for (i, (path, data)) in groups.into_iter().enumerate().skip(written) {
+            let result = (|| {
+            for (i, (path, data)) in groups.iter().enumerate().skip(written) {
                 let path = if append {
-                    path
+                    path.clone()
                 } else {
-                    with_chunk_id(&path, &format!("{}_{i}", hex::encode(id)))
+                    with_chunk_id(path, &format!("{}_{i}", hex::encode(id)))
                 };
-                let data = if compress { gzip(&data) } else { Ok(data) };
-                let done = data.and_then(|data| {
-                    if append {
-                        appends.append(&path, &data)
+                let done = (|| {
+                    let zipped;
+                    let data: &[u8] = if compress {
+                        zipped = gzip(data)?;
+                        &zipped
                     } else {
-                        write_new_file(&path, &data)
+                        data
+                    };
+                    if append {
+                        appends.append(&path, data)
+                    } else {
+                        write_new_file(&path, data)
                     }
-                });
+                })();
                 if let Err(e) = done {
                     if append {
                         // The groups before this one are in their files.
@@ -291,6 +310,15 @@ impl Output for FileOutput {
                 appends.set_written(&id, None);
             }
             Ok(())
+            })();
+            let mut kept = spare.lock().expect("spare buffers");
+            for (_, mut buf) in groups {
+                if kept.len() < SPARE_BUFFERS && buf.capacity() <= SPARE_MAX {
+                    buf.clear();
+                    kept.push(buf);
+                }
+            }
+            result
         })
         .await
         .map_err(|e| FlushError::Retry(format!("file writer task: {e}")))?

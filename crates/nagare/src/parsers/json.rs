@@ -92,17 +92,29 @@ fn event_time(p: &Parser, tk: &str, t: &Value) -> Result<EventTime, String> {
 /// The error that sends a line with a repeated key to `parse_tree`.
 pub(crate) const REPEATED_KEY: &str = "nagare: repeated key";
 
-/// Puts the msgpack header of a map or array of `n` items in front of the
-/// items, written from `start` on (their count is known only at the end).
-fn insert_header(out: &mut Vec<u8>, start: usize, n: usize, map: bool) {
-    let end = out.len();
-    if map {
-        write_map_len(out, n);
-    } else {
-        write_array_len(out, n);
+/// Keeps one byte for the msgpack header of a map or array whose items
+/// are written next (their count is known only at the end); returns where.
+fn reserve_header(out: &mut Vec<u8>) -> usize {
+    out.push(0);
+    out.len() - 1
+}
+
+/// Writes the header kept at `at` for `n` items: a fixmap or fixarray (up
+/// to 15 items, most objects) fills its byte; a longer header moves the
+/// items once. (Moving every record for its header cost a tenth of the
+/// http input's CPU at 1 KiB events.)
+fn write_header(out: &mut Vec<u8>, at: usize, n: usize, map: bool) {
+    if n < 16 {
+        out[at] = if map { 0x80 } else { 0x90 } | n as u8;
+        return;
     }
-    let header = out.len() - end;
-    out[start..].rotate_right(header);
+    let mut header = Vec::with_capacity(5);
+    if map {
+        write_map_len(&mut header, n);
+    } else {
+        write_array_len(&mut header, n);
+    }
+    out.splice(at..at + 1, header);
 }
 
 /// The line's top-level object: time_key handled, extra fields appended.
@@ -127,10 +139,10 @@ impl<'de> Visitor<'de> for TopObject<'_, '_> {
         f.write_str("a JSON object")
     }
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
-        let start = self.out.len();
+        let at = reserve_header(self.out);
         let n = write_pairs(self.out, map, Some((self.p, &mut *self.time)))?;
         super::write_extra(self.extra, self.out);
-        insert_header(self.out, start, n + self.extra.len(), true);
+        write_header(self.out, at, n + self.extra.len(), true);
         Ok(())
     }
 }
@@ -271,18 +283,18 @@ impl<'de> Visitor<'de> for Emit<'_> {
         Ok(())
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let start = self.0.len();
+        let at = reserve_header(self.0);
         let mut n = 0;
         while seq.next_element_seed(Emit(&mut *self.0))?.is_some() {
             n += 1;
         }
-        insert_header(self.0, start, n, false);
+        write_header(self.0, at, n, false);
         Ok(())
     }
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
-        let start = self.0.len();
+        let at = reserve_header(self.0);
         let n = write_pairs(self.0, map, None)?;
-        insert_header(self.0, start, n, true);
+        write_header(self.0, at, n, true);
         Ok(())
     }
 }
