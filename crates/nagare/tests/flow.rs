@@ -506,3 +506,52 @@ fn udp_heartbeat_and_monitor_counts() {
     assert_eq!(status, 200);
     assert!(d.terminate().success());
 }
+
+/// Big frames written a few KiB at a time, as a slow or small-buffered
+/// client sends them: a Forward-mode frame (no header gives its length, so
+/// the input learns it entry by entry) and a PackedForward frame, each
+/// acked and delivered whole (every seq once), with a small frame behind each to
+/// show the stream goes on.
+#[test]
+fn big_frames_written_in_small_pieces_arrive_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Sink::start(SinkOpts::default());
+    let port = free_port();
+    let cfg = format!("{}{}", input(port), forward_output_to("**", sink.port));
+    let mut d = Daemon::start(dir.path(), "pieces", &cfg, None);
+    d.wait_port(port);
+    let mut tx = Sender::tcp(port);
+    const N: u64 = 20_000; // about 2 MB per frame
+    for (i, packed) in [false, true].into_iter().enumerate() {
+        let base = i as u64 * (N + 10);
+        let (e, n) = entries(base..base + N);
+        let id = format!("big-{i}");
+        let mut f = Vec::new();
+        if packed {
+            encode_packed_forward(
+                &mut f,
+                "big.pieces",
+                &e,
+                n,
+                Some(id.as_bytes()),
+                Compression::None,
+            )
+            .unwrap();
+        } else {
+            nagare_forward::encode_forward(&mut f, "big.pieces", &e, n, Some(id.as_bytes()));
+        }
+        for piece in f.chunks(4096) {
+            tx.raw(piece);
+        }
+        assert_eq!(
+            tx.read_ack(),
+            ack_bytes(&mp_str(id.as_bytes())),
+            "ack for {id}"
+        );
+        tx.packed("big.pieces", base + N..base + N + 10, None);
+    }
+    tx.finish();
+    sink.wait_count(2 * (N as usize + 10));
+    assert_exact_seqs(&sink.seqs(), 2 * (N + 10));
+    assert!(d.terminate().success(), "{}", d.stderr());
+}

@@ -567,8 +567,14 @@ impl RecvBuf {
         // the buffer holds no partial frame).
         let frame = if len == 0 { 0 } else { self.progress.need };
         if frame >= SHARE_THRESHOLD {
-            let size = frame + OPTIONS_ROOM;
+            let mut size = frame + OPTIONS_ROOM;
             if !self.own || self.buf.capacity() < size {
+                if self.own {
+                    // A need that grows read by read (Forward mode: no
+                    // header gives the frame's length) doubles the
+                    // allocation rather than copying the frame per read.
+                    size = size.max(2 * self.buf.capacity());
+                }
                 self.move_to(size);
                 self.own = true;
             }
