@@ -68,6 +68,10 @@ run() { # run CLASS ARGS...: a Kafka class with the broker's class path
 if [ ! -e "$dir/data/meta.properties" ]; then
   # A cluster id is 16 random bytes in URL-safe base64 without padding.
   id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+  # One id in 64 starts with "-", which StorageTool's argument parser takes
+  # for an option ("argument --cluster-id/-t: expected one argument"): the
+  # broker then never started. Any other first letter is as good.
+  id=${id/#-/A}
   # The SCRAM user lives in the cluster's metadata, written at format time.
   run kafka.tools.StorageTool format -t "$id" -c "$dir/server.properties" \
     --add-scram 'SCRAM-SHA-256=[name=nagare,password=kafka-secret]' >/dev/null
