@@ -322,28 +322,8 @@ fn try_later_while_the_buffer_is_full() {
     let dir = tempfile::tempdir().unwrap();
     let (port, mon, sink_port) = (free_port(), free_port(), free_port());
     // Nothing listens on sink_port yet: the buffer fills and stays full.
-    let cfg = format!(
-        r#"[monitor]
-bind = "127.0.0.1:{mon}"
-[[input]]
-type = "scribe"
-bind = "127.0.0.1:{port}"
-# Calls wait 100 ms for room, then are answered TRY_LATER.
-wait_for_room = "100ms"
-[[output]]
-type = "forward"
-match = "**"
-heartbeat_interval = "100ms"
-[[output.server]]
-address = "127.0.0.1:{sink_port}"
-[output.buffer]
-flush_interval = "50ms"
-chunk_limit_size = "8KiB"
-total_limit_size = "32KiB"
-retry_wait = "100ms"
-retry_max_interval = "200ms"
-"#
-    );
+    // Calls wait 100 ms for room, then are answered TRY_LATER.
+    let cfg = scribe_into_small_buffer(mon, port, sink_port, "100ms");
     let mut d = Daemon::start(dir.path(), "scribe", &cfg, Some(mon));
     d.wait_port(port);
     let client = thrift.client(port, 100, 50, "full", "text");
@@ -367,20 +347,17 @@ retry_max_interval = "200ms"
     assert_eq!(sink.records().len(), 5000);
 }
 
-#[test]
-fn a_call_waits_for_room_instead_of_try_later() {
-    let Some(thrift) = thrift() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let (port, mon, sink_port) = (free_port(), free_port(), free_port());
-    // Nothing listens on sink_port yet: the buffer fills, and the call
-    // that finds it full waits (wait_for_room) until the sink takes chunks.
-    let cfg = format!(
+/// A scribe input whose calls wait `wait_for_room` for room in a 32 KiB
+/// buffer, forwarding to `sink_port` (retried every 100–200 ms while
+/// nothing listens there).
+fn scribe_into_small_buffer(mon: u16, port: u16, sink_port: u16, wait_for_room: &str) -> String {
+    format!(
         r#"[monitor]
 bind = "127.0.0.1:{mon}"
 [[input]]
 type = "scribe"
 bind = "127.0.0.1:{port}"
-wait_for_room = "60s"
+wait_for_room = "{wait_for_room}"
 [[output]]
 type = "forward"
 match = "**"
@@ -394,7 +371,17 @@ total_limit_size = "32KiB"
 retry_wait = "100ms"
 retry_max_interval = "200ms"
 "#
-    );
+    )
+}
+
+#[test]
+fn a_call_waits_for_room_instead_of_try_later() {
+    let Some(thrift) = thrift() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let (port, mon, sink_port) = (free_port(), free_port(), free_port());
+    // Nothing listens on sink_port yet: the buffer fills, and the call
+    // that finds it full waits (wait_for_room) until the sink takes chunks.
+    let cfg = scribe_into_small_buffer(mon, port, sink_port, "60s");
     let mut d = Daemon::start(dir.path(), "scribe", &cfg, Some(mon));
     d.wait_port(port);
     // 5,000 events of about 30 bytes: far more than the buffer holds.
