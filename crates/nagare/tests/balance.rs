@@ -579,6 +579,14 @@ impl Drop for Dnsmasq {
     }
 }
 
+/// `[output.service_discovery]` by DNS: `name` asked of the dnsmasq on
+/// `dns_port` every 200 ms.
+fn dns_discovery(name: &str, dns_port: u16) -> String {
+    format!(
+        "type = \"dns\"\nname = \"{name}\"\nnameserver = \"127.0.0.1:{dns_port}\"\ninterval = \"200ms\""
+    )
+}
+
 #[test]
 fn servers_from_dns_srv_records_follow_the_answers() {
     if skip_unless(
@@ -602,10 +610,7 @@ fn servers_from_dns_srv_records_follow_the_answers() {
     let dns = Dnsmasq::start(dns_port, &records(s1.port));
     let (mut d, port) = discovering_forwarder(
         dir.path(),
-        &format!(
-            "type = \"dns\"\nname = \"_forward._tcp.nagare.test\"\n\
-             nameserver = \"127.0.0.1:{dns_port}\"\ninterval = \"200ms\""
-        ),
+        &dns_discovery("_forward._tcp.nagare.test", dns_port),
     );
     wait_added(&d, s1.port);
     let mut tx = Sender::tcp(port);
@@ -666,10 +671,7 @@ fn dns_srv_priorities_pick_primaries_and_a_records_take_the_port() {
     );
     let (mut d, port) = discovering_forwarder(
         dir.path(),
-        &format!(
-            "type = \"dns\"\nname = \"_forward._tcp.nagare.test\"\n\
-             nameserver = \"127.0.0.1:{dns_port}\"\ninterval = \"200ms\""
-        ),
+        &dns_discovery("_forward._tcp.nagare.test", dns_port),
     );
     wait_added(&d, primary.port);
     wait_added(&d, standby.port);
@@ -696,8 +698,8 @@ fn dns_srv_priorities_pick_primaries_and_a_records_take_the_port() {
     let (mut d, port) = discovering_forwarder(
         dir.path(),
         &format!(
-            "type = \"dns\"\nname = \"agg.nagare.test\"\nrecord = \"a\"\nport = {}\n\
-             nameserver = \"127.0.0.1:{dns_port}\"\ninterval = \"200ms\"",
+            "{}\nrecord = \"a\"\nport = {}",
+            dns_discovery("agg.nagare.test", dns_port),
             by_a.port
         ),
     );
