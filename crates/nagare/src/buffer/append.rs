@@ -17,6 +17,15 @@ use super::{Buffer, Origin, OverflowAction, State, SyncMode};
 /// What staging a batch gave: the chunk files to sync for it, and the ids
 /// of the chunks it went into.
 type Staged = (Vec<SyncTicket>, Vec<[u8; 16]>);
+
+/// Where the chunks a batch goes into get their ids.
+#[derive(Clone, Copy)]
+enum ChunkIds<'a> {
+    /// The tag's staged chunk, or a new one with a fresh id.
+    Fresh,
+    /// Chunks of their own, with ids derived from the sender's (`append_kept`).
+    Derived(Origin<'a>),
+}
 use crate::stats::PluginStats;
 
 /// Why an append was refused.
@@ -66,7 +75,7 @@ impl Buffer {
     ) -> Result<Vec<oneshot::Receiver<bool>>, AppendError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         self.append_with(count, len, durable, delivery, |st| {
-            self.append_pieces(st, tag, parts, count, len, ids)
+            self.append_pieces(st, tag, parts, count, len, ids, ChunkIds::Fresh)
         })
         .await
     }
@@ -86,8 +95,10 @@ impl Buffer {
         origin: Origin<'_>,
     ) -> Result<Vec<oneshot::Receiver<bool>>, AppendError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
+        let sender = [Bytes::copy_from_slice(origin.id)];
         self.append_with(count, len, true, delivery, |st| {
-            self.stage_kept(st, tag, parts, count, len, origin)
+            let ids = ChunkIds::Derived(origin);
+            self.append_pieces(st, tag, parts, count, len, &sender, ids)
         })
         .await
     }
@@ -231,7 +242,9 @@ impl Buffer {
     }
 
     /// Stages a batch; returns the chunk file's handle when it may need an
-    /// fsync, and the id of the chunk the batch went into.
+    /// fsync, and the id of the chunk the batch went into. A chunk this
+    /// starts gets `new_id`, or a fresh id.
+    #[allow(clippy::too_many_arguments)]
     fn append_locked(
         &self,
         st: &mut State,
@@ -240,6 +253,7 @@ impl Buffer {
         count: u32,
         len: usize,
         ids: &[Bytes],
+        new_id: Option<[u8; 16]>,
     ) -> Result<(Option<SyncTicket>, [u8; 16]), AppendError> {
         let limit = self.cfg.chunk_limit_size.0 as usize;
         let rec_limit = self.cfg.chunk_limit_records.unwrap_or(u32::MAX);
@@ -253,7 +267,7 @@ impl Buffer {
             None => Arc::from(tag),
         };
         if !st.staged.contains_key(&key) {
-            let id = self.new_id();
+            let id = new_id.unwrap_or_else(|| self.new_id());
             let file = match &self.store {
                 Some(store) => Some(
                     store
@@ -290,8 +304,15 @@ impl Buffer {
     }
 
     /// Appends a batch, split at entry boundaries when it is bigger than a
-    /// whole chunk may be; returns the last chunk file handle (for fsync) and
-    /// the ids of the chunks the batch went into.
+    /// whole chunk may be; returns the chunk files to sync and the ids of
+    /// the chunks the batch went into.
+    ///
+    /// With `ChunkIds::Derived` (a sender's chunk kept whole) each piece is
+    /// a chunk of its own with its derived id, queued at once, after the
+    /// tag's staged chunk (so chunks leave in the order their events came);
+    /// a piece whose chunk is still queued or being flushed (the sender
+    /// resent it before its ack came) is not stored again.
+    #[allow(clippy::too_many_arguments)]
     fn append_pieces(
         &self,
         st: &mut State,
@@ -300,111 +321,73 @@ impl Buffer {
         count: u32,
         len: usize,
         sender_ids: &[Bytes],
+        chunk_ids: ChunkIds<'_>,
     ) -> Result<Staged, AppendError> {
         let max_len = self.cfg.chunk_limit_size.0 as usize;
         let max_count = self.cfg.chunk_limit_records.unwrap_or(u32::MAX);
-        let mut chunk_ids = Vec::new();
-        // Every chunk file the pieces went into must be synced, not just the last.
-        let mut files: Vec<SyncTicket> = Vec::new();
-        if len <= max_len && count <= max_count {
-            let (f, id) = self.append_locked(st, tag, parts, count, len, sender_ids)?;
+        let whole = len <= max_len && count <= max_count;
+        if whole && matches!(chunk_ids, ChunkIds::Fresh) {
+            let (f, id) = self.append_locked(st, tag, parts, count, len, sender_ids, None)?;
             return Ok((f.into_iter().collect(), vec![id]));
         }
-        for (piece, n) in split_batch(parts, max_count, max_len) {
+        if let ChunkIds::Derived(_) = chunk_ids {
+            self.close_staged(st, tag);
+        }
+        let pieces = if whole {
+            vec![(parts.to_vec(), count)]
+        } else {
+            split_batch(parts, max_count, max_len)
+        };
+        let mut ids = Vec::new();
+        // Every chunk file the pieces went into must be synced, not just the last.
+        let mut files: Vec<SyncTicket> = Vec::new();
+        for (i, (piece, n)) in pieces.into_iter().enumerate() {
             let plen = piece.iter().map(|p| p.len()).sum();
-            let (f, id) = self.append_locked(st, tag, &piece, n, plen, sender_ids)?;
+            let derived = match chunk_ids {
+                ChunkIds::Fresh => None,
+                ChunkIds::Derived(origin) => {
+                    let id = origin.chunk_id(&self.name, tag, i as u32);
+                    if !st.kept.insert(id) {
+                        tracing::debug!(output = %self.name, chunk = %hex::encode(id), events = n,
+                            "a sender's chunk resent while its first copy is still queued: not stored twice");
+                        ids.push(id);
+                        continue;
+                    }
+                    Some(id)
+                }
+            };
+            let appended = self.append_locked(st, tag, &piece, n, plen, sender_ids, derived);
+            if let Some(id) = derived {
+                // Queued at once; a chunk whose first write failed is freed.
+                self.close_staged(st, tag);
+                if appended.is_err() {
+                    st.kept.remove(&id);
+                }
+            }
+            let (f, id) = appended?;
             if let Some(t) = f {
                 match files.iter_mut().find(|x| Arc::ptr_eq(&x.slot, &t.slot)) {
                     Some(x) => x.record = x.record.max(t.record),
                     None => files.push(t),
                 }
             }
-            if chunk_ids.last() != Some(&id) {
-                chunk_ids.push(id);
+            if ids.last() != Some(&id) {
+                ids.push(id);
             }
         }
-        Ok((files, chunk_ids))
-    }
-
-    /// Stages a sender's chunk kept whole (`append_kept`): each piece a
-    /// chunk of its own with its derived id, queued at once.
-    fn stage_kept(
-        &self,
-        st: &mut State,
-        tag: &str,
-        parts: &[Bytes],
-        count: u32,
-        len: usize,
-        origin: Origin<'_>,
-    ) -> Result<Staged, AppendError> {
-        let limit = self.cfg.chunk_limit_size.0 as usize;
-        let rec_limit = self.cfg.chunk_limit_records.unwrap_or(u32::MAX);
-        let key: Arc<str> = match st.staged.get_key_value(tag) {
-            // Events of this tag staged before this batch are queued first,
-            // so the chunks leave in the order their events came.
-            Some((k, _)) => {
-                let k = k.clone();
-                self.close_staged(st, &k);
-                k
-            }
-            None => Arc::from(tag),
-        };
-        let pieces = if len <= limit && count <= rec_limit {
-            vec![(parts.to_vec(), count)]
-        } else {
-            split_batch(parts, rec_limit, limit)
-        };
-        let sender = [Bytes::copy_from_slice(origin.id)];
-        let (mut files, mut ids) = (Vec::new(), Vec::with_capacity(pieces.len()));
-        for (i, (piece, n)) in pieces.into_iter().enumerate() {
-            let id = origin.chunk_id(&self.name, &key, i as u32);
-            ids.push(id);
-            if !st.kept.insert(id) {
-                tracing::debug!(output = %self.name, chunk = %hex::encode(id), events = n,
-                    "a sender's chunk resent while its first copy is still queued: not stored twice");
-                continue;
-            }
-            let mut s = Staging::new(id, None);
-            if let Some(store) = &self.store {
-                let written = store.create(&id, &key).and_then(|mut f| {
-                    let r = f.append(&piece, n, &sender);
-                    if r.is_err() {
-                        self.free_file(Some(f.slot().clone()));
-                    }
-                    r.map(|()| f)
-                });
-                match written {
-                    Ok(f) => {
-                        files.push(f.ticket());
-                        s.file = Some(f);
-                    }
-                    Err(e) => {
-                        st.kept.remove(&id);
-                        return Err(self.disk_error(store, e));
-                    }
-                }
-            }
-            piece.iter().for_each(|p| s.push(p, limit));
-            s.count = n;
-            st.bytes += s.held;
-            PluginStats::add(&self.stats.events_in, n as u64);
-            PluginStats::add(&self.stats.bytes_in, s.len as u64);
-            self.queue_staging(st, key.clone(), s);
-        }
-        self.stats.buffer_bytes.store(st.bytes as u64, Relaxed);
         Ok((files, ids))
     }
 
     /// Closes a tag's staged chunk and queues it for the flush workers.
-    pub(super) fn close_staged(&self, st: &mut State, tag: &Arc<str>) {
-        if let Some(s) = st.staged.remove(tag) {
+    pub(super) fn close_staged(&self, st: &mut State, tag: &str) {
+        if let Some((tag, s)) = st.staged.remove_entry(tag) {
             if s.count == 0 {
                 // Started, but its first write failed: nothing to keep.
                 if let Some(f) = s.file {
                     self.free_file(Some(f.slot().clone()));
                 }
             } else {
-                self.queue_staging(st, tag.clone(), s);
+                self.queue_staging(st, tag, s);
             }
         }
     }
