@@ -182,8 +182,19 @@ pub fn in_private_network<T: Send>(body: impl FnOnce() -> T + Send) -> Result<T,
 
 /// A loopback port that was free a moment ago (bind port 0, read it, drop).
 pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().unwrap().port()
+    // The kernel may hand the same port out again once its listener is
+    // closed, so two calls in a row (a test's data and monitor ports, or two
+    // tests in parallel) could get one port twice: never return one twice.
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+        let port = l.local_addr().unwrap().port();
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !given.contains(&port) {
+            given.push(port);
+            return port;
+        }
+    }
 }
 
 /// Polls `cond` every 20 ms until it holds; panics after `timeout` naming `what`.
