@@ -4,13 +4,14 @@
 use std::cell::RefCell;
 use std::fmt::Write as _;
 
+use nagare_forward::encode::write_event_time;
 use nagare_forward::msgpack::{write_map_len, write_str, write_uint};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Subscriber};
 use tracing_subscriber::layer::Context;
 use tracing_subscriber::Layer;
 
-use crate::{EventTime, Logger};
+use crate::Logger;
 
 /// Emits tracing events through a [`Logger`].
 ///
@@ -59,7 +60,6 @@ enum Val {
 struct Scratch {
     fields: Vec<(&'static str, Val)>,
     text: String,
-    out: Vec<u8>,
     tag: String,
 }
 
@@ -105,9 +105,43 @@ impl Visit for Visitor<'_> {
     }
 }
 
+/// Appends the event's record (a msgpack map) to `out`.
+fn write_record(out: &mut Vec<u8>, s: &Scratch, meta: &tracing::Metadata<'_>, loc: bool) {
+    let n = 2 + s.fields.len() + if loc { 2 } else { 0 };
+    // one reservation for the whole record instead of one check per piece
+    out.reserve(64 + s.text.len() + s.fields.len() * 24 + meta.target().len());
+    write_map_len(out, n);
+    // the fixed keys with their str headers, as constants (no length to compute)
+    out.extend_from_slice(b"\xa5level");
+    write_str(out, meta.level().as_str().as_bytes());
+    out.extend_from_slice(b"\xa6target");
+    write_str(out, meta.target().as_bytes());
+    for (k, v) in &s.fields {
+        write_str(out, k.as_bytes());
+        match *v {
+            Val::Str(a, b) => write_str(out, &s.text.as_bytes()[a..b]),
+            Val::I(i) if i >= 0 => write_uint(out, i as u64),
+            Val::I(i) => {
+                let _ = rmp::encode::write_sint(out, i);
+            }
+            Val::U(u) => write_uint(out, u),
+            Val::F(f) => {
+                let _ = rmp::encode::write_f64(out, f);
+            }
+            Val::B(b) => out.push(if b { 0xc3 } else { 0xc2 }),
+        }
+    }
+    if loc {
+        write_str(out, b"file");
+        write_str(out, meta.file().unwrap_or_default().as_bytes());
+        write_str(out, b"line");
+        write_uint(out, meta.line().unwrap_or(0) as u64);
+    }
+}
+
 impl<S: Subscriber> Layer<S> for NagareLayer {
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
-        let time = EventTime::now();
+        let time = crate::now();
         SCRATCH.with(|s| {
             let Ok(mut s) = s.try_borrow_mut() else {
                 return; // an event emitted from inside this layer
@@ -115,50 +149,27 @@ impl<S: Subscriber> Layer<S> for NagareLayer {
             let s = &mut *s;
             s.fields.clear();
             s.text.clear();
-            s.out.clear();
             event.record(&mut Visitor(s));
             let meta = event.metadata();
             let loc = self.with_location && meta.file().is_some();
-            let n = 2 + s.fields.len() + if loc { 2 } else { 0 };
-            let out = &mut s.out;
-            write_map_len(out, n);
-            write_str(out, b"level");
-            write_str(out, meta.level().as_str().as_bytes());
-            write_str(out, b"target");
-            write_str(out, meta.target().as_bytes());
-            for (k, v) in &s.fields {
-                write_str(out, k.as_bytes());
-                match *v {
-                    Val::Str(a, b) => write_str(out, &s.text.as_bytes()[a..b]),
-                    Val::I(i) if i >= 0 => write_uint(out, i as u64),
-                    Val::I(i) => {
-                        let _ = rmp::encode::write_sint(out, i);
-                    }
-                    Val::U(u) => write_uint(out, u),
-                    Val::F(f) => {
-                        let _ = rmp::encode::write_f64(out, f);
-                    }
-                    Val::B(b) => out.push(if b { 0xc3 } else { 0xc2 }),
-                }
-            }
-            if loc {
-                write_str(out, b"file");
-                write_str(out, meta.file().unwrap_or_default().as_bytes());
-                write_str(out, b"line");
-                write_uint(out, meta.line().unwrap_or(0) as u64);
-            }
-            let tag: &str = if self.from_target {
+            if self.from_target {
                 s.tag.clear();
                 s.tag.push_str(&self.tag);
                 s.tag.push('.');
                 s.tag.push_str(&meta.target().replace("::", "."));
-                &s.tag
-            } else {
-                &self.tag
-            };
-            // emit never blocks by default; a full buffer is counted and
-            // reported through the error callback.
-            let _ = self.logger.emit_msgpack(tag, time, &s.out);
+            }
+            let s = &*s;
+            let tag: &str = if self.from_target { &s.tag } else { &self.tag };
+            // The record is written straight into the logger's buffer (no
+            // copy, and no check that it is one msgpack map: it is built
+            // here). emit never blocks by default; a full buffer is counted
+            // and reported through the error callback.
+            let _ = self.logger.emit_with(tag, |out| {
+                out.push(0x92);
+                write_event_time(out, time);
+                write_record(out, s, meta, loc);
+                Ok(())
+            });
         });
     }
 }
