@@ -742,12 +742,17 @@ def run_one(sdk: str, cmd: list[str], name: str, workdir: pathlib.Path) -> dict:
     return row
 
 
-def run_sdk(sdk: str, cmd: list[str], names: list[str], workdir: pathlib.Path) -> list[dict]:
+def run_sdk(
+    sdk: str, cmd: list[str], names: list[str], workdir: pathlib.Path, repeat: int = 1
+) -> list[dict]:
     rows = []
-    for name in names:
-        row = run_one(sdk, cmd, name, workdir)
-        print(json.dumps(row), file=sys.stderr, flush=True)
-        rows.append(row)
+    for rep in range(repeat):
+        # each repetition in a directory of its own (spill files, nagare's output)
+        wd = workdir / f"rep{rep}" if repeat > 1 else workdir
+        for name in names:
+            row = run_one(sdk, cmd, name, wd)
+            print(json.dumps(row), file=sys.stderr, flush=True)
+            rows.append(row)
     return rows
 
 
@@ -775,6 +780,12 @@ def main() -> int:
         "maximum reconnect delay is half of it, at most 30 s)",
     )
     ap.add_argument("--jobs", type=int, default=3, help="SDKs run in parallel (default 3)")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the scenarios this many times (to catch an intermittent loss)",
+    )
     args = ap.parse_args()
     OUTAGE_S = args.outage_s
     sdks = args.sdk.split(",")
@@ -785,7 +796,8 @@ def main() -> int:
         concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool,
     ):
         futures = [
-            pool.submit(run_sdk, sdk, drivers[sdk], names, pathlib.Path(tmp)) for sdk in sdks
+            pool.submit(run_sdk, sdk, drivers[sdk], names, pathlib.Path(tmp), args.repeat)
+            for sdk in sdks
         ]
         rows = [row for f in futures for row in f.result()]
     cols = [

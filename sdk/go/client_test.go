@@ -281,12 +281,34 @@ func waitStats(t *testing.T, c *Client, what string, cond func(Stats) bool) {
 	}
 }
 
+// drainCrashedCopy copies the spill file as a kill -9 would leave it (taken
+// while the client writing it still runs), opens a client on the copy against
+// a test server, flushes it and checks that seqs 0..n-1 arrived; it returns
+// that client.
+func drainCrashedCopy(t *testing.T, spill string, n int) *Client {
+	t.Helper()
+	data, err := os.ReadFile(spill)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashed := filepath.Join(filepath.Dir(spill), "crashed.dat")
+	if err := os.WriteFile(crashed, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startTestServer(t)
+	c := newClient(t, Config{Servers: []Server{s.server()}, SpillPath: crashed})
+	if err := c.Flush(ctxTimeout(t, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	checkSeqs(t, s.waitEvents(n, 5*time.Second), n)
+	return c
+}
+
 // With a spill file, events go to disk while no server answers, not only
 // when memory is full: the file as a kill -9 would leave it (copied while the
 // client still runs) holds every event, and a client opened on it sends them.
 func TestSpillDuringOutageWithRoomInMemory(t *testing.T) {
-	dir := t.TempDir()
-	spill := filepath.Join(dir, "spill.dat")
+	spill := filepath.Join(t.TempDir(), "spill.dat")
 	addr := freeAddr(t)
 	c := newClient(t, Config{
 		Servers: []Server{{Address: addr}}, SpillPath: spill,
@@ -299,20 +321,7 @@ func TestSpillDuringOutageWithRoomInMemory(t *testing.T) {
 	if st := c.Stats(); st.Buffered != 1000 || st.Spilled != 1000 || st.Dropped != 0 {
 		t.Fatalf("counters during the outage: %+v", st)
 	}
-	data, err := os.ReadFile(spill)
-	if err != nil {
-		t.Fatal(err)
-	}
-	crashed := filepath.Join(dir, "crashed.dat")
-	if err := os.WriteFile(crashed, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := startTestServer(t)
-	c2 := newClient(t, Config{Servers: []Server{s.server()}, SpillPath: crashed})
-	if err := c2.Flush(ctxTimeout(t, 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	checkSeqs(t, s.waitEvents(1000, 5*time.Second), 1000)
+	c2 := drainCrashedCopy(t, spill, 1000)
 	if st := c2.Stats(); st.Sent != 1000 || st.SpillPending != 0 {
 		t.Fatalf("counters after the drain: %+v", st)
 	}
@@ -324,8 +333,7 @@ func TestSpillDuringOutageWithRoomInMemory(t *testing.T) {
 // the file as a kill -9 during the outage leaves it (copied while the client
 // still runs) is in sending order.
 func TestSpillKeepsOrderWhenTheHeldBatchSpillsLast(t *testing.T) {
-	dir := t.TempDir()
-	spill := filepath.Join(dir, "spill.dat")
+	spill := filepath.Join(t.TempDir(), "spill.dat")
 	// A server that accepts and never sends HELO: with a shared key the
 	// client's connect waits in the handshake until DialTimeout, then fails.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -367,20 +375,7 @@ func TestSpillKeepsOrderWhenTheHeldBatchSpillsLast(t *testing.T) {
 	}
 	emitN(t, c, "app.held", 10, 1000) // fills memory: later batches are spilled for room
 	waitStats(t, c, "all on disk after the failed connect", func(st Stats) bool { return st.SpillPending == 1000 })
-	data, err := os.ReadFile(spill)
-	if err != nil {
-		t.Fatal(err)
-	}
-	crashed := filepath.Join(dir, "crashed.dat")
-	if err := os.WriteFile(crashed, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := startTestServer(t)
-	c2 := newClient(t, Config{Servers: []Server{s.server()}, SpillPath: crashed})
-	if err := c2.Flush(ctxTimeout(t, 10*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	checkSeqs(t, s.waitEvents(1000, 5*time.Second), 1000)
+	drainCrashedCopy(t, spill, 1000)
 }
 
 // In ack mode the sender has several frames in flight: draining a spill

@@ -6,11 +6,13 @@ use crate::decode::Compression;
 use crate::event_time::EventTime;
 use crate::msgpack::{write_array_len, write_bin_header, write_map_len, write_str, write_uint};
 
+#[inline]
 pub fn write_event_time(out: &mut Vec<u8>, t: EventTime) {
     out.extend_from_slice(&t.to_bytes());
 }
 
 /// Appends one `[EventTime, record]` entry; `record` is an encoded msgpack map.
+#[inline]
 pub fn write_entry(out: &mut Vec<u8>, t: EventTime, record: &[u8]) {
     out.push(0x92);
     write_event_time(out, t);

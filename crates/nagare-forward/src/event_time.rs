@@ -14,6 +14,7 @@ impl EventTime {
         EventTime { secs, nanos }
     }
 
+    #[inline]
     pub fn now() -> Self {
         let d = SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -25,6 +26,7 @@ impl EventTime {
     }
 
     /// The 10 bytes of the canonical fixext8 form (`d7 00 ssss nnnn`).
+    #[inline]
     pub fn to_bytes(self) -> [u8; 10] {
         let mut b = [0u8; 10];
         b[0] = 0xd7;

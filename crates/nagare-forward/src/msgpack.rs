@@ -257,6 +257,7 @@ pub fn read_uint(buf: &[u8], pos: usize) -> Scan<Option<(u64, usize)>> {
 }
 
 /// True when the value at `pos` is a map (the header byte alone decides).
+#[inline]
 pub fn is_map(buf: &[u8], pos: usize) -> Scan<bool> {
     need(buf, pos, 1)?;
     Ok(matches!(buf[pos], 0x80..=0x8f | 0xde | 0xdf))
@@ -264,6 +265,7 @@ pub fn is_map(buf: &[u8], pos: usize) -> Scan<bool> {
 
 // ---- writing ----
 
+#[inline]
 pub fn write_array_len(out: &mut Vec<u8>, n: usize) {
     if n < 16 {
         out.push(0x90 | n as u8);
@@ -276,6 +278,7 @@ pub fn write_array_len(out: &mut Vec<u8>, n: usize) {
     }
 }
 
+#[inline]
 pub fn write_map_len(out: &mut Vec<u8>, n: usize) {
     if n < 16 {
         out.push(0x80 | n as u8);
@@ -288,6 +291,7 @@ pub fn write_map_len(out: &mut Vec<u8>, n: usize) {
     }
 }
 
+#[inline]
 pub fn write_str(out: &mut Vec<u8>, s: &[u8]) {
     write_str_header(out, s.len());
     out.extend_from_slice(s);
@@ -312,6 +316,7 @@ pub fn write_str_header(out: &mut Vec<u8>, n: usize) {
 }
 
 /// Writes only a bin header for a payload of `n` bytes (the caller appends it).
+#[inline]
 pub fn write_bin_header(out: &mut Vec<u8>, n: usize) {
     if n <= u8::MAX as usize {
         out.push(0xc4);
@@ -325,6 +330,7 @@ pub fn write_bin_header(out: &mut Vec<u8>, n: usize) {
     }
 }
 
+#[inline]
 pub fn write_uint(out: &mut Vec<u8>, v: u64) {
     if v < 128 {
         out.push(v as u8);
@@ -343,6 +349,7 @@ pub fn write_uint(out: &mut Vec<u8>, v: u64) {
     }
 }
 
+#[inline]
 pub fn write_bool(out: &mut Vec<u8>, v: bool) {
     out.push(if v { 0xc3 } else { 0xc2 });
 }

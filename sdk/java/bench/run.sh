@@ -2,7 +2,9 @@
 # Benchmark: nagare-logger vs Fluency 2.7.0 vs fluent-logger 0.3.4, one emitting thread,
 # 100-byte records, into flowbench's forward sink. Prints one JSON line per run and the medians.
 #   usage: bench/run.sh [RUNS=3] [COUNT=2000000] [WARMUP=500000]
-# LIBS="nagare fluency" runs only those libraries (default: nagare fluency fluent-logger).
+# LIBS="nagare fluency" runs only those libraries (default: nagare fluency fluent-logger);
+# record-only in LIBS runs the loop with no library (the record alone), and the summary then
+# also gives each library's emit CPU with the record's CPU taken off.
 # fluent-logger (synchronous, one write per event) gets COUNT/10 events to keep the run short.
 # BENCH_RECORD=reuse gives every emit the same map (its "seq" replaced) instead of a new
 # LinkedHashMap per event: the emit loop then measures emit() without the benchmark's own
@@ -39,6 +41,12 @@ for r in $(seq 1 "$runs"); do
     if [ "$lib" = fluent-logger ]; then n=$((count / 10)); w=$((warmup / 10)); fi
     port=$((port + 1))
     metrics=()
+    if [ "$lib" = record-only ]; then
+      # no library and no receiver: the CPU the loop spends on the record alone
+      line=$(java -Xms1g -Xmx4g -cp "$cp" dev.nagare.bench.Bench "$lib" 0 "$w" "$n")
+      echo "$line {\"events\": $((w + n)), \"missing\": 0, \"duplicates\": null, \"errors\": null}" | tee -a "$out/all.jsonl"
+      continue
+    fi
     if [ "$nagare_sink" = 1 ]; then
       # ports the OS says are free (a random one may be some connection's ephemeral port)
       read -r port mport < <(python3 -c 'import socket
@@ -89,4 +97,8 @@ for other in ("fluency", "fluent-logger"):
         (e, n, c), (oe, on, oc) = med["nagare"], med[other]
         print(f"nagare / {other}: events/s {e / oe:.1f}x, emit {on / n:.1f}x cheaper"
               f" ({oc / c:.1f}x in CPU time)")
+        if "record-only" in med:
+            rc = med["record-only"][2]
+            print(f"  emit() alone (CPU minus the record's {rc:.1f} ns): nagare {c - rc:.1f} ns,"
+                  f" {other} {oc - rc:.1f} ns: {(oc - rc) / (c - rc):.1f}x")
 PY

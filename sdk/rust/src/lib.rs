@@ -344,6 +344,24 @@ impl Drop for Core {
 #[derive(Clone)]
 pub struct Logger(Arc<Core>);
 
+/// The current time, read with clock_gettime(CLOCK_REALTIME) directly:
+/// `SystemTime::now().duration_since(UNIX_EPOCH)` adds its checked
+/// subtraction to the clock read, which is already the largest single part
+/// of emit()'s cost (perf of the tracing bench).
+#[inline]
+pub(crate) fn now() -> EventTime {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill in.
+    if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) } == 0 && ts.tv_sec >= 0 {
+        EventTime::new(ts.tv_sec as u32, ts.tv_nsec as u32)
+    } else {
+        EventTime::now()
+    }
+}
+
 /// The error callback hears of dropped events at most this often (with the count).
 const DROP_REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -408,7 +426,7 @@ impl Logger {
     /// Emits a record (any `Serialize` value that encodes to a map: a struct,
     /// a map, `serde_json::Value::Object`) with the current time.
     pub fn emit<T: Serialize + ?Sized>(&self, tag: &str, record: &T) -> Result<(), Error> {
-        self.emit_at(tag, EventTime::now(), record)
+        self.emit_at(tag, now(), record)
     }
 
     /// Emits a record with the given time.

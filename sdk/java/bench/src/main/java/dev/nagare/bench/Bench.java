@@ -20,7 +20,7 @@ import org.komamitsu.fluency.fluentd.FluencyBuilderForFluentd;
  * Prints one JSON line: emit ns/call over the measured events (wall time, and the emitting thread's
  * CPU time), and events/s from the first measured emit until everything is flushed to the socket.
  *
- * <p>Usage: Bench nagare|fluency|fluent-logger PORT WARMUP COUNT [METRICS_URL]
+ * <p>Usage: Bench nagare|fluency|fluent-logger|record-only PORT WARMUP COUNT [METRICS_URL]
  *
  * <p>With METRICS_URL (a nagare monitor's {@code /metrics}), after flushing it polls until nagare's
  * null output counted WARMUP + COUNT events, and events/s runs until that moment.
@@ -122,6 +122,25 @@ public final class Bench {
     };
   }
 
+  /** Sink for {@link #recordOnly}, so the JIT cannot drop the records it builds. */
+  static volatile Object lastRecord;
+
+  /**
+   * No library: builds the record of every event and drops it. Its CPU per call is the part of
+   * every library's emit-loop figure that is the application's record, not emit().
+   */
+  static Client recordOnly() {
+    return new Client() {
+      @Override
+      public void emit(long seq) {
+        lastRecord = rec(seq);
+      }
+
+      @Override
+      public void finish() {}
+    };
+  }
+
   static final String NULL_IN =
       "nagare_events_in_total{plugin=\"null#0\",kind=\"output\",type=\"null\"} ";
 
@@ -176,6 +195,7 @@ public final class Bench {
           case "nagare" -> nagare(port);
           case "fluency" -> fluency(port);
           case "fluent-logger" -> fluentLogger(port);
+          case "record-only" -> recordOnly();
           default -> throw new IllegalArgumentException(lib);
         };
     Monitor monitor = args.length > 4 ? new Monitor(args[4]) : null;
