@@ -19,6 +19,7 @@
 //! Lua's message; a batch that runs longer than `timeout` is stopped by a
 //! count hook, and its remaining events are kept and marked the same way.
 
+mod alloc;
 mod convert;
 mod lazy;
 
@@ -136,9 +137,51 @@ enum LoadError {
     Call(String),
 }
 
+/// A Lua state whose allocator is `alloc::Pool`; mlua's allocator is put
+/// back before the state is closed.
+struct PooledLua {
+    lua: Lua,
+    pool: Box<alloc::Pool>,
+}
+
+impl PooledLua {
+    fn new() -> PooledLua {
+        let lua = Lua::new();
+        let mut pool = alloc::Pool::new();
+        let at: *mut alloc::Pool = &mut *pool;
+        // SAFETY: switching allocators allocates nothing; the pool lives
+        // until `drop` below has put mlua's allocator back.
+        let switched = unsafe { lua.exec_raw::<()>((), |l| alloc::install(l, &mut *at)) };
+        if let Err(e) = switched {
+            tracing::warn!(error = %e, "lua: keeping mlua's allocator");
+        }
+        PooledLua { lua, pool }
+    }
+}
+
+impl std::ops::Deref for PooledLua {
+    type Target = Lua;
+    fn deref(&self) -> &Lua {
+        &self.lua
+    }
+}
+
+impl Drop for PooledLua {
+    fn drop(&mut self) {
+        let at: *mut alloc::Pool = &mut *self.pool;
+        // SAFETY: the state runs nothing now; the pool is still alive.
+        let back = unsafe { self.lua.exec_raw::<()>((), |l| alloc::uninstall(l, &mut *at)) };
+        if back.is_err() {
+            // The pool's blocks are the state's: keep them rather than
+            // free memory Lua still uses.
+            std::mem::forget(std::mem::replace(&mut self.pool, alloc::Pool::new()));
+        }
+    }
+}
+
 /// A loaded script and its time limit.
 struct Script {
-    lua: Lua,
+    lua: PooledLua,
     func: Function,
     clock: Arc<Clock>,
     /// With `lazy_record`: the event the proxies' metamethods read.
@@ -229,7 +272,7 @@ impl Script {
         timeout: Duration,
         lazy_record: bool,
     ) -> Result<Script, LoadError> {
-        let lua = Lua::new();
+        let lua = PooledLua::new();
         // Each event makes a few short-lived tables and strings: the
         // generational collector is made for that.
         lua.gc_gen(0, 0);
@@ -397,6 +440,9 @@ impl Batch<'_> {
     /// the tag at its top.
     unsafe fn run(&mut self, l: *mut lua_State, parts: &[Bytes]) {
         let (func, tag) = (ffi::lua_gettop(l) - 1, ffi::lua_gettop(l));
+        // Lua strings are immutable and the tag's is pushed once: a value
+        // that is this very string is the tag, which is UTF-8.
+        self.writer.known_utf8 = convert::str_at(l, tag).as_ptr();
         // The proxies' metatable, above the tag (lazy_record).
         let meta = match self.lazy {
             Some(_) => {
@@ -759,13 +805,22 @@ mod tests {
 
     const T: EventTime = EventTime::new(1_700_000_000, 123_456_789);
 
+    /// A filter that calls `cb` in `code` (its line 1 is the code's first
+    /// line), with `options` (TOML lines) besides.
+    fn script(options: &str, code: &str) -> Box<dyn Filter> {
+        build(&format!("call = \"cb\"\n{options}\ncode = '''\n{code}'''\n")).unwrap()
+    }
+
+    /// The events `f` makes of `events`, as one batch under `tag`.
+    fn run(f: &dyn Filter, tag: &str, events: &[(EventTime, V)]) -> Vec<(EventTime, V)> {
+        decode(&f.filter(tag, &[batch(events)], events.len() as u32).batch.unwrap().0)
+    }
+
     #[test]
     fn codes_split_and_time() {
-        let f = build(
-            r#"
-call = "cb"
-code = '''
-function cb(tag, ts, r)
+        let f = script(
+            "",
+            r#"function cb(tag, ts, r)
   if r.op == "drop" then return -1, ts, r end
   if r.op == "keep" then r.x = 1 return 0, ts, r end
   if r.op == "same_ts" then r.tag = tag return 1, ts, r end
@@ -773,10 +828,8 @@ function cb(tag, ts, r)
   if r.op == "keep_ts" then r.n = r.n + 1 return 2, 0, r end
   if r.op == "split" then return 2, ts, { { i = 1 }, { i = 2 } } end
 end
-'''
 "#,
-        )
-        .unwrap();
+        );
         let ev = |op: &str| (T, m(&[("op", op.into()), ("n", 1.into())]));
         let input = batch(&[
             ev("drop"),
@@ -813,11 +866,9 @@ end
     /// the ones removed gone and the new ones after them.
     #[test]
     fn keys_that_change_between_events_are_read_right() {
-        let f = build(
-            r#"
-call = "cb"
-code = '''
-function cb(tag, ts, r)
+        let f = script(
+            "",
+            r#"function cb(tag, ts, r)
   local keys = {}
   for k, v in pairs(r) do
     if type(k) == "string" then keys[#keys + 1] = k end
@@ -828,10 +879,8 @@ function cb(tag, ts, r)
   if r.nested then r.nested.added = #r.nested.list end
   return 1, ts, r
 end
-'''
 "#,
-        )
-        .unwrap();
+        );
         let long = "k".repeat(41);
         let long2 = format!("{}x", "k".repeat(40));
         let many: Vec<(String, V)> = (0..40).map(|i| (format!("f{i}"), V::from(i))).collect();
@@ -896,19 +945,15 @@ end
 
     #[test]
     fn whole_second_times_are_read_and_kept() {
-        let f = build(
-            r#"
-call = "cb"
-code = '''
-function cb(tag, ts, r)
+        let f = script(
+            "",
+            r#"function cb(tag, ts, r)
   r.ts = ts
   if r.k == 1 then return 1, ts, r end
   return 2, 0, r
 end
-'''
 "#,
-        )
-        .unwrap();
+        );
         // Entries with an int time, as the forward protocol allows.
         let mut e = Vec::new();
         for k in [1, 2] {
@@ -933,22 +978,16 @@ end
 
     #[test]
     fn time_as_table_is_exact() {
-        let f = build(
-            r#"
-call = "cb"
-time_as_table = true
-code = '''
-function cb(tag, ts, r)
+        let f = script(
+            "time_as_table = true",
+            r#"function cb(tag, ts, r)
   r.sec, r.nsec = ts.sec, ts.nsec
   return 1, { sec = ts.sec + 1, nsec = 5 }, r
 end
-'''
 "#,
-        )
-        .unwrap();
-        let out = f.filter("t", &[batch(&[(T, m(&[]))])], 1);
+        );
         assert_eq!(
-            decode(&out.batch.unwrap().0),
+            run(&*f, "t", &[(T, m(&[]))]),
             vec![(
                 EventTime::new(T.secs + 1, 5),
                 m(&[("nsec", T.nanos.into()), ("sec", T.secs.into())])
@@ -958,11 +997,9 @@ end
 
     #[test]
     fn errors_and_bad_returns_mark_the_event() {
-        let f = build(
-            r#"
-call = "cb"
-code = '''
-function cb(tag, ts, r)
+        let f = script(
+            "",
+            r#"function cb(tag, ts, r)
   if r.k == 1 then error("boom") end
   if r.k == 2 then return "x", ts, r end
   if r.k == 3 then return 7, ts, r end
@@ -970,10 +1007,8 @@ function cb(tag, ts, r)
   if r.k == 5 then r.f = print return 1, ts, r end
   return 1, ts, r
 end
-'''
 "#,
-        )
-        .unwrap();
+        );
         let ev = |k: i64| (T, m(&[("k", k.into()), ("lua_error", "old".into())]));
         let out = f.filter("t", &[batch(&[ev(1), ev(2), ev(3), ev(4), ev(5), ev(6)])], 6);
         assert_eq!(out.errors, 5);
@@ -1021,21 +1056,16 @@ end
 
     #[test]
     fn a_loop_is_stopped_and_the_rest_of_the_batch_marked() {
-        let f = build(
-            r#"
-call = "cb"
-timeout = "200ms"
-code = '''
-function cb(tag, ts, r)
+        let f = script(
+            "timeout = \"200ms\"",
+            r#"function cb(tag, ts, r)
   if r.k == 1 then
     while true do pcall(function() while true do end end) end
   end
   return 1, ts, r
 end
-'''
 "#,
-        )
-        .unwrap();
+        );
         let ev = |k: i64| (T, m(&[("k", k.into())]));
         let started = Instant::now();
         let out = f.filter("t", &[batch(&[ev(0), ev(1), ev(2)])], 3);
@@ -1049,9 +1079,7 @@ end
             assert!(p[1].1.as_str().unwrap().starts_with("timed out"), "{r}");
         }
         // The next batch runs again.
-        let out = f.filter("t", &[batch(&[ev(0)])], 1);
-        assert_eq!(out.errors, 0);
-        assert_eq!(decode(&out.batch.unwrap().0), vec![(T, m(&[("k", 0.into())]))]);
+        assert_eq!(run(&*f, "t", &[ev(0)]), vec![(T, m(&[("k", 0.into())]))]);
     }
 
     #[test]
@@ -1150,12 +1178,9 @@ end
     /// What a lazy record does that a table does not, as docs/lua.md says.
     #[test]
     fn lazy_record_limits() {
-        let f = build(
-            r#"
-call = "cb"
-lazy_record = true
-code = '''
-function cb(tag, ts, r)
+        let f = script(
+            "lazy_record = true",
+            r#"function cb(tag, ts, r)
   if r.k == 1 then kept = r; r.seen = next(r) return 1, ts, r end
   -- The record of the event before: only the fields touched in its call.
   r.old_k, r.old_other = kept.k, kept.other
@@ -1163,12 +1188,10 @@ function cb(tag, ts, r)
   r.set_meta = pcall(setmetatable, r, {})
   return 1, ts, r
 end
-'''
 "#,
-        )
-        .unwrap();
+        );
         let ev = |k: i64| (T, m(&[("k", k.into()), ("other", "x".into())]));
-        let got = decode(&f.filter("t", &[batch(&[ev(1), ev(2)])], 2).batch.unwrap().0);
+        let got = run(&*f, "t", &[ev(1), ev(2)]);
         assert_eq!(
             got[0].1,
             m(&[("k", 1.into()), ("other", "x".into()), ("seen", "k".into())])

@@ -11,8 +11,8 @@
 use std::sync::Mutex;
 
 use bytes::Bytes;
-use regex::bytes::Regex;
 use regex_automata::meta;
+use regex_automata::util::captures::Captures;
 use regex_automata::Input;
 use serde::Deserialize;
 
@@ -108,10 +108,8 @@ struct Rule {
     key: FieldPath,
     /// Rules on the same field share one id: the field is found once per event.
     key_id: usize,
-    /// For captures.
-    pattern: Regex,
-    /// The same regex, to test with a search cache of the batch's own (see
-    /// `RewriteTag::caches`).
+    /// The pattern, searched with a cache of the batch's own (see
+    /// `RewriteTag::caches`), for the match test and for captures.
     test: meta::Regex,
     invert: bool,
     tag: Vec<Part>,
@@ -121,10 +119,9 @@ struct Rule {
 impl Rule {
     fn new(r: &RewriteRule) -> Result<Rule, (&'static str, String)> {
         let key = FieldPath::parse(&r.key).map_err(|e| ("key", e))?;
-        let pattern = Regex::new(&r.pattern).map_err(|e| ("pattern", format!("bad regex: {e}")))?;
         let test = bytes_regex(&r.pattern).map_err(|e| ("pattern", format!("bad regex: {e}")))?;
         let tag = tag_template(&r.tag).map_err(|e| ("tag", e))?;
-        let groups = pattern.captures_len() - 1;
+        let groups = test.group_info().group_len(regex_automata::PatternID::ZERO) - 1;
         let mut captures = false;
         for p in &tag {
             if let Part::Capture(n) = p {
@@ -146,7 +143,6 @@ impl Rule {
         Ok(Rule {
             key,
             key_id: 0,
-            pattern,
             test,
             invert: r.invert,
             tag,
@@ -185,15 +181,19 @@ impl Rule {
             return false;
         }
         if self.captures {
-            if let Some(c) = self.pattern.captures(text) {
-                render(&self.tag, tag, Some(&c), out);
+            let mut caps = self.test.create_captures();
+            self.test.search_captures_with(cache, &Input::new(text), &mut caps);
+            if caps.is_match() {
+                render(&self.tag, tag, Some((&caps, text)), out);
             }
         }
         true
     }
 }
 
-pub(super) fn render(parts: &[Part], tag: &str, caps: Option<&regex::bytes::Captures>, out: &mut String) {
+/// Writes the tag `parts` make into `out`; `caps` are a match's groups in
+/// the text searched.
+pub(super) fn render(parts: &[Part], tag: &str, caps: Option<(&Captures, &[u8])>, out: &mut String) {
     out.clear();
     for p in parts {
         match p {
@@ -201,8 +201,10 @@ pub(super) fn render(parts: &[Part], tag: &str, caps: Option<&regex::bytes::Capt
             Part::Tag => out.push_str(tag),
             Part::TagIndex(n) => out.push_str(super::modify::tag_part(tag, *n)),
             Part::Capture(n) => {
-                if let Some(m) = caps.and_then(|c| c.get(*n)) {
-                    out.push_str(&String::from_utf8_lossy(m.as_bytes()));
+                if let Some((c, text)) = caps {
+                    if let Some(span) = c.get_group(*n) {
+                        out.push_str(&String::from_utf8_lossy(&text[span.range()]));
+                    }
                 }
             }
         }
@@ -213,7 +215,8 @@ pub(super) fn render(parts: &[Part], tag: &str, caps: Option<&regex::bytes::Capt
 /// builders.rs), as a regex-automata regex that takes its search cache as an
 /// argument: `Regex::is_match` gets one from a pool, which for every thread
 /// but the first to use it is a mutex taken and released per test, three
-/// rules times every event.
+/// rules times every event. Its errors read as `regex::Error`'s do
+/// (regex's error.rs, `from_meta_build_error`).
 fn bytes_regex(pattern: &str) -> Result<meta::Regex, String> {
     let config = meta::Config::new()
         .nfa_size_limit(Some(10 * (1 << 20)))
@@ -224,7 +227,11 @@ fn bytes_regex(pattern: &str) -> Result<meta::Regex, String> {
         .configure(config)
         .syntax(regex_automata::util::syntax::Config::new().utf8(false))
         .build(pattern)
-        .map_err(|e| e.to_string())
+        .map_err(|e| match (e.size_limit(), e.syntax_error()) {
+            (Some(limit), _) => format!("Compiled regex exceeds size limit of {limit} bytes."),
+            (None, Some(syntax)) => syntax.to_string(),
+            (None, None) => e.to_string(),
+        })
 }
 
 /// Reads a tag template: `$1`…`$9`, `${tag}`, `${tag_parts[N]}`, text.

@@ -281,7 +281,6 @@ struct OldKey {
 }
 
 /// Writes Lua values as msgpack; its buffers are reused from value to value.
-#[derive(Default)]
 pub struct Writer {
     spans: Vec<Span>,
     /// The keys of each hint map being written, nested maps' above their
@@ -291,6 +290,21 @@ pub struct Writer {
     /// With `lazy_record`: the event being filtered, whose proxy is
     /// written by `lazy_map`.
     lazy: Option<*mut Lazy>,
+    /// The bytes of a Lua string known to be UTF-8 (the event's tag): a
+    /// value that is this string is written as a str without a check.
+    pub known_utf8: *const u8,
+}
+
+impl Default for Writer {
+    fn default() -> Writer {
+        Writer {
+            spans: Vec::new(),
+            old_keys: Vec::new(),
+            tmp: Vec::new(),
+            lazy: None,
+            known_utf8: std::ptr::null(),
+        }
+    }
 }
 
 impl Writer {
@@ -350,7 +364,7 @@ impl Writer {
                 });
                 if let Some(old) = same {
                     out.extend_from_slice(old);
-                } else if std::str::from_utf8(s).is_ok() {
+                } else if s.as_ptr() == self.known_utf8 || std::str::from_utf8(s).is_ok() {
                     write_str(out, s);
                 } else {
                     let _ = rmp::encode::write_bin(out, s);
