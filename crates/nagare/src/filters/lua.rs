@@ -19,7 +19,6 @@
 //! Lua's message; a batch that runs longer than `timeout` is stopped by a
 //! count hook, and its remaining events are kept and marked the same way.
 
-mod alloc;
 mod convert;
 mod lazy;
 
@@ -137,51 +136,9 @@ enum LoadError {
     Call(String),
 }
 
-/// A Lua state whose allocator is `alloc::Pool`; mlua's allocator is put
-/// back before the state is closed.
-struct PooledLua {
-    lua: Lua,
-    pool: Box<alloc::Pool>,
-}
-
-impl PooledLua {
-    fn new() -> PooledLua {
-        let lua = Lua::new();
-        let mut pool = alloc::Pool::new();
-        let at: *mut alloc::Pool = &mut *pool;
-        // SAFETY: switching allocators allocates nothing; the pool lives
-        // until `drop` below has put mlua's allocator back.
-        let switched = unsafe { lua.exec_raw::<()>((), |l| alloc::install(l, &mut *at)) };
-        if let Err(e) = switched {
-            tracing::warn!(error = %e, "lua: keeping mlua's allocator");
-        }
-        PooledLua { lua, pool }
-    }
-}
-
-impl std::ops::Deref for PooledLua {
-    type Target = Lua;
-    fn deref(&self) -> &Lua {
-        &self.lua
-    }
-}
-
-impl Drop for PooledLua {
-    fn drop(&mut self) {
-        let at: *mut alloc::Pool = &mut *self.pool;
-        // SAFETY: the state runs nothing now; the pool is still alive.
-        let back = unsafe { self.lua.exec_raw::<()>((), |l| alloc::uninstall(l, &mut *at)) };
-        if back.is_err() {
-            // The pool's blocks are the state's: keep them rather than
-            // free memory Lua still uses.
-            std::mem::forget(std::mem::replace(&mut self.pool, alloc::Pool::new()));
-        }
-    }
-}
-
 /// A loaded script and its time limit.
 struct Script {
-    lua: PooledLua,
+    lua: Lua,
     func: Function,
     clock: Arc<Clock>,
     /// With `lazy_record`: the event the proxies' metamethods read.
@@ -272,7 +229,7 @@ impl Script {
         timeout: Duration,
         lazy_record: bool,
     ) -> Result<Script, LoadError> {
-        let lua = PooledLua::new();
+        let lua = Lua::new();
         // Each event makes a few short-lived tables and strings: the
         // generational collector is made for that.
         lua.gc_gen(0, 0);
