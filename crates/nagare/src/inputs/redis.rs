@@ -224,9 +224,8 @@ impl RedisInputConfig {
 struct Shared {
     cfg: RedisInputConfig,
     name: String,
-    client: ::redis::Client,
-    /// With `sentinels`: asked for the master at each (re)connect.
-    sentinel: Option<Sentinel>,
+    /// The server: `address`/`path`, or the master the sentinels name.
+    server: Server,
     /// Lists: TLS for the connection of our own (the crate's client holds its own).
     tls: Option<Arc<TlsClient>>,
     parser: Parser,
@@ -237,8 +236,14 @@ struct Shared {
 #[async_trait::async_trait]
 impl Input for RedisInputConfig {
     async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
-        let sentinel = self.connection().sentinel().map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
-        let client = self.connection().client().map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
+        // As `build` checked: with `sentinels`, `address` is not used (and
+        // not read: a plain client would fail on an address `check` let through).
+        let server = match self.connection().sentinel() {
+            Ok(Some(s)) => Ok(Server::Sentinel(s)),
+            Ok(None) => self.connection().client().map(Server::One),
+            Err(e) => Err(e),
+        }
+        .map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
         let tls = self.connection().tls_client(&cx.name).map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
         let parser = Parser::new(&self.parser_config())
             .map_err(|e| anyhow::anyhow!("{}: [input.parser]: {e}", cx.name))?;
@@ -253,8 +258,7 @@ impl Input for RedisInputConfig {
         let shared = Arc::new(Shared {
             cfg: *self,
             name: cx.name,
-            client,
-            sentinel,
+            server,
             tls,
             parser,
             router: cx.router,
@@ -587,12 +591,20 @@ async fn subscribe(s: &Shared, shutdown: &mut watch::Receiver<bool>, backoff: &m
     }
 }
 
+/// Where the input reads from.
+enum Server {
+    /// `address` or `path`.
+    One(::redis::Client),
+    /// `sentinels`: asked for the master at each (re)connect.
+    Sentinel(Sentinel),
+}
+
 impl Shared {
     /// The server to connect to: the master the sentinels name now, or the one of `address`/`path`.
     async fn client(&self) -> Result<::redis::Client, RedisError> {
-        match &self.sentinel {
-            Some(s) => s.master().await,
-            None => Ok(self.client.clone()),
+        match &self.server {
+            Server::Sentinel(s) => s.master().await,
+            Server::One(c) => Ok(c.clone()),
         }
     }
 
