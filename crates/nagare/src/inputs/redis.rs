@@ -33,6 +33,7 @@ use std::time::Duration;
 use ::redis::aio::MultiplexedConnection;
 use ::redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
 use ::redis::{AsyncConnectionConfig, RedisError, Value};
+use anyhow::Context as _;
 use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
 use nagare_forward::msgpack::{read_array_len, skip_value, write_map_len, write_str};
@@ -342,7 +343,7 @@ impl Reader {
     async fn connect(&mut self) -> anyhow::Result<()> {
         if self.s.cfg.data_type == DataType::List {
             if self.resp.is_none() {
-                let client = self.s.client().await?;
+                let client = self.s.client().await.with_context(|| self.s.server.name())?;
                 let con = RespConn::connect(
                     client.get_connection_info(),
                     self.s.tls.as_ref(),
@@ -361,7 +362,8 @@ impl Reader {
             let config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(Duration::from_secs(5)))
                 .set_response_timeout(Some(BLOCK + Duration::from_secs(10)));
-            self.con = Some(self.s.client().await?.get_multiplexed_async_connection_with_config(&config).await?);
+            let client = self.s.client().await.with_context(|| self.s.server.name())?;
+            self.con = Some(client.get_multiplexed_async_connection_with_config(&config).await?);
             // A restarted server may have lost the group; a new connection
             // checks. Entries whose XACK was lost with the old connection are
             // still pending for this consumer: read them again.
@@ -597,6 +599,16 @@ enum Server {
     One(::redis::Client),
     /// `sentinels`: asked for the master at each (re)connect.
     Sentinel(Sentinel),
+}
+
+impl Server {
+    /// What the logs call it.
+    fn name(&self) -> String {
+        match self {
+            Server::One(c) => format!("redis {}", c.get_connection_info().addr()),
+            Server::Sentinel(s) => s.name.clone(),
+        }
+    }
 }
 
 impl Shared {

@@ -315,7 +315,9 @@ impl RedisOutput {
                 // Sized once: the elements are the entries (msgpack) or
                 // near them; a JSON text may grow it once or twice.
                 out.reserve(64 + key.len() + chunk.len + chunk.count as usize * resp::bulk_room(0));
+                let head = out.len();
                 resp::array(out, chunk.count as usize + 2);
+                let head_end = out.len();
                 resp::bulk(
                     out,
                     match self.cfg.push {
@@ -329,7 +331,13 @@ impl RedisOutput {
                     resp::bulk(out, v);
                     n += 1;
                 });
-                debug_assert_eq!(n, chunk.count as usize, "the chunk's count and its entries agree");
+                if n != chunk.count as usize {
+                    // The count disagrees with the entries (it should not):
+                    // Redis would wait for the missing arguments.
+                    let mut fixed = Vec::new();
+                    resp::array(&mut fixed, n + 2);
+                    out.splice(head..head_end, fixed);
+                }
                 replies += 1;
             }
             DataType::Channel => self.for_each_element(chunk, |v| {
