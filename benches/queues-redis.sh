@@ -105,7 +105,8 @@ PY
     redis-benchmark -p "$REDIS_PORT" -q -c 2 -n $((total / pop)) --csv LPOP bench "$pop" >> "$OUT/redis-benchmark-$size.csv" 2>/dev/null
   t1=$(date +%s.%N)
   cpu1=$(awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$rpid/stat")
-  echo "{\"push\": $push, \"pop\": $pop, \"redis_cpu_s\": $(echo "$cpu1 - $cpu0" | bc), \"wall_s\": $(echo "$t1 - $t0" | bc)}" > "$OUT/redis-benchmark-shape-$size.json"
+  # awk, not bc alone: bc writes 0.99 as .99, which JSON does not read.
+  echo "{\"push\": $push, \"pop\": $pop, \"redis_cpu_s\": $(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { printf "%.3f", b - a }'), \"wall_s\": $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')}" > "$OUT/redis-benchmark-shape-$size.json"
   kill $rpid; wait $rpid 2>/dev/null || true
   rm -rf "$dir"
 done
