@@ -305,7 +305,9 @@ impl Connection<'_> {
             && self.address.starts_with("rediss://");
         // On when the table or the URL says so, whatever the table's
         // `enable` (rediss:// alone turns TLS on, with the default settings).
-        let opts = self.tls_options(tls_url)?.map(|o| TlsOptions { enable: true, ..o });
+        let opts = self
+            .tls_options(tls_url)?
+            .map(|o| TlsOptions { enable: true, ..o });
         crate::tls::TlsClient::build(opts.as_ref(), &mut crate::plugin::BuildContext::new(name))
     }
 

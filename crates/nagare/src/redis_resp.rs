@@ -533,8 +533,13 @@ mod tests {
         let Progress::Done(end) = scan.step(two, &mut leaves).unwrap() else {
             panic!()
         };
-        let mut scan = Scan { pos: end, open: Vec::new() };
-        assert!(matches!(scan.step(two, &mut leaves).unwrap(), Progress::Done(e) if e == two.len()));
+        let mut scan = Scan {
+            pos: end,
+            open: Vec::new(),
+        };
+        assert!(
+            matches!(scan.step(two, &mut leaves).unwrap(), Progress::Done(e) if e == two.len())
+        );
         assert_eq!(leaves, [Leaf::Int(4000), Leaf::Int(1)]);
     }
 }
