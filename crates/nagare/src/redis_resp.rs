@@ -213,6 +213,9 @@ impl RespConn {
         self.rbuf.drain(..self.consumed);
         self.consumed = 0;
         self.leaves.clear();
+        if replies == 0 {
+            return Ok(());
+        }
         let mut scan = Scan::default();
         loop {
             match scan.step(&self.rbuf, &mut self.leaves)? {
