@@ -128,9 +128,11 @@ for size in $SIZES; do
     t1=$(date +%s.%N)
     b1=$(broker_cpu "$BROKER_PID")
     c=$(broker_cpu $drain 2>/dev/null || echo null)
+    # Its peak RSS: a consumer with a whole topic behind it prefetches the most.
+    rss=$(awk '/^VmHWM/ { print $2 / 1024 }' "/proc/$drain/status" 2>/dev/null || echo null)
     kill $drain; wait $drain 2>/dev/null || true
     echo "{\"events\": $n, \"wall_s\": $(echo "$t1 - $t0" | bc)}" > "$OUT/drain-$size-$i.json"
-    echo "{\"cpu_s\": $c, \"kafka_cpu_s\": $(echo "$b1 - $b0" | bc)}" > "$OUT/drain-$size-$i.cpu.json"
+    echo "{\"cpu_s\": $c, \"kafka_cpu_s\": $(echo "$b1 - $b0" | bc), \"rss_mb\": $rss}" > "$OUT/drain-$size-$i.cpu.json"
   done
   kill "$BROKER_PID"; wait "$BROKER_PID" 2>/dev/null || true
   rm -rf "$dir"
@@ -178,6 +180,8 @@ for s in sizes:
           f"{max(r['nagare_in_rss_mb'] for r in rs):.0f} / {max(r['kafka_rss_mb'] for r in rs):.0f} / {max(r['nagare_out_rss_mb'] for r in rs):.0f} | "
           f"{sum(r['lost'] for r in rs)} | {sum(r['duplicates'] for r in rs)} |")
     fmt = lambda xs: ", ".join(f"{x:,.0f}" for x in xs)
+    print(f"runs {s} B, peak RSS MB in order: nagare in {fmt(r['nagare_in_rss_mb'] for r in rs)}; nagare out {fmt(r['nagare_out_rss_mb'] for r in rs)}; "
+          f"consuming nagare alone {fmt(x.get('rss_mb') or 0 for x in dc)}", file=sys.stderr)
     print(f"runs {s} B in order: e2e {fmt(r['steady_events_per_s'] for r in rs)}; ProducerPerformance {fmt(p)}; "
           f"ConsumerPerformance {fmt(c)}; nagare drain {fmt(x[0] for x in d)} (lost {[x[1].get('lost') for x in d]})", file=sys.stderr)
 PY

@@ -32,6 +32,7 @@ export NAGARE ROOT OUT
 cat > "$OUT/sut.sh" <<'SUT'
 #!/usr/bin/env bash
 set -u
+rm -f "$CPU_FILE.log"
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --dir "$dir" >"$dir/redis.log" 2>&1 &
@@ -46,11 +47,14 @@ rss() { awk '/^VmHWM/ { print $2 / 1024 }' "/proc/$1/status" 2>/dev/null || echo
 # How many RPUSH and BLMPOP commands redis-server ran so far: with the
 # events received, the elements per command nagare really sent and got.
 calls() { redis-cli -p "$REDIS_PORT" info commandstats 2>/dev/null | awk -F'[=:,]' -v c="cmdstat_$1" '$1 == c { n = $3 } END { print n + 0 }'; }
+# Each sample is also appended, with its time, to $CPU_FILE.log: the CPU
+# of each process in flowbench's steady window (the last DURATION before
+# the drain) comes from there.
 while sleep 0.5; do
-  printf '{"nagare_in_cpu_s": %s, "redis_cpu_s": %s, "nagare_out_cpu_s": %s, "nagare_in_rss_mb": %s, "redis_rss_mb": %s, "nagare_out_rss_mb": %s, "rpush_calls": %s, "blmpop_calls": %s}\n' \
-    "$(cpu $producer)" "$(cpu $redis)" "$(cpu $consumer)" "$(rss $producer)" "$(rss $redis)" "$(rss $consumer)" \
+  printf '{"t": %s, "nagare_in_cpu_s": %s, "redis_cpu_s": %s, "nagare_out_cpu_s": %s, "nagare_in_rss_mb": %s, "redis_rss_mb": %s, "nagare_out_rss_mb": %s, "rpush_calls": %s, "blmpop_calls": %s}\n' \
+    "$(date +%s.%N)" "$(cpu $producer)" "$(cpu $redis)" "$(cpu $consumer)" "$(rss $producer)" "$(rss $redis)" "$(rss $consumer)" \
     "$(calls rpush)" "$(calls blmpop)" \
-    > "$CPU_FILE.tmp" && mv "$CPU_FILE.tmp" "$CPU_FILE"
+    > "$CPU_FILE.tmp" && cat "$CPU_FILE.tmp" >> "$CPU_FILE.log" && mv "$CPU_FILE.tmp" "$CPU_FILE"
 done &
 wait $producer
 SUT
@@ -101,7 +105,8 @@ PY
     redis-benchmark -p "$REDIS_PORT" -q -c 2 -n $((total / pop)) --csv LPOP bench "$pop" >> "$OUT/redis-benchmark-$size.csv" 2>/dev/null
   t1=$(date +%s.%N)
   cpu1=$(awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$rpid/stat")
-  echo "{\"push\": $push, \"pop\": $pop, \"redis_cpu_s\": $(echo "$cpu1 - $cpu0" | bc), \"wall_s\": $(echo "$t1 - $t0" | bc)}" > "$OUT/redis-benchmark-shape-$size.json"
+  # awk, not bc alone: bc writes 0.99 as .99, which JSON does not read.
+  echo "{\"push\": $push, \"pop\": $pop, \"redis_cpu_s\": $(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN { printf "%.3f", b - a }'), \"wall_s\": $(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')}" > "$OUT/redis-benchmark-shape-$size.json"
   kill $rpid; wait $rpid 2>/dev/null || true
   rm -rf "$dir"
 done
@@ -117,6 +122,17 @@ def rows(size):
         with open(f"{out}/cpu-{size}-{i}.json") as f:
             r.update(json.load(f))
     return runs
+def window(size, i, r):
+    """CPU cores of each process in flowbench's steady window: the
+    samples nearest its start and end (the last sample is taken when the
+    SUT is stopped, drain_s after the window's end)."""
+    samples = [json.loads(l) for l in open(f"{out}/cpu-{size}-{i}.json.log") if l.strip()]
+    end_t = samples[-1]["t"] - r["drain_s"]
+    start_t = end_t - r["duration_s"]
+    near = lambda t: min(samples, key=lambda s: abs(s["t"] - t))
+    a, b = near(start_t), near(end_t)
+    span = b["t"] - a["t"]
+    return {k: (b[k] - a[k]) / span for k in ("nagare_in_cpu_s", "redis_cpu_s", "nagare_out_cpu_s")}
 def relay(size):
     with open(f"{out}/relay-{size}.jsonl") as f:
         return [json.loads(l) for l in f if l.strip()]
@@ -132,8 +148,8 @@ med = lambda rs, k: statistics.median(r[k] for r in rs)
 # End to end, every element is pushed and popped by redis-server's one
 # thread: even with a core to itself it moves at most 1/(1/RPUSH + 1/LPOP)
 # elements/s (the "one-thread floor").
-print("| bytes/event | end to end ev/s | forward relay ev/s | e2e / relay | elements per RPUSH / BLMPOP | redis-benchmark RPUSH / LPOP elements/s | e2e / min(RPUSH, LPOP) | one-thread floor | e2e / floor | CPU s, e2e: nagare in / redis / nagare out / flowbench | redis-server cores, e2e | CPU s, relay: nagare / flowbench | redis-benchmark: its CPU s / redis-server CPU s / wall s | peak RSS MB: nagare in / redis / nagare out | lost | duplicated |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| bytes/event | end to end ev/s | forward relay ev/s | e2e / relay | elements per RPUSH / BLMPOP | redis-benchmark RPUSH / LPOP elements/s | e2e / min(RPUSH, LPOP) | one-thread floor | e2e / floor | CPU s, e2e: nagare in / redis / nagare out / flowbench | redis-server cores, e2e | cores in the steady window: nagare in / redis / nagare out | CPU s, relay: nagare / flowbench | redis-benchmark: its CPU s / redis-server CPU s / wall s | peak RSS MB: nagare in / redis / nagare out | lost | duplicated |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for s in sizes:
     rs, (b, shape, bcpu), rl = rows(s), bench(s), relay(s)
     e2e = med(rs, "steady_events_per_s")
@@ -142,14 +158,22 @@ for s in sizes:
     rel = med(rl, "steady_events_per_s")
     one = 1 / (1 / b["RPUSH"] + 1 / b["LPOP"]) if b.get("RPUSH") and b.get("LPOP") else float("nan")
     cpu = {k: med(rs, k) for k in ("nagare_in_cpu_s", "redis_cpu_s", "nagare_out_cpu_s", "harness_cpu_s")}
+    win = [window(s, i, r) for i, r in enumerate(rs, 1)]
+    wcores = {k: statistics.median(w[k] for w in win) for k in win[0]}
     print(f"| {s} | {e2e:,.0f} | {rel:,.0f} | {e2e / rel:.2f} | {shape['push']} / {shape['pop']} | {b.get('RPUSH', 0):,.0f} / {b.get('LPOP', 0):,.0f} | {e2e / floor:.2f} | "
           f"{one:,.0f} | {e2e / one:.2f} | "
           f"{cpu['nagare_in_cpu_s']:.1f} / {cpu['redis_cpu_s']:.1f} / {cpu['nagare_out_cpu_s']:.1f} / {cpu['harness_cpu_s']:.1f} | "
           f"{med(rs,'redis_cpu_s') / wall:.2f} | "
+          f"{wcores['nagare_in_cpu_s']:.2f} / {wcores['redis_cpu_s']:.2f} / {wcores['nagare_out_cpu_s']:.2f} | "
           f"{med(rl, 'sut_cpu_s'):.1f} / {med(rl, 'harness_cpu_s'):.1f} | "
           f"{bcpu:.1f} / {shape['redis_cpu_s']:.1f} / {shape['wall_s']:.1f} | "
           f"{max(r['nagare_in_rss_mb'] for r in rs):.0f} / {max(r['redis_rss_mb'] for r in rs):.0f} / {max(r['nagare_out_rss_mb'] for r in rs):.0f} | "
           f"{sum(r['lost'] for r in rs)} | {sum(r['duplicates'] for r in rs)} |")
     runs = lambda xs: ", ".join(format(r["steady_events_per_s"], ",.0f") for r in xs)
     print(f"runs {s} B, events/s in order: e2e {runs(rs)}; relay {runs(rl)}", file=sys.stderr)
+    print(f"runs {s} B, redis-server cores in the steady window: " + ", ".join(f"{w['redis_cpu_s']:.2f}" for w in win), file=sys.stderr)
+    # Per event, whole run: what each process spends (µs of CPU).
+    per = lambda k: statistics.median(r[k] / r["received"] * 1e6 for r in rs)
+    print(f"runs {s} B, CPU µs per event (median): nagare in {per('nagare_in_cpu_s'):.3f}, redis {per('redis_cpu_s'):.3f}, "
+          f"nagare out {per('nagare_out_cpu_s'):.3f}, flowbench {per('harness_cpu_s'):.3f}", file=sys.stderr)
 PY

@@ -303,7 +303,11 @@ impl Connection<'_> {
         let tls_url = self.sentinels.is_empty()
             && self.path.is_none()
             && self.address.starts_with("rediss://");
-        let opts = self.tls_options(tls_url)?;
+        // On when the table or the URL says so, whatever the table's
+        // `enable` (rediss:// alone turns TLS on, with the default settings).
+        let opts = self
+            .tls_options(tls_url)?
+            .map(|o| TlsOptions { enable: true, ..o });
         crate::tls::TlsClient::build(opts.as_ref(), &mut crate::plugin::BuildContext::new(name))
     }
 
@@ -405,9 +409,12 @@ pub fn is_permanent(e: &RedisError) -> bool {
         .into_server_errors()
         .map(|errs| errs.iter().map(|(_, s)| s.code().to_string()).collect())
         .unwrap_or_default();
-    codes
-        .iter()
-        .any(|c| matches!(c.as_str(), "WRONGTYPE" | "NOPERM" | "ERR"))
+    codes.iter().any(|c| is_permanent_code(c))
+}
+
+/// [`is_permanent`] for the code of an error reply ("WRONGTYPE", …).
+pub fn is_permanent_code(code: &str) -> bool {
+    matches!(code, "WRONGTYPE" | "NOPERM" | "ERR")
 }
 
 /// Backoff between reconnects of an input: doubles from 100 ms to 5 s.

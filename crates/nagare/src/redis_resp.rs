@@ -1,20 +1,28 @@
-//! A RESP2 connection of our own for the redis input's list reads: it
-//! writes a command and scans the reply in place in its read buffer, so
-//! the elements of a pop (BLMPOP's, LRANGE's, the reliable move's) go from
-//! the socket buffer straight into the batch.
+//! A RESP2 connection of our own, for the redis input's list reads and the
+//! redis output's writes to one server (not a Cluster).
+//!
+//! Reads: it scans each reply in place in its read buffer, so the elements
+//! of a pop (BLMPOP's, LRANGE's, the reliable move's) go from the socket
+//! buffer straight into the batch. Writes: the output encodes a chunk's
+//! commands straight from its events into the connection's one reused
+//! write buffer ([`RespConn::command`]) and sends them in one exchange.
 //!
 //! Why not the redis crate here: its parser builds a `Value` with one
 //! `Vec<u8>` per element, and that parse plus its allocations were 40 % of
-//! the consuming nagare's time at 100-byte events (profile in
+//! the consuming nagare's time at 100-byte events; on the way out its
+//! `Cmd` copies every element into its own buffer and then again into the
+//! packed command, 27 % of the producing nagare's time (profiles in
 //! docs/benchmarks/queues.md). The crate still opens the other
-//! connections (streams, pub/sub, the output) and resolves the address:
-//! this connection takes the host, port, socket path, user, password and
+//! connections (streams, pub/sub, Cluster) and resolves the address: this
+//! connection takes the host, port, socket path, user, password and
 //! database from the crate's `ConnectionInfo` (so Sentinel's master too),
 //! and TLS from the plugin's `tls` table.
 //!
-//! Only what the list reads need: arrays (nested), bulk strings, nils,
-//! integers, simple strings; an error reply is an `Err` naming the code
-//! (e.g. "WRONGTYPE …").
+//! Only what these commands need: arrays (nested), bulk strings, nils,
+//! integers, simple strings and error replies. [`RespConn::call`] turns
+//! an error reply into a [`ServerError`] (its text, e.g. "WRONGTYPE …");
+//! [`RespConn::exchange`] reads every reply of a pipeline, errors
+//! included, so the connection stays in step.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +38,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send> Stream for T {}
 
 /// How the read buffer grows when a reply does not fit.
 const READ_CHUNK: usize = 64 * 1024;
+/// A write buffer larger than this is given back after a much smaller use.
+const SHRINK_ABOVE: usize = 4 << 20;
 
 /// A value of a reply, flattened: arrays are walked in order and only
 /// their leaves kept.
@@ -39,9 +49,33 @@ enum Leaf {
     Bulk { start: usize, end: usize },
     /// A nil bulk string or nil array.
     Nil,
-    /// An integer or a simple string (nothing the list reads look into).
+    /// An integer (WAIT's count of replicas, RPUSH's length…).
+    Int(i64),
+    /// A simple string (nothing the commands here look into).
     Other,
+    /// An error reply: its text (after the "-") in the read buffer.
+    Error { start: usize, end: usize },
 }
+
+/// An error reply of the server, e.g. "WRONGTYPE Operation against a key
+/// holding the wrong kind of value".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerError(pub String);
+
+impl ServerError {
+    /// The error code: the reply's first word ("WRONGTYPE", "ERR", …).
+    pub fn code(&self) -> &str {
+        self.0.split(' ').next().unwrap_or_default()
+    }
+}
+
+impl std::fmt::Display for ServerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ServerError {}
 
 pub struct RespConn {
     stream: Box<dyn Stream>,
@@ -92,21 +126,68 @@ impl RespConn {
     }
 
     /// Sends one command and reads its reply (see [`RespConn::bulks`]).
-    /// An error reply is an error.
+    /// An error reply is a [`ServerError`].
     pub async fn call(&mut self, args: &[&[u8]]) -> anyhow::Result<()> {
         self.wbuf.clear();
         encode(&mut self.wbuf, args);
+        self.exchange(1).await?;
+        match self.error() {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// The write buffer, emptied, for the commands of the next
+    /// [`RespConn::exchange`]: write them with [`array`] and [`bulk`].
+    pub fn command(&mut self) -> &mut Vec<u8> {
+        // A buffer that once held a very large chunk is not kept at that
+        // size for the small ones after it.
+        if self.wbuf.capacity() > SHRINK_ABOVE && self.wbuf.len() < SHRINK_ABOVE / 4 {
+            self.wbuf = Vec::new();
+        }
+        self.wbuf.clear();
+        &mut self.wbuf
+    }
+
+    /// Sends what the write buffer holds and reads `replies` replies; their
+    /// values are then [`RespConn::len`], [`RespConn::bulks`],
+    /// [`RespConn::last_int`] and [`RespConn::error`]. Writing, and then
+    /// the replies, each have the reply timeout; an `Err` (a lost
+    /// connection, a timeout, bytes that are not RESP) leaves the
+    /// connection out of step: drop it.
+    pub async fn exchange(&mut self, replies: usize) -> anyhow::Result<()> {
+        let timeout = self.timeout;
         let (stream, wbuf) = (&mut self.stream, &self.wbuf);
-        let exchange = async {
+        let write = async {
             stream.write_all(wbuf).await?;
             stream.flush().await?;
             anyhow::Ok(())
         };
-        exchange.await.context("writing to redis")?;
-        let timeout = self.timeout;
-        tokio::time::timeout(timeout, self.read_reply())
+        tokio::time::timeout(timeout, write)
+            .await
+            .map_err(|_| anyhow!("redis took no command within {timeout:?}"))?
+            .context("writing to redis")?;
+        tokio::time::timeout(timeout, self.read_replies(replies))
             .await
             .map_err(|_| anyhow!("no reply from redis within {timeout:?}"))?
+    }
+
+    /// The first error reply of the last exchange.
+    pub fn error(&self) -> Option<ServerError> {
+        self.leaves.iter().find_map(|l| match *l {
+            Leaf::Error { start, end } => Some(ServerError(
+                String::from_utf8_lossy(&self.rbuf[start..end]).into_owned(),
+            )),
+            _ => None,
+        })
+    }
+
+    /// The last value of the last exchange, when it is an integer.
+    pub fn last_int(&self) -> Option<i64> {
+        match self.leaves.last() {
+            Some(Leaf::Int(n)) => Some(*n),
+            _ => None,
+        }
     }
 
     /// The number of values (bulk strings and nils) of the last reply.
@@ -128,16 +209,26 @@ impl RespConn {
             })
     }
 
-    async fn read_reply(&mut self) -> anyhow::Result<()> {
+    async fn read_replies(&mut self, mut replies: usize) -> anyhow::Result<()> {
         self.rbuf.drain(..self.consumed);
         self.consumed = 0;
         self.leaves.clear();
+        if replies == 0 {
+            return Ok(());
+        }
         let mut scan = Scan::default();
         loop {
             match scan.step(&self.rbuf, &mut self.leaves)? {
                 Progress::Done(end) => {
-                    self.consumed = end;
-                    return Ok(());
+                    replies -= 1;
+                    if replies == 0 {
+                        self.consumed = end;
+                        return Ok(());
+                    }
+                    scan = Scan {
+                        pos: end,
+                        open: std::mem::take(&mut scan.open),
+                    };
                 }
                 Progress::Need(n) => {
                     self.rbuf.reserve(n.max(READ_CHUNK));
@@ -210,16 +301,31 @@ fn host_port(host: &str, port: u16) -> String {
 
 /// A command as RESP: an array of bulk strings.
 fn encode(out: &mut Vec<u8>, args: &[&[u8]]) {
-    out.push(b'*');
-    out.extend_from_slice(itoa::Buffer::new().format(args.len()).as_bytes());
-    out.extend_from_slice(b"\r\n");
+    array(out, args.len());
     for a in args {
-        out.push(b'$');
-        out.extend_from_slice(itoa::Buffer::new().format(a.len()).as_bytes());
-        out.extend_from_slice(b"\r\n");
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
+        bulk(out, a);
     }
+}
+
+/// The header of a command of `n` arguments (each a [`bulk`] after it).
+pub fn array(out: &mut Vec<u8>, n: usize) {
+    out.push(b'*');
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+/// One argument of a command, as a bulk string.
+pub fn bulk(out: &mut Vec<u8>, a: &[u8]) {
+    out.push(b'$');
+    out.extend_from_slice(itoa::Buffer::new().format(a.len()).as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(a);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Bytes a [`bulk`] of `len` bytes takes, at most.
+pub const fn bulk_room(len: usize) -> usize {
+    len + 1 + 20 + 4
 }
 
 enum Progress {
@@ -279,7 +385,11 @@ impl Scan {
                         self.pos = end + 2;
                     }
                 }
-                b'+' | b':' => {
+                b':' => {
+                    leaves.push(Leaf::Int(int(line)?));
+                    self.pos = next;
+                }
+                b'+' => {
                     leaves.push(Leaf::Other);
                     self.pos = next;
                 }
@@ -287,7 +397,13 @@ impl Scan {
                     leaves.push(Leaf::Nil);
                     self.pos = next;
                 }
-                b'-' => bail!("{}", String::from_utf8_lossy(line)),
+                b'-' => {
+                    leaves.push(Leaf::Error {
+                        start: self.pos + 1,
+                        end: line_end - 1,
+                    });
+                    self.pos = next;
+                }
                 other => bail!("redis protocol error: unexpected type byte {other:#04x}"),
             }
             // One value done: it counts for the arrays around it.
@@ -367,12 +483,27 @@ mod tests {
 
     #[test]
     fn errors_and_bad_bytes() {
-        let e = scan(
-            b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n",
-            4,
-        )
-        .unwrap_err();
-        assert!(e.to_string().starts_with("WRONGTYPE"), "{e}");
+        // An error reply is a value like the others: the replies after it
+        // in a pipeline are read too, and the connection stays in step.
+        let reply = b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n";
+        for step in 1..reply.len() {
+            let mut scan = Scan::default();
+            let mut leaves = Vec::new();
+            let mut have = 0;
+            let end = loop {
+                have = (have + step).min(reply.len());
+                if let Progress::Done(end) = scan.step(&reply[..have], &mut leaves).unwrap() {
+                    break end;
+                }
+            };
+            assert_eq!(end, reply.len());
+            let Leaf::Error { start, end } = leaves[0] else {
+                panic!("{leaves:?}")
+            };
+            let e = ServerError(String::from_utf8_lossy(&reply[start..end]).into_owned());
+            assert_eq!(e.code(), "WRONGTYPE");
+            assert!(e.to_string().ends_with("wrong kind of value"), "{e}");
+        }
         assert!(scan(b"$3\r\nabcd\r\n", 100).is_err());
         assert!(scan(b"*x\r\n", 100).is_err());
         assert!(scan(b"!3\r\n", 100).is_err());
@@ -387,5 +518,31 @@ mod tests {
             out,
             b"*4\r\n$6\r\nLRANGE\r\n$1\r\nk\r\n$1\r\n0\r\n$0\r\n\r\n"
         );
+        let element = vec![b'x'; 123_456];
+        out.clear();
+        bulk(&mut out, &element);
+        assert_eq!(&out[..10], b"$123456\r\nx");
+        assert!(out.len() <= bulk_room(element.len()));
+    }
+
+    #[test]
+    fn integers_and_pipelined_replies() {
+        // RPUSH's length and WAIT's count, one after the other.
+        let (_, _, n) = scan(b":-3\r\n", 1).unwrap();
+        assert_eq!(n, 1);
+        let mut scan = Scan::default();
+        let mut leaves = Vec::new();
+        let two = b":4000\r\n:1\r\n";
+        let Progress::Done(end) = scan.step(two, &mut leaves).unwrap() else {
+            panic!()
+        };
+        let mut scan = Scan {
+            pos: end,
+            open: Vec::new(),
+        };
+        assert!(
+            matches!(scan.step(two, &mut leaves).unwrap(), Progress::Done(e) if e == two.len())
+        );
+        assert_eq!(leaves, [Leaf::Int(4000), Leaf::Int(1)]);
     }
 }

@@ -862,6 +862,31 @@ fn the_input_waits_out_a_key_of_another_type() {
     nagare.terminate();
 }
 
+/// With `sentinels`, `address` is not used: `check` does not read it, and
+/// neither does the input's start (it built a plain client from it, and an
+/// address `check` let through stopped nagare at start). Needs no server:
+/// the input asks a sentinel that is not there, logs it and tries again.
+#[test]
+fn an_input_with_sentinels_starts_whatever_its_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let nobody = free_port();
+    let cfg = format!(
+        "[[input]]\ntype = \"redis\"\nkey = \"jobs\"\nsentinels = [\"127.0.0.1:{nobody}\"]\naddress = \"redis://[unused\"\n\
+         [[output]]\ntype = \"null\"\nmatch = \"**\"\n"
+    );
+    let mut nagare = Daemon::start(dir.path(), "sentinel-start", &cfg, None);
+    wait_until(WAIT, "the input to retry the sentinel", || {
+        nagare.stderr().contains("trying again")
+    });
+    assert!(
+        nagare.stderr().contains(&format!("127.0.0.1:{nobody}")),
+        "the retry names the sentinel: {}",
+        nagare.stderr()
+    );
+    let status = nagare.terminate();
+    assert!(status.success(), "{status}: {}", nagare.stderr());
+}
+
 #[test]
 fn check_names_bad_options() {
     let dir = tempfile::tempdir().unwrap();

@@ -160,11 +160,22 @@ impl KafkaInputConfig {
             ("enable.auto.commit", "false".into()),
             ("enable.auto.offset.store", "false".into()),
             ("client.id", gethostname::gethostname().to_string_lossy().into_owned()),
-            // librdkafka prefetches up to 64 MiB by default, which put the
-            // consuming process at 92–97 MB RSS against issue 12's 64 MB
-            // bar; 16 MiB still holds thousands of batches
-            // (`properties` can raise it).
+            // librdkafka prefetches up to 64 MiB by default; 16 MiB still
+            // holds thousands of batches (`properties` can raise these).
             ("queued.max.messages.kbytes", "16384".into()),
+            // …but what bounded the prefetch of small messages was
+            // queued.min.messages, 100,000 per partition by default: with
+            // librdkafka's own few hundred bytes per queued message, a
+            // consumer of 4 partitions of 131-byte messages stayed at
+            // 90–102 MB RSS (issue 12's bar: 64 MB plus buffers). 5,000
+            // per partition: 60–67 MB, and still 5 batches of the default
+            // batch_count ahead.
+            ("queued.min.messages", "5000".into()),
+            // Once the queue is full, librdkafka waits this long before
+            // it fetches again (default 1 s): the consumer sat idle most
+            // of each second and drained a backlog at 150–180 K events/s;
+            // with 10 ms, 360–550 K/s (docs/benchmarks/queues.md).
+            ("fetch.queue.backoff.ms", "10".into()),
         ]
     }
 }

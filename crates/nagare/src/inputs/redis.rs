@@ -33,6 +33,7 @@ use std::time::Duration;
 use ::redis::aio::MultiplexedConnection;
 use ::redis::streams::{StreamAutoClaimReply, StreamId, StreamReadReply};
 use ::redis::{AsyncConnectionConfig, RedisError, Value};
+use anyhow::Context as _;
 use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
 use nagare_forward::msgpack::{read_array_len, skip_value, write_map_len, write_str};
@@ -224,9 +225,8 @@ impl RedisInputConfig {
 struct Shared {
     cfg: RedisInputConfig,
     name: String,
-    client: ::redis::Client,
-    /// With `sentinels`: asked for the master at each (re)connect.
-    sentinel: Option<Sentinel>,
+    /// The server: `address`/`path`, or the master the sentinels name.
+    server: Server,
     /// Lists: TLS for the connection of our own (the crate's client holds its own).
     tls: Option<Arc<TlsClient>>,
     parser: Parser,
@@ -237,8 +237,14 @@ struct Shared {
 #[async_trait::async_trait]
 impl Input for RedisInputConfig {
     async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
-        let sentinel = self.connection().sentinel().map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
-        let client = self.connection().client().map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
+        // As `build` checked: with `sentinels`, `address` is not used (and
+        // not read: a plain client would fail on an address `check` let through).
+        let server = match self.connection().sentinel() {
+            Ok(Some(s)) => Ok(Server::Sentinel(s)),
+            Ok(None) => self.connection().client().map(Server::One),
+            Err(e) => Err(e),
+        }
+        .map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
         let tls = self.connection().tls_client(&cx.name).map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
         let parser = Parser::new(&self.parser_config())
             .map_err(|e| anyhow::anyhow!("{}: [input.parser]: {e}", cx.name))?;
@@ -253,8 +259,7 @@ impl Input for RedisInputConfig {
         let shared = Arc::new(Shared {
             cfg: *self,
             name: cx.name,
-            client,
-            sentinel,
+            server,
             tls,
             parser,
             router: cx.router,
@@ -338,7 +343,7 @@ impl Reader {
     async fn connect(&mut self) -> anyhow::Result<()> {
         if self.s.cfg.data_type == DataType::List {
             if self.resp.is_none() {
-                let client = self.s.client().await?;
+                let client = self.s.client().await.with_context(|| self.s.server.name())?;
                 let con = RespConn::connect(
                     client.get_connection_info(),
                     self.s.tls.as_ref(),
@@ -357,7 +362,8 @@ impl Reader {
             let config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(Duration::from_secs(5)))
                 .set_response_timeout(Some(BLOCK + Duration::from_secs(10)));
-            self.con = Some(self.s.client().await?.get_multiplexed_async_connection_with_config(&config).await?);
+            let client = self.s.client().await.with_context(|| self.s.server.name())?;
+            self.con = Some(client.get_multiplexed_async_connection_with_config(&config).await?);
             // A restarted server may have lost the group; a new connection
             // checks. Entries whose XACK was lost with the old connection are
             // still pending for this consumer: read them again.
@@ -587,12 +593,30 @@ async fn subscribe(s: &Shared, shutdown: &mut watch::Receiver<bool>, backoff: &m
     }
 }
 
+/// Where the input reads from.
+enum Server {
+    /// `address` or `path`.
+    One(::redis::Client),
+    /// `sentinels`: asked for the master at each (re)connect.
+    Sentinel(Sentinel),
+}
+
+impl Server {
+    /// What the logs call it.
+    fn name(&self) -> String {
+        match self {
+            Server::One(c) => format!("redis {}", c.get_connection_info().addr()),
+            Server::Sentinel(s) => s.name.clone(),
+        }
+    }
+}
+
 impl Shared {
     /// The server to connect to: the master the sentinels name now, or the one of `address`/`path`.
     async fn client(&self) -> Result<::redis::Client, RedisError> {
-        match &self.sentinel {
-            Some(s) => s.master().await,
-            None => Ok(self.client.clone()),
+        match &self.server {
+            Server::Sentinel(s) => s.master().await,
+            Server::One(c) => Ok(c.clone()),
         }
     }
 

@@ -4,7 +4,10 @@
 //!
 //! A chunk goes in one round trip: a list gets one RPUSH with every event
 //! of the chunk, a channel or a stream one pipeline of PUBLISH or XADD
-//! commands. The chunk is committed in the buffer only when Redis answered
+//! commands. To one server (or Sentinel's master) the commands are
+//! written as RESP straight from the chunk's events into the connection's
+//! reused write buffer (`redis_resp`); to a Redis Cluster through the
+//! redis crate, which routes each key to its node. The chunk is committed in the buffer only when Redis answered
 //! every command. A reply that refuses the command (WRONGTYPE: the key
 //! holds another type) is permanent: the chunk goes to the secondary output
 //! at once. A lost connection or a timeout is retried by the buffer; a
@@ -15,22 +18,22 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use ::redis::AsyncConnectionConfig;
 use ::redis::cluster::ClusterClient;
 use ::redis::cluster_async::ClusterConnection;
 use async_trait::async_trait;
 use nagare_forward::msgpack::{read_map_len, read_str_or_bin, skip_value};
 use nagare_forward::EventTime;
 use serde::Deserialize;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, MutexGuard};
 
 use super::{FlushError, Output};
 use crate::buffer::Chunk;
 use crate::config::units::Dur;
 use crate::formats::{self, json};
 use crate::plugin::{BuildContext, OptionError, OutputPlugin};
-use crate::redis_conn::{is_permanent, redis_options, Sentinel};
+use crate::redis_conn::{is_permanent, is_permanent_code, redis_options, Sentinel};
+use crate::redis_resp::{self as resp, RespConn};
+use crate::tls::TlsClient;
 
 /// What the events are written to.
 #[derive(
@@ -133,14 +136,18 @@ fn default_timeout() -> Dur {
 pub struct RedisOutput {
     cfg: RedisOutputConfig,
     client: Client,
-    /// One connection per worker, opened on the first write; each
-    /// reconnects by itself after it was lost (a Sentinel connection is
-    /// dropped instead, so the next write asks the sentinels again).
+    /// TLS of the connections of our own (the `tls` table, or rediss://).
+    tls: Option<Arc<TlsClient>>,
+    /// One connection per worker, opened on the first write. A connection
+    /// of our own is held by one flush at a time and dropped after a lost
+    /// connection or a timeout (the next write opens a new one; with
+    /// Sentinel, after any retried error, so it asks the sentinels again).
     connections: Vec<Mutex<Option<Connection>>>,
     next: AtomicUsize,
 }
 
-/// One server (`address` or `path`) or a Redis Cluster (`addresses`).
+/// One server (`address` or `path`), a Redis Cluster (`addresses`), or
+/// the master Redis Sentinel names (`sentinels`).
 // One per output, made once: the size of the larger variant costs nothing.
 #[allow(clippy::large_enum_variant)]
 enum Client {
@@ -149,33 +156,20 @@ enum Client {
     Sentinel(Sentinel),
 }
 
-#[derive(Clone)]
 enum Connection {
-    One(ConnectionManager),
-    /// Sends each command to the node that holds its key, follows MOVED
-    /// and ASK, and reconnects.
+    /// To one server: the commands are written straight from the chunk's
+    /// events into the connection's write buffer (`redis_resp`).
+    Resp(RespConn),
+    /// The redis crate's: sends each command to the node that holds its
+    /// key, follows MOVED and ASK, and reconnects.
     Cluster(ClusterConnection),
-    /// To the master the sentinels named; dropped after an error.
-    Sentinel(MultiplexedConnection),
-}
-
-impl Connection {
-    /// Runs the pipeline; its replies are those of the commands not
-    /// ignored (WAIT's, when there is one).
-    async fn run(mut self, pipe: &::redis::Pipeline) -> ::redis::RedisResult<Vec<i64>> {
-        match &mut self {
-            Connection::One(c) => pipe.query_async(c).await,
-            Connection::Cluster(c) => pipe.query_async(c).await,
-            Connection::Sentinel(c) => pipe.query_async(c).await,
-        }
-    }
 }
 
 impl OutputPlugin for RedisOutputConfig {
     const TYPE: &'static str = "redis";
     const DOC: &'static str = "Writes events to Redis lists (RPUSH/LPUSH), pub/sub channels (PUBLISH) or streams (XADD), one round trip per chunk (see [Queues](queues.md)).";
 
-    fn build(self, _cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
+    fn build(self, cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
         if self.key.trim().is_empty() {
             return Err(OptionError::new("key", "must name a list, channel or stream"));
         }
@@ -199,53 +193,58 @@ impl OutputPlugin for RedisOutputConfig {
             (None, Some(sentinel)) => Client::Sentinel(sentinel),
             (None, None) => Client::One(self.connection().client()?),
         };
+        let tls = match client {
+            Client::Cluster(_) => None,
+            _ => self.connection().tls_client(&cx.name)?,
+        };
         Ok(Arc::new(RedisOutput {
             connections: (0..self.workers).map(|_| Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
             client,
+            tls,
             cfg: self,
         }))
     }
 }
 
 impl RedisOutput {
-    /// A worker's connection (its index and a handle), opened when first needed.
-    async fn connection(&self) -> Result<(usize, Connection), FlushError> {
-        let i = self.next.fetch_add(1, Relaxed) % self.connections.len();
-        let timeout = self.cfg.timeout.0;
-        let mut slot = self.connections[i].lock().await;
-        if let Some(c) = &*slot {
-            return Ok((i, c.clone()));
+    /// A worker's connection slot: a free one if there is, else the next
+    /// in turn once its flush is done.
+    async fn slot(&self) -> MutexGuard<'_, Option<Connection>> {
+        let n = self.connections.len();
+        let i = self.next.fetch_add(1, Relaxed);
+        for k in 0..n {
+            if let Ok(slot) = self.connections[(i + k) % n].try_lock() {
+                return slot;
+            }
         }
-        let opened = match &self.client {
-            Client::One(c) => {
-                let config = ConnectionManagerConfig::new()
-                    .set_response_timeout(Some(timeout))
-                    .set_connection_timeout(Some(timeout))
-                    // Reconnects are the buffer's retries; the manager tries once.
-                    .set_number_of_retries(1);
-                c.get_connection_manager_with_config(config)
+        self.connections[i % n].lock().await
+    }
+
+    /// Opens a connection to the server (or the cluster).
+    async fn open(&self) -> Result<Connection, FlushError> {
+        let timeout = self.cfg.timeout.0;
+        let retry = |e: String| FlushError::Retry(format!("connecting to redis {}: {e}", self.target()));
+        let info = match &self.client {
+            Client::Cluster(c) => {
+                return c
+                    .get_async_connection()
                     .await
-                    .map(Connection::One)
+                    .map(Connection::Cluster)
+                    .map_err(|e| retry(e.to_string()))
             }
-            Client::Cluster(c) => c.get_async_connection().await.map(Connection::Cluster),
-            Client::Sentinel(s) => {
-                let config = AsyncConnectionConfig::new()
-                    .set_response_timeout(Some(timeout))
-                    .set_connection_timeout(Some(timeout));
-                match s.master().await {
-                    Ok(master) => master
-                        .get_multiplexed_async_connection_with_config(&config)
-                        .await
-                        .map(Connection::Sentinel),
-                    Err(e) => Err(e),
-                }
-            }
+            Client::One(c) => c.get_connection_info().clone(),
+            Client::Sentinel(s) => s
+                .master()
+                .await
+                .map_err(|e| retry(e.to_string()))?
+                .get_connection_info()
+                .clone(),
         };
-        let c = opened
-            .map_err(|e| FlushError::Retry(format!("connecting to redis {}: {e}", self.target())))?;
-        *slot = Some(c.clone());
-        Ok((i, c))
+        RespConn::connect(&info, self.tls.as_ref(), timeout, timeout)
+            .await
+            .map(Connection::Resp)
+            .map_err(|e| retry(format!("{e:#}")))
     }
 
     fn target(&self) -> String {
@@ -259,20 +258,31 @@ impl RedisOutput {
 
     /// Calls `f` with the element of each event of the chunk, in order. A
     /// msgpack element is the entry as it sits in the chunk; the others are
-    /// written into one reused buffer (the command copies each anyway).
+    /// written into one reused buffer.
     fn for_each_element(&self, chunk: &Chunk, mut f: impl FnMut(&[u8])) {
+        if self.cfg.format == RedisFormat::Msgpack {
+            // Only each entry's end is needed, not its time or record.
+            for seg in &chunk.segments {
+                let mut p = 0;
+                while p < seg.len() {
+                    // Entries were checked on the way in; a failure here
+                    // would be a bug, and stopping is the safe answer.
+                    let Ok(end) = skip_value(seg, p) else { break };
+                    f(&seg[p..end]);
+                    p = end;
+                }
+            }
+            return;
+        }
         let mut text = Vec::new();
-        for (time, record, entry) in chunk.entries() {
+        for (time, record, _) in chunk.entries() {
             match self.cfg.format {
-                RedisFormat::Msgpack => f(entry),
                 RedisFormat::Json => {
                     text.clear();
                     write_logstash_json(&mut text, time, record, self.tag_field(&chunk.tag));
                     f(&text)
                 }
-                RedisFormat::SingleValue => {
-                    f(formats::field(record, self.cfg.message_key.as_bytes()).unwrap_or_default())
-                }
+                _ => f(formats::field(record, self.cfg.message_key.as_bytes()).unwrap_or_default()),
             }
         }
     }
@@ -281,9 +291,94 @@ impl RedisOutput {
         self.cfg.tag_key.as_deref().map(|k| (k, tag))
     }
 
-    /// The commands that write the chunk, in one pipeline.
-    fn commands(&self, chunk: &Chunk) -> ::redis::Pipeline {
-        let key = self.cfg.key.replace("${tag}", &chunk.tag);
+    fn key(&self, chunk: &Chunk) -> String {
+        self.cfg.key.replace("${tag}", &chunk.tag)
+    }
+
+    /// WAIT's arguments: the replicas and the wait in milliseconds, within
+    /// the response timeout, so a missing replica reads as "too few"
+    /// rather than as a timeout.
+    fn wait_args(&self) -> Option<(u32, u64)> {
+        (self.cfg.wait_replicas > 0).then(|| {
+            let ms = (self.cfg.timeout.0 / 2).as_millis().max(1) as u64;
+            (self.cfg.wait_replicas, ms)
+        })
+    }
+
+    /// Writes the commands that store the chunk into `out`, as RESP,
+    /// straight from its events; returns how many replies they get.
+    fn encode(&self, chunk: &Chunk, out: &mut Vec<u8>) -> usize {
+        let key = self.key(chunk);
+        let mut replies = 0;
+        match self.cfg.data_type {
+            DataType::List => {
+                // Sized once: the elements are the entries (msgpack) or
+                // near them; a JSON text may grow it once or twice.
+                out.reserve(64 + key.len() + chunk.len + chunk.count as usize * resp::bulk_room(0));
+                let head = out.len();
+                resp::array(out, chunk.count as usize + 2);
+                let head_end = out.len();
+                resp::bulk(
+                    out,
+                    match self.cfg.push {
+                        Push::Rpush => b"RPUSH",
+                        Push::Lpush => b"LPUSH",
+                    },
+                );
+                resp::bulk(out, key.as_bytes());
+                let mut n = 0;
+                self.for_each_element(chunk, |v| {
+                    resp::bulk(out, v);
+                    n += 1;
+                });
+                if n != chunk.count as usize {
+                    // The count disagrees with the entries (it should not):
+                    // Redis would wait for the missing arguments.
+                    let mut fixed = Vec::new();
+                    resp::array(&mut fixed, n + 2);
+                    out.splice(head..head_end, fixed);
+                }
+                replies += 1;
+            }
+            DataType::Channel => self.for_each_element(chunk, |v| {
+                resp::array(out, 3);
+                resp::bulk(out, b"PUBLISH");
+                resp::bulk(out, key.as_bytes());
+                resp::bulk(out, v);
+                replies += 1;
+            }),
+            DataType::Stream => {
+                let maxlen = self.cfg.maxlen.map(|n| itoa::Buffer::new().format(n).to_string());
+                self.for_each_element(chunk, |v| {
+                    resp::array(out, if maxlen.is_some() { 8 } else { 5 });
+                    resp::bulk(out, b"XADD");
+                    resp::bulk(out, key.as_bytes());
+                    if let Some(n) = &maxlen {
+                        resp::bulk(out, b"MAXLEN");
+                        resp::bulk(out, b"~");
+                        resp::bulk(out, n.as_bytes());
+                    }
+                    resp::bulk(out, b"*");
+                    resp::bulk(out, self.cfg.stream_field.as_bytes());
+                    resp::bulk(out, v);
+                    replies += 1;
+                })
+            }
+        }
+        if let Some((n, ms)) = self.wait_args() {
+            resp::array(out, 3);
+            resp::bulk(out, b"WAIT");
+            resp::bulk(out, itoa::Buffer::new().format(n).as_bytes());
+            resp::bulk(out, itoa::Buffer::new().format(ms).as_bytes());
+            replies += 1;
+        }
+        replies
+    }
+
+    /// The commands that write the chunk, in one pipeline of the redis
+    /// crate (Redis Cluster routes each by its key).
+    fn pipeline(&self, chunk: &Chunk) -> ::redis::Pipeline {
+        let key = self.key(chunk);
         let mut pipe = ::redis::pipe();
         match self.cfg.data_type {
             DataType::List => {
@@ -312,13 +407,46 @@ impl RedisOutput {
                 add.arg("*").arg(&self.cfg.stream_field).arg(v).ignore();
             }),
         }
-        if self.cfg.wait_replicas > 0 {
-            // Within the response timeout, so a missing replica reads as
-            // "too few" rather than as a timeout.
-            let wait = (self.cfg.timeout.0 / 2).as_millis().max(1) as u64;
-            pipe.cmd("WAIT").arg(self.cfg.wait_replicas).arg(wait);
-        }
         pipe
+    }
+
+    /// The chunk's fate from the replicas WAIT counted.
+    fn replicas(&self, confirmed: Option<i64>) -> Result<(), FlushError> {
+        match confirmed {
+            Some(n) if self.cfg.wait_replicas > 0 && n < i64::from(self.cfg.wait_replicas) => {
+                Err(FlushError::Retry(format!(
+                    "redis {}: {n} of {} replicas confirmed the chunk (wait_replicas)",
+                    self.target(),
+                    self.cfg.wait_replicas
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    async fn write_cluster(&self, chunk: &Chunk) -> Result<(), FlushError> {
+        let pipe = self.pipeline(chunk);
+        let mut con = {
+            let mut slot = self.slot().await;
+            match &*slot {
+                Some(Connection::Cluster(c)) => c.clone(),
+                _ => {
+                    let Connection::Cluster(c) = self.open().await? else {
+                        unreachable!("a cluster client opens cluster connections")
+                    };
+                    *slot = Some(Connection::Cluster(c.clone()));
+                    c
+                }
+            }
+        };
+        pipe.query_async::<Vec<i64>>(&mut con).await.map(drop).map_err(|e| {
+            let msg = format!("redis {}: {e}", self.target());
+            if is_permanent(&e) {
+                FlushError::Permanent(msg)
+            } else {
+                FlushError::Retry(msg)
+            }
+        })
     }
 }
 
@@ -328,30 +456,40 @@ impl Output for RedisOutput {
         if chunk.count == 0 {
             return Ok(());
         }
-        let pipe = self.commands(chunk);
-        let (i, con) = self.connection().await?;
-        let sentinel = matches!(con, Connection::Sentinel(_));
-        let replies = con.run(&pipe).await.map_err(|e| {
-            let msg = format!("redis {}: {e}", self.target());
-            if is_permanent(&e) {
-                FlushError::Permanent(msg)
-            } else {
-                FlushError::Retry(msg)
+        if matches!(self.client, Client::Cluster(_)) {
+            return self.write_cluster(chunk).await;
+        }
+        let mut slot = self.slot().await;
+        if slot.is_none() {
+            *slot = Some(self.open().await?);
+        }
+        let Some(Connection::Resp(con)) = slot.as_mut() else {
+            unreachable!("one server or sentinel: connections of our own")
+        };
+        let replies = self.encode(chunk, con.command());
+        let result = match con.exchange(replies).await {
+            // Lost, timed out or out of step: the next write reconnects.
+            Err(e) => {
+                *slot = None;
+                return Err(FlushError::Retry(format!("redis {}: {e:#}", self.target())));
             }
-        });
-        let result = replies.and_then(|r| match r.first() {
-            Some(&n) if n < i64::from(self.cfg.wait_replicas) => Err(FlushError::Retry(format!(
-                "redis {}: {n} of {} replicas confirmed the chunk (wait_replicas)",
-                self.target(),
-                self.cfg.wait_replicas
-            ))),
-            _ => Ok(()),
-        });
-        if sentinel && matches!(result, Err(FlushError::Retry(_))) {
-            // A lost master, one demoted to a replica (READONLY), or one whose
-            // replica was just promoted away from it (WAIT falls short): the
-            // next write asks the sentinels where the master is now.
-            *self.connections[i].lock().await = None;
+            Ok(()) => match con.error() {
+                Some(e) => {
+                    let msg = format!("redis {}: {e}", self.target());
+                    if is_permanent_code(e.code()) {
+                        Err(FlushError::Permanent(msg))
+                    } else {
+                        Err(FlushError::Retry(msg))
+                    }
+                }
+                None => self.replicas(con.last_int()),
+            },
+        };
+        if matches!(self.client, Client::Sentinel(_)) && matches!(result, Err(FlushError::Retry(_))) {
+            // A master demoted to a replica (READONLY), or one whose
+            // replica was just promoted away from it (WAIT falls short):
+            // the next write asks the sentinels where the master is now.
+            *slot = None;
         }
         result
     }
