@@ -21,7 +21,7 @@ use opentelemetry_proto::tonic::collector::logs::v1::{
 use prost::Message;
 use tokio::task::JoinHandle;
 
-use super::http_listener::{self, http_listener_options, Decode, Events, Reject};
+use super::http_listener::{self, http_listener_options, Body, Decode, Events, Reject};
 use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
 use crate::tls::TlsServer;
 
@@ -106,7 +106,12 @@ fn is_json(head: &Parts) -> Result<bool, Reject> {
 }
 
 impl Decode for OtlpDecode {
-    fn decode(&self, head: &Parts, body: Bytes) -> Result<Vec<Events>, Reject> {
+    fn tag_hint(&self, _head: &Parts) -> Option<String> {
+        Some(self.tag.clone())
+    }
+
+    fn decode(&self, head: &Parts, body: Body) -> Result<Vec<Events>, Reject> {
+        let body = body.joined();
         if head.uri.path() != LOGS_PATH {
             return Err(Reject::new(
                 StatusCode::NOT_FOUND,
