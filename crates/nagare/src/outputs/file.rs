@@ -304,7 +304,8 @@ fn write_pieces(
                         return Err(write_error(path, e));
                     }
                     let mut kept = spare.lock().expect("spare buffers");
-                    if kept.len() < SPARE_BUFFERS {
+                    // A piece ends after the entry that filled it: one huge record makes a huge piece.
+                    if kept.len() < SPARE_BUFFERS && text.capacity() <= SPARE_MAX {
                         let mut text = text;
                         text.clear();
                         kept.push(text);
