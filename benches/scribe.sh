@@ -11,13 +11,18 @@
 # ...) and the table holds medians. The CPU columns are nagare's cores
 # (CPU seconds over the sending time) in either relay and the senders'.
 # SIZES and PER_CALL (space-separated) override the grid; SUT_PORT and
-# SINK_PORT the ports. Needs Go (flowbench, from ../shared/bench).
+# SINK_PORT the ports. CONNS (default 4) is the number of client
+# connections on both sides: scribe-bench's senders, and flowbench's
+# (a Scribe client waits for each call's answer, so one connection moves
+# one call per round trip; the forward sender gets the same number).
+# Needs Go (flowbench, from ../shared/bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${1:-10s}
 RUNS=${2:-1}
 SIZES=${SIZES:-"100 400 1200 4800"}
 PER_CALL=${PER_CALL:-"50 200 800"}
+CONNS=${CONNS:-4}
 export SCRIBE_SUT_PORT=${SUT_PORT:-40300} SCRIBE_SINK_PORT=${SINK_PORT:-40301}
 . benches/common.sh
 results_dir scribe
@@ -36,13 +41,13 @@ for size in $SIZES; do
     wait_port "$SCRIBE_SUT_PORT" || { kill "$pid"; echo "nagare did not listen" >&2; exit 1; }
     /usr/bin/time -f "%U %S" -o "$OUT/sb-cpu.txt" \
       "$SB" --sut-port "$SCRIBE_SUT_PORT" --sink-port "$SCRIBE_SINK_PORT" --size "$size" \
-      --per-call "$n" --duration "$DURATION" > "$OUT/sb.json"
+      --per-call "$n" --duration "$DURATION" --connections "$CONNS" > "$OUT/sb.json"
     ncpu=$(cpu "$pid")
     kill "$pid"; wait "$pid" || true
     python3 -c "import json,sys; r=json.load(open('$OUT/sb.json')); u,s=open('$OUT/sb-cpu.txt').read().split()[-2:]; r.update(nagare_cores=$ncpu/r['seconds'], bench_cores=(float(u)+float(s))/r['seconds']); print(json.dumps(r))" \
       >> "$OUT/scribe.jsonl"
     "$FB" relay --sut-port "$SCRIBE_SUT_PORT" --sink-port "$SCRIBE_SINK_PORT" --duration "$DURATION" \
-      --warmup 2s --size "$size" --batch "$n" --quiet \
+      --warmup 2s --size "$size" --batch "$n" --conns "$CONNS" --quiet \
       --sut-cmd "exec $NAGARE run -c $ROOT/benches/relay.toml" 2>/dev/null | tail -n 1 \
       | python3 -c "import json,sys; r=json.load(sys.stdin); r.update(size=$size, per_call=$n); print(json.dumps(r))" \
       >> "$OUT/forward.jsonl"

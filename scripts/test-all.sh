@@ -83,6 +83,7 @@ need python3 python3             # fuse tests write through python3; exec filter
 need redis-server redis-server   # the redis input and output tests (tests/redis.rs)
 need logger bsdutils             # the syslog input tests send with util-linux logger (tests/syslog.rs)
 need rsyslogd rsyslog            # rsyslog forwards to and receives from nagare (tests/syslog.rs)
+ls /usr/lib/*/rsyslog/lmnsd_gtls.so >/dev/null 2>&1 || need_apt+=(rsyslog-gnutls)  # rsyslog's TLS driver: the syslog output over TLS (tests/syslog.rs)
 need dnsmasq dnsmasq-base        # a DNS server for the forward output's service discovery (tests/balance.rs)
 need tmux tmux                   # `nagare top` in a terminal (tests/top.rs)
 need chromium chromium           # the monitor's status page in a browser (tests/status-page)

@@ -555,6 +555,103 @@ flush_interval = "20ms"
     assert_eq!(events(dir.path()).len(), 600);
 }
 
+/// rsyslog's TLS driver (gtls, GnuTLS) is a separate Debian package.
+fn have_rsyslog_gtls() -> bool {
+    have("rsyslogd")
+        && [
+            "/usr/lib/x86_64-linux-gnu/rsyslog",
+            "/usr/lib/aarch64-linux-gnu/rsyslog",
+            "/usr/lib/rsyslog",
+        ]
+        .iter()
+        .any(|d| Path::new(d).join("lmnsd_gtls.so").exists())
+}
+
+#[test]
+fn syslog_output_over_tls_to_rsyslog_gtls() {
+    if skip_unless(
+        have_rsyslog_gtls(),
+        "rsyslog's TLS driver is not installed (Debian package rsyslog-gnutls)",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (rs_tls, lines_in) = (free_port(), free_port());
+    let rs_out = dir.path().join("rs-tls.log");
+    // Both ends verify the other (RFC 5425 with mutual authentication):
+    // rsyslog takes only a client certificate of the CA naming
+    // "nagare.test", nagare only a server certificate of the CA for
+    // 127.0.0.1.
+    let ca = common::tls::Ca::new(dir.path(), "ca");
+    let server = ca.issue("rsyslog", &["127.0.0.1"]);
+    let client = ca.issue("nagare", &["nagare.test"]);
+    let _rs = Rsyslog::start(
+        dir.path(),
+        &format!(
+            r#"
+global(DefaultNetstreamDriverCAFile="{ca}" DefaultNetstreamDriverCertFile="{cert}" DefaultNetstreamDriverKeyFile="{key}")
+module(load="imtcp" StreamDriver.Name="gtls" StreamDriver.Mode="1" StreamDriver.AuthMode="x509/name" PermittedPeer=["nagare.test"])
+template(name="seen" type="string" string="%syslogseverity-text% %hostname% %app-name% %procid% %msg%\n")
+ruleset(name="seen") {{
+  action(type="omfile" file="{out}" template="seen")
+}}
+input(type="imtcp" address="127.0.0.1" port="{rs_tls}" ruleset="seen")
+"#,
+            ca = ca.path.display(),
+            cert = server.cert.display(),
+            key = server.key.display(),
+            out = rs_out.display()
+        ),
+    );
+    let mut d = daemon(
+        dir.path(),
+        &format!(
+            r#"
+[[input]]
+type = "tcp"
+bind = "127.0.0.1:{lines_in}"
+tag = "to.rsyslog"
+[input.parser]
+type = "json"
+
+[[output]]
+type = "syslog"
+match = "to.rsyslog"
+address = "127.0.0.1:{rs_tls}"
+protocol = "tcp"
+severity_key = "level"
+{tls}
+[output.buffer]
+flush_interval = "20ms"
+"#,
+            tls = common::tls::tls_table("output", Some(&client), Some(&ca.path), "")
+        ),
+    );
+    d.wait_port(lines_in);
+    wait_port(rs_tls);
+    let mut s = TcpStream::connect(("127.0.0.1", lines_in)).unwrap();
+    let mut json = String::new();
+    for i in 0..200 {
+        json.push_str(&format!(
+            "{{\"host\":\"h{i}\",\"ident\":\"app\",\"pid\":\"{i}\",\"level\":\"err\",\"message\":\"over tls {i}\"}}\n"
+        ));
+    }
+    s.write_all(json.as_bytes()).unwrap();
+    drop(s);
+    wait_until(WAIT, "200 lines in rsyslog's file", || {
+        read_file(&rs_out).lines().count() >= 200
+    });
+    let got: Vec<String> = read_file(&rs_out)
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect();
+    let want: Vec<String> = (0..200)
+        .map(|i| format!("err h{i} app {i} over tls {i}"))
+        .collect();
+    assert_eq!(got, want, "every message once, in order, through TLS");
+    d.terminate();
+}
+
 #[test]
 fn syslog_output_rfc3164_over_udp_to_python() {
     let dir = tempfile::tempdir().unwrap();

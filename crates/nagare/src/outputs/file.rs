@@ -109,16 +109,21 @@ impl Appends {
         }
     }
 
+    /// The turn of `path`'s file: appends to one file never overlap.
+    fn turn(&self, path: &Path) -> std::sync::MutexGuard<'_, ()> {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        path.hash(&mut h);
+        self.turns[h.finish() as usize % FILE_TURNS]
+            .lock()
+            .expect("file turn")
+    }
+
     /// Appends `data` to `path` whole or not at all: a write that fails
     /// half-way (disk full) is cut back off, so a retry does not leave the
     /// first half of the group in the file twice.
     fn append(&self, path: &Path, data: &[u8]) -> std::io::Result<()> {
         create_parent(path)?;
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        path.hash(&mut h);
-        let _turn = self.turns[h.finish() as usize % FILE_TURNS]
-            .lock()
-            .expect("file turn");
+        let _turn = self.turn(path);
         let mut f = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -243,9 +248,167 @@ fn write_error(path: &Path, e: std::io::Error) -> FlushError {
     }
 }
 
+/// Text handed to the writer thread at a time when a chunk is streamed:
+/// big enough that a write costs little per line, small enough that the
+/// writer starts on a chunk's first lines while the rest is being rendered.
+const PIECE: usize = 256 << 10;
+
+/// What the renderer hands the writer thread of a streamed chunk.
+enum Piece {
+    /// The next group of events goes to this file (its index in the chunk).
+    Open(usize, PathBuf),
+    /// More text of the open group.
+    Text(Vec<u8>),
+}
+
+/// The writer thread of a streamed chunk: appends each group's pieces to
+/// its file as they come, holding the file's turn for the whole group, so
+/// a group still lands whole or not at all (a failed write cuts the file
+/// back to where the group began).
+fn write_pieces(
+    pieces: tokio::sync::mpsc::Receiver<Piece>,
+    id: [u8; 16],
+    appends: &Appends,
+    spare: &Mutex<Vec<Vec<u8>>>,
+) -> Result<(), FlushError> {
+    let mut pieces = pieces;
+    // The open group: its index, path, file, and the file's length before it.
+    let mut open: Option<(usize, PathBuf, std::fs::File, u64)> = None;
+    let mut turn = None;
+    let mut done_groups = None;
+    let result = (|| {
+        while let Some(piece) = pieces.blocking_recv() {
+            match piece {
+                Piece::Open(i, path) => {
+                    // The group before is written whole.
+                    done_groups = Some(i);
+                    open = None;
+                    turn = None;
+                    create_parent(&path).map_err(|e| write_error(&path, e))?;
+                    turn = Some(appends.turn(&path));
+                    let f = std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&path)
+                        .map_err(|e| write_error(&path, e))?;
+                    let before = f.metadata().map_err(|e| write_error(&path, e))?.len();
+                    open = Some((i, path, f, before));
+                }
+                Piece::Text(text) => {
+                    let (_, path, f, before) = open.as_mut().expect("a group is open");
+                    if let Err(e) = f.write_all(&text) {
+                        if let Err(e) = f.set_len(*before) {
+                            tracing::error!(file = %path.display(), error = %e,
+                                "cannot remove a partly written group of events; a retry will write them again after it");
+                        }
+                        return Err(write_error(path, e));
+                    }
+                    let mut kept = spare.lock().expect("spare buffers");
+                    // A piece ends after the entry that filled it: one huge record makes a huge piece.
+                    if kept.len() < SPARE_BUFFERS && text.capacity() <= SPARE_MAX {
+                        let mut text = text;
+                        text.clear();
+                        kept.push(text);
+                    }
+                }
+            }
+        }
+        Ok(())
+    })();
+    drop(turn);
+    match &result {
+        // The groups before the open one are in their files.
+        Err(_) => appends.set_written(&id, open.as_ref().map(|o| o.0).or(done_groups)),
+        Ok(()) => appends.set_written(&id, None),
+    }
+    result
+}
+
+impl FileOutput {
+    /// Appends a chunk while rendering it: the text goes to a writer thread
+    /// piece by piece, so rendering the next lines and writing the last
+    /// ones overlap (with one flush worker, a chunk's JSON and its write
+    /// took turns, each leaving the other core idle).
+    async fn write_streamed(&self, chunk: &Chunk) -> Result<(), FlushError> {
+        let (tx, rx) = tokio::sync::mpsc::channel(2);
+        let (id, appends, spare) = (chunk.id, self.appends.clone(), self.spare.clone());
+        let written = appends.written(&id);
+        let writer = tokio::task::spawn_blocking(move || write_pieces(rx, id, &appends, &spare));
+        let rendered = self.render_pieces(chunk, written, &tx).await;
+        drop(tx);
+        let wrote = writer
+            .await
+            .map_err(|e| FlushError::Retry(format!("file writer task: {e}")))?;
+        // A writer's error comes first: the renderer stops because of it.
+        wrote.and(rendered)
+    }
+
+    /// Renders the groups of a chunk from group `skip` on into pieces for
+    /// the writer; stops early when the writer has stopped (its error is
+    /// the one to report).
+    async fn render_pieces(
+        &self,
+        chunk: &Chunk,
+        skip: usize,
+        tx: &tokio::sync::mpsc::Sender<Piece>,
+    ) -> Result<(), FlushError> {
+        let new_buf = || {
+            let mut b = self.spare.lock().expect("spare buffers").pop().unwrap_or_default();
+            b.reserve(PIECE + PIECE / 4);
+            b
+        };
+        let mut group: Option<(usize, PathBuf)> = None;
+        let mut buf = Vec::new();
+        let mut last_secs = None;
+        for (time, record, entry) in chunk.entries() {
+            let same = last_secs == Some(time.secs) || (!self.has_time && group.is_some());
+            if !same {
+                let p = self.render_path(&chunk.tag, time.secs)?;
+                if group.as_ref().map(|g| &g.1) != Some(&p) {
+                    let i = group.as_ref().map_or(0, |g| g.0 + 1);
+                    if !buf.is_empty() && tx.send(Piece::Text(std::mem::take(&mut buf))).await.is_err() {
+                        return Ok(());
+                    }
+                    if i >= skip && tx.send(Piece::Open(i, p.clone())).await.is_err() {
+                        return Ok(());
+                    }
+                    group = Some((i, p));
+                }
+                last_secs = Some(time.secs);
+            }
+            if group.as_ref().is_some_and(|g| g.0 < skip) {
+                // Written whole by an earlier attempt.
+                continue;
+            }
+            if buf.capacity() == 0 {
+                buf = new_buf();
+            }
+            render_entry(
+                self.cfg.format,
+                &self.cfg.message_key,
+                &chunk.tag,
+                time,
+                record,
+                entry,
+                &mut buf,
+            );
+            if buf.len() >= PIECE && tx.send(Piece::Text(std::mem::take(&mut buf))).await.is_err() {
+                return Ok(());
+            }
+        }
+        if !buf.is_empty() {
+            let _ = tx.send(Piece::Text(buf)).await;
+        }
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl Output for FileOutput {
     async fn write(&self, chunk: &Chunk) -> Result<(), FlushError> {
+        if self.cfg.append && self.cfg.compress.is_none() {
+            return self.write_streamed(chunk).await;
+        }
         // Group consecutive events by the file they go to.
         let mut groups: Vec<(PathBuf, Vec<u8>)> = Vec::new();
         let mut last_secs = None;
@@ -368,6 +531,62 @@ mod tests {
     fn tags_cannot_escape_the_directory() {
         assert_eq!(safe_tag("../../etc/passwd", false), "_.._.._etc_passwd");
         assert_eq!(safe_tag("a%Y", true), "a%%Y");
+    }
+
+    /// `n` entries `[secs, {"m": "<i> xxx…"}]` of about 100 bytes each.
+    fn entries(secs: u32, n: usize, out: &mut Vec<u8>) {
+        for i in 0..n {
+            let m = format!("{i} {}", "x".repeat(90));
+            out.extend_from_slice(&[0x92, 0xce]);
+            out.extend_from_slice(&secs.to_be_bytes());
+            out.extend_from_slice(&[0x81, 0xa1, b'm', 0xd9, m.len() as u8]);
+            out.extend_from_slice(m.as_bytes());
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_streamed_chunk_is_retried_without_writing_a_group_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = FileOutput::new(
+            FileConfig {
+                path: format!("{}/%S.log", dir.path().display()),
+                format: Format::Json,
+                message_key: "message".into(),
+                append: true,
+                compress: None,
+            },
+            "file#0",
+        )
+        .unwrap();
+        // Second 1: many pieces' worth of text; second 2: a few lines.
+        let mut payload = Vec::new();
+        entries(1, 20_000, &mut payload);
+        entries(2, 3, &mut payload);
+        let chunk = Chunk {
+            id: [7; 16],
+            tag: "t".into(),
+            len: payload.len(),
+            held: payload.len(),
+            segments: vec![bytes::Bytes::from(payload)],
+            count: 20_003,
+            file: None,
+        };
+        let (one, two) = (dir.path().join("01.log"), dir.path().join("02.log"));
+        // The second group's file cannot be opened: the first is written
+        // whole, the attempt fails.
+        std::fs::create_dir(&two).unwrap();
+        assert!(f.write(&chunk).await.is_err());
+        let lines = |p: &Path| std::fs::read_to_string(p).unwrap().lines().count();
+        assert_eq!(lines(&one), 20_000);
+        // The retry writes only the second group.
+        std::fs::remove_dir(&two).unwrap();
+        f.write(&chunk).await.unwrap();
+        assert_eq!((lines(&one), lines(&two)), (20_000, 3));
+        let text = std::fs::read_to_string(&one).unwrap();
+        assert!(text.lines().enumerate().all(|(i, l)| l.contains(&format!("\"m\":\"{i} x"))));
+        // A chunk written whole in one go is forgotten: writing it again appends it again.
+        f.write(&chunk).await.unwrap();
+        assert_eq!((lines(&one), lines(&two)), (40_000, 6));
     }
 
     #[test]
