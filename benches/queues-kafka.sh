@@ -83,7 +83,7 @@ for size in $SIZES; do
   tests/kafka/broker.sh "$dir/kafka" "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT" "$PARTITIONS" >"$dir/broker.log" 2>&1 &
   export BROKER_PID=$!
   # The broker goes with the script, whatever step fails.
-  trap 'kill "$BROKER_PID" 2>/dev/null' EXIT
+  trap 'kill "$BROKER_PID" 2>/dev/null || true' EXIT
   for _ in $(seq 1800); do grep -q "Kafka Server started" "$dir/broker.log" && break; sleep 0.1; done
   grep -q "Kafka Server started" "$dir/broker.log" || { echo "the broker did not start:" >&2; tail -n 20 "$dir/broker.log" >&2; exit 1; }
   records=${PERF_RECORDS:-$(( size < 1000 ? 2000000 : 400000 ))}

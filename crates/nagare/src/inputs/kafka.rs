@@ -168,9 +168,10 @@ impl KafkaInputConfig {
             // librdkafka's own few hundred bytes per queued message, a
             // consumer of 4 partitions of 131-byte messages stayed at
             // 90–102 MB RSS (issue 12's bar: 64 MB plus buffers). 5,000
-            // per partition: 60–67 MB, and still 5 batches of the default
-            // batch_count ahead.
-            ("queued.min.messages", "5000".into()),
+            // per partition still peaked at 76 MB in one drain of three;
+            // 2,000: 60–63 MB, and still 2 batches of the default
+            // batch_count ahead per partition.
+            ("queued.min.messages", "2000".into()),
             // Once the queue is full, librdkafka waits this long before
             // it fetches again (default 1 s): the consumer sat idle most
             // of each second and drained a backlog at 150–180 K events/s;
