@@ -515,23 +515,10 @@ flush_interval = "20ms"
     assert_eq!(udp, sent[100..200], "over UDP, each once");
 
     // nagare → rsyslog: records become RFC 5424 over TCP and RFC 3164 over UDP.
-    let mut s = TcpStream::connect(("127.0.0.1", lines_in)).unwrap();
-    let mut json = String::new();
-    for i in 0..100 {
-        json.push_str(&format!(
-            "{{\"host\":\"h{i}\",\"ident\":\"app\",\"pid\":\"{i}\",\"msgid\":\"M\",\"extradata\":\"[e@1 n=\\\"{i}\\\"]\",\"level\":\"warning\",\"message\":\"to rsyslog {i}\"}}\n"
-        ));
-    }
-    s.write_all(json.as_bytes()).unwrap();
-    drop(s);
-    wait_until(WAIT, "200 lines in rsyslog's file", || {
-        read_file(&rs_out).lines().count() >= 200
-    });
-    // rsyslog keeps the space before an RFC 3164 MSG: spaces are collapsed.
-    let got: Vec<String> = read_file(&rs_out)
-        .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-        .collect();
+    send_lines(lines_in, (0..100).map(|i| format!(
+        "{{\"host\":\"h{i}\",\"ident\":\"app\",\"pid\":\"{i}\",\"msgid\":\"M\",\"extradata\":\"[e@1 n=\\\"{i}\\\"]\",\"level\":\"warning\",\"message\":\"to rsyslog {i}\"}}"
+    )));
+    let got = rsyslog_lines(&rs_out, 200);
     let over_tcp: Vec<&String> = got.iter().filter(|l| l.starts_with("imtcp ")).collect();
     let want: Vec<String> = (0..100)
         .map(|i| format!("imtcp user warning h{i} app {i} M [e@1 n=\"{i}\"] to rsyslog {i}"))
@@ -629,22 +616,10 @@ flush_interval = "20ms"
     );
     d.wait_port(lines_in);
     wait_port(rs_tls);
-    let mut s = TcpStream::connect(("127.0.0.1", lines_in)).unwrap();
-    let mut json = String::new();
-    for i in 0..200 {
-        json.push_str(&format!(
-            "{{\"host\":\"h{i}\",\"ident\":\"app\",\"pid\":\"{i}\",\"level\":\"err\",\"message\":\"over tls {i}\"}}\n"
-        ));
-    }
-    s.write_all(json.as_bytes()).unwrap();
-    drop(s);
-    wait_until(WAIT, "200 lines in rsyslog's file", || {
-        read_file(&rs_out).lines().count() >= 200
-    });
-    let got: Vec<String> = read_file(&rs_out)
-        .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
-        .collect();
+    send_lines(lines_in, (0..200).map(|i| format!(
+        "{{\"host\":\"h{i}\",\"ident\":\"app\",\"pid\":\"{i}\",\"level\":\"err\",\"message\":\"over tls {i}\"}}"
+    )));
+    let got = rsyslog_lines(&rs_out, 200);
     let want: Vec<String> = (0..200)
         .map(|i| format!("err h{i} app {i} over tls {i}"))
         .collect();
@@ -846,4 +821,27 @@ fn check_reports_bad_syslog_options() {
         ),
     ];
     assert_check_errors(tempfile::tempdir().unwrap().path(), CHECK_BASE, cases);
+}
+
+/// Writes `lines` (newline-terminated) to the raw-lines input on `port`.
+fn send_lines(port: u16, lines: impl Iterator<Item = String>) {
+    let mut text = String::new();
+    for l in lines {
+        text.push_str(&l);
+        text.push('\n');
+    }
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(text.as_bytes()).unwrap();
+}
+
+/// The lines of rsyslog's output file once it holds `n`, spaces collapsed
+/// (rsyslog keeps the space before an RFC 3164 MSG).
+fn rsyslog_lines(path: &std::path::Path, n: usize) -> Vec<String> {
+    wait_until(WAIT, &format!("{n} lines in rsyslog's file"), || {
+        read_file(path).lines().count() >= n
+    });
+    read_file(path)
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
 }

@@ -544,20 +544,22 @@ mod tests {
         }
     }
 
+    /// A file output writing JSON lines, appending, to `path`.
+    fn json_appending_to(path: &str) -> FileOutput {
+        let cfg = FileConfig {
+            path: path.into(),
+            format: Format::Json,
+            message_key: "message".into(),
+            append: true,
+            compress: None,
+        };
+        FileOutput::new(cfg, "file#0").unwrap()
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_streamed_chunk_is_retried_without_writing_a_group_twice() {
         let dir = tempfile::tempdir().unwrap();
-        let f = FileOutput::new(
-            FileConfig {
-                path: format!("{}/%S.log", dir.path().display()),
-                format: Format::Json,
-                message_key: "message".into(),
-                append: true,
-                compress: None,
-            },
-            "file#0",
-        )
-        .unwrap();
+        let f = json_appending_to(&format!("{}/%S.log", dir.path().display()));
         // Second 1: many pieces' worth of text; second 2: a few lines.
         let mut payload = Vec::new();
         entries(1, 20_000, &mut payload);
@@ -591,17 +593,7 @@ mod tests {
 
     #[test]
     fn path_template() {
-        let f = FileOutput::new(
-            FileConfig {
-                path: "/logs/${tag}/%Y-%m-%d.log".into(),
-                format: Format::Json,
-                message_key: "message".into(),
-                append: true,
-                compress: None,
-            },
-            "file#0",
-        )
-        .unwrap();
+        let f = json_appending_to("/logs/${tag}/%Y-%m-%d.log");
         assert_eq!(
             f.render_path("web.access", 86400 * 365).unwrap(),
             PathBuf::from("/logs/web.access/1971-01-01.log")
