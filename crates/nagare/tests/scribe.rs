@@ -335,13 +335,7 @@ fn try_later_while_the_buffer_is_full() {
     let (sent, try_later) = client_done(client);
     assert_eq!(sent, 5000);
     assert!(try_later > 0, "the client saw TRY_LATER");
-    sink.wait_records(5000);
-    let got: Vec<String> = records_of(&sink, "full")
-        .iter()
-        .map(message_field)
-        .collect();
-    let want: Vec<String> = (0..5000).map(|s| format!("message {s}")).collect();
-    assert_eq!(got, want, "every event once, in order");
+    five_thousand_in_order(&sink, "full");
     assert!(d.terminate().success());
     sink.wait_disconnected();
     assert_eq!(sink.records().len(), 5000);
@@ -397,13 +391,7 @@ fn a_call_waits_for_room_instead_of_try_later() {
         "every call answered OK, none TRY_LATER"
     );
     assert_eq!(d.metric("rejected_events_total", "scribe#0"), 0);
-    sink.wait_records(5000);
-    let got: Vec<String> = records_of(&sink, "held")
-        .iter()
-        .map(message_field)
-        .collect();
-    let want: Vec<String> = (0..5000).map(|s| format!("message {s}")).collect();
-    assert_eq!(got, want, "every event once, in order");
+    five_thousand_in_order(&sink, "held");
     assert!(d.terminate().success());
 }
 
@@ -702,4 +690,13 @@ fn check_reports_bad_options() {
             ),
         ],
     );
+}
+
+/// The sink holds "message 0" to "message 4999" under `tag`: every event
+/// once, in order.
+fn five_thousand_in_order(sink: &Sink, tag: &str) {
+    sink.wait_records(5000);
+    let got: Vec<String> = records_of(sink, tag).iter().map(message_field).collect();
+    let want: Vec<String> = (0..5000).map(|s| format!("message {s}")).collect();
+    assert_eq!(got, want, "every event once, in order");
 }

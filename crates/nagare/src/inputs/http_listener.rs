@@ -479,7 +479,11 @@ async fn handle(ctx: &Ctx, peer: SocketAddr, req: Request<Incoming>) -> Response
         // No answer yet if there is no room: deliver() below checks again
         // (and counts what it refuses), after the decode this wait saves
         // while a buffer is full for a moment.
-        wait_for_room(ctx, &tag, body.size()).await;
+        let deadline = tokio::time::Instant::now() + ctx.opts.wait_for_room;
+        // (The body's size: its entries take about as much.)
+        ctx.router
+            .wait_for_room(&[(&tag, body.size())], deadline)
+            .await;
     }
     let batches = match ctx.decode.decode(&head, body) {
         Ok(b) => b,
@@ -498,23 +502,6 @@ async fn handle(ctx: &Ctx, peer: SocketAddr, req: Request<Incoming>) -> Response
         Err(Refused::Failed(why)) => {
             tracing::warn!(input = %ctx.name, peer = %peer, reason = %why, "answering 500");
             answer(StatusCode::INTERNAL_SERVER_ERROR, &why)
-        }
-    }
-}
-
-/// Waits up to `wait_for_room` until every output `tag` routes to has room
-/// for about `len` bytes (the body's size: its entries take about as much).
-async fn wait_for_room(ctx: &Ctx, tag: &str, len: usize) {
-    let outputs = {
-        // Let go before the waits (a reload drains removed outputs once no
-        // request holds the old table).
-        let (_, router) = ctx.router.load();
-        router.route(tag).outputs.clone()
-    };
-    let deadline = tokio::time::Instant::now() + ctx.opts.wait_for_room;
-    for o in outputs.iter() {
-        if !o.wait_room(len, deadline).await {
-            return;
         }
     }
 }

@@ -32,7 +32,6 @@ use tokio::time::Instant;
 use super::append::append_batch;
 use super::tail::encode_line;
 use crate::config::units::{Dur, Size};
-use crate::outputs::OutputHandle;
 use crate::parsers::{Parser, ParserConfig, ParserType};
 use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, Listen, OptionError};
 use crate::router::LiveRouter;
@@ -415,26 +414,12 @@ async fn take_call(args: &[u8], ctx: &Ctx, peer: &str) -> Result<ResultCode, Str
     let total: u64 = runs.iter().map(|r| r.2 as u64).sum();
     // Every buffer must have room before anything is appended, so that a
     // TRY_LATER call was taken nowhere and its resend duplicates nothing.
-    let wanted: Vec<(OutputHandle, usize)> = {
-        // This table is let go before the waits and appends (a reload waits for it).
-        let (_, router) = ctx.router.load();
-        runs.iter()
-            .flat_map(|(tag, entries, _)| {
-                let route = router.route(tag);
-                let len = entries.len();
-                route.outputs.iter().map(move |o| (o.clone(), len)).collect::<Vec<_>>()
-            })
-            .collect()
-    };
+    let wanted: Vec<(&str, usize)> = runs
+        .iter()
+        .map(|(tag, entries, _)| (tag.as_ref(), entries.len()))
+        .collect();
     let deadline = Instant::now() + ctx.cfg.wait_for_room.0;
-    let mut full = None;
-    for (o, len) in &wanted {
-        if !o.wait_room(*len, deadline).await {
-            full = Some(o.name().to_string());
-            break;
-        }
-    }
-    drop(wanted);
+    let full = ctx.router.wait_for_room(&wanted, deadline).await;
     if let Some(output) = full {
         PluginStats::add(&ctx.stats.rejected, total);
         tracing::debug!(input = %ctx.name, peer = %peer, %output, events = total,

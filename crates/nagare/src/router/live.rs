@@ -73,6 +73,40 @@ impl LiveRouter {
             current.router.in_label(self.label.as_deref()),
         )
     }
+
+    /// Waits until every output the tags of `wanted` route to has room for
+    /// that tag's bytes, or `deadline`. None when all have room; else the
+    /// name of the first output that stayed full. For inputs that hold a
+    /// caller before answering "try later" (scribe's TRY_LATER, http's 503)
+    /// rather than decode or take what the buffers would refuse.
+    pub async fn wait_for_room(
+        &self,
+        wanted: &[(&str, usize)],
+        deadline: tokio::time::Instant,
+    ) -> Option<String> {
+        let outputs: Vec<_> = {
+            // Let go of the table before the waits: a reload drains removed
+            // outputs once no batch holds the old one.
+            let (_, router) = self.load();
+            wanted
+                .iter()
+                .flat_map(|&(tag, len)| {
+                    router
+                        .route(tag)
+                        .outputs
+                        .iter()
+                        .map(move |o| (o.clone(), len))
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        };
+        for (o, len) in &outputs {
+            if !o.wait_room(*len, deadline).await {
+                return Some(o.name().to_string());
+            }
+        }
+        None
+    }
 }
 
 #[cfg(test)]
