@@ -205,6 +205,16 @@ impl Connection<'_> {
 }
 
 impl Connection<'_> {
+    /// The one server a plugin talks to: the master the sentinels name when
+    /// `sentinels` is set (then `address` is not read: a plain client would
+    /// fail on an address `check` lets through), else `address`/`path`.
+    pub fn server(&self) -> Result<Server, OptionError> {
+        match self.sentinel()? {
+            Some(s) => Ok(Server::Sentinel(s)),
+            None => self.client().map(Server::One),
+        }
+    }
+
     /// A Redis Sentinel client when `sentinels` is set; no I/O but reading
     /// the TLS files. The credentials, database and `tls` table apply to
     /// the master; a sentinel's own password goes in its URL.
@@ -332,6 +342,32 @@ impl Connection<'_> {
             ));
         }
         Ok(Some(tls))
+    }
+}
+
+/// One server (not a Cluster): `address`/`path`, or the master the
+/// sentinels name.
+pub enum Server {
+    One(::redis::Client),
+    /// Asked for the master at each (re)connect.
+    Sentinel(Sentinel),
+}
+
+impl Server {
+    /// A client for the server to connect to now.
+    pub async fn client(&self) -> Result<::redis::Client, RedisError> {
+        match self {
+            Server::Sentinel(s) => s.master().await,
+            Server::One(c) => Ok(c.clone()),
+        }
+    }
+
+    /// What the logs call it.
+    pub fn name(&self) -> String {
+        match self {
+            Server::One(c) => format!("redis {}", c.get_connection_info().addr()),
+            Server::Sentinel(s) => s.name.clone(),
+        }
     }
 }
 

@@ -47,7 +47,7 @@ use super::tail::encode_line;
 use crate::config::units::Dur;
 use crate::parsers::{Parser, ParserConfig, ParserType};
 use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
-use crate::redis_conn::{redis_options, Backoff, Sentinel};
+use crate::redis_conn::{redis_options, Backoff, Server};
 use crate::redis_resp::RespConn;
 use crate::tls::TlsClient;
 use crate::router::LiveRouter;
@@ -237,14 +237,10 @@ struct Shared {
 #[async_trait::async_trait]
 impl Input for RedisInputConfig {
     async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
-        // As `build` checked: with `sentinels`, `address` is not used (and
-        // not read: a plain client would fail on an address `check` let through).
-        let server = match self.connection().sentinel() {
-            Ok(Some(s)) => Ok(Server::Sentinel(s)),
-            Ok(None) => self.connection().client().map(Server::One),
-            Err(e) => Err(e),
-        }
-        .map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
+        let server = self
+            .connection()
+            .server()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
         let tls = self.connection().tls_client(&cx.name).map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
         let parser = Parser::new(&self.parser_config())
             .map_err(|e| anyhow::anyhow!("{}: [input.parser]: {e}", cx.name))?;
@@ -343,7 +339,7 @@ impl Reader {
     async fn connect(&mut self) -> anyhow::Result<()> {
         if self.s.cfg.data_type == DataType::List {
             if self.resp.is_none() {
-                let client = self.s.client().await.with_context(|| self.s.server.name())?;
+                let client = self.s.server.client().await.with_context(|| self.s.server.name())?;
                 let con = RespConn::connect(
                     client.get_connection_info(),
                     self.s.tls.as_ref(),
@@ -362,7 +358,7 @@ impl Reader {
             let config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(Duration::from_secs(5)))
                 .set_response_timeout(Some(BLOCK + Duration::from_secs(10)));
-            let client = self.s.client().await.with_context(|| self.s.server.name())?;
+            let client = self.s.server.client().await.with_context(|| self.s.server.name())?;
             self.con = Some(client.get_multiplexed_async_connection_with_config(&config).await?);
             // A restarted server may have lost the group; a new connection
             // checks. Entries whose XACK was lost with the old connection are
@@ -556,7 +552,7 @@ fn entry_value(e: &StreamId, field: &str) -> Vec<u8> {
 
 /// Subscribes and appends what arrives, in batches of what is there at once.
 async fn subscribe(s: &Shared, shutdown: &mut watch::Receiver<bool>, backoff: &mut Backoff) -> Result<(), RedisError> {
-    let mut pubsub = s.client().await?.get_async_pubsub().await?;
+    let mut pubsub = s.server.client().await?.get_async_pubsub().await?;
     match s.cfg.data_type {
         DataType::PatternChannel => pubsub.psubscribe(&s.cfg.key).await?,
         _ => pubsub.subscribe(&s.cfg.key).await?,
@@ -593,33 +589,7 @@ async fn subscribe(s: &Shared, shutdown: &mut watch::Receiver<bool>, backoff: &m
     }
 }
 
-/// Where the input reads from.
-enum Server {
-    /// `address` or `path`.
-    One(::redis::Client),
-    /// `sentinels`: asked for the master at each (re)connect.
-    Sentinel(Sentinel),
-}
-
-impl Server {
-    /// What the logs call it.
-    fn name(&self) -> String {
-        match self {
-            Server::One(c) => format!("redis {}", c.get_connection_info().addr()),
-            Server::Sentinel(s) => s.name.clone(),
-        }
-    }
-}
-
 impl Shared {
-    /// The server to connect to: the master the sentinels name now, or the one of `address`/`path`.
-    async fn client(&self) -> Result<::redis::Client, RedisError> {
-        match &self.server {
-            Server::Sentinel(s) => s.master().await,
-            Server::One(c) => Ok(c.clone()),
-        }
-    }
-
     /// Turns elements read from `source` into events and appends them,
     /// durably, to the outputs their tags route to. False when an output
     /// refused them (shutting down): they must not be removed from Redis.

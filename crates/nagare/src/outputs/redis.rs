@@ -31,7 +31,7 @@ use crate::buffer::Chunk;
 use crate::config::units::Dur;
 use crate::formats::{self, json};
 use crate::plugin::{BuildContext, OptionError, OutputPlugin};
-use crate::redis_conn::{is_permanent, is_permanent_code, redis_options, Sentinel};
+use crate::redis_conn::{is_permanent, is_permanent_code, redis_options, Server};
 use crate::redis_resp::{self as resp, RespConn};
 use crate::tls::TlsClient;
 
@@ -151,9 +151,9 @@ pub struct RedisOutput {
 // One per output, made once: the size of the larger variant costs nothing.
 #[allow(clippy::large_enum_variant)]
 enum Client {
-    One(::redis::Client),
+    /// One server, or the master the sentinels name.
+    Server(Server),
     Cluster(ClusterClient),
-    Sentinel(Sentinel),
 }
 
 enum Connection {
@@ -185,13 +185,10 @@ impl OutputPlugin for RedisOutputConfig {
                 "is not for a Redis Cluster (`addresses`): WAIT has no key to route by",
             ));
         }
-        let client = match (
-            self.connection().cluster_client(self.timeout.0)?,
-            self.connection().sentinel()?,
-        ) {
-            (Some(cluster), _) => Client::Cluster(cluster),
-            (None, Some(sentinel)) => Client::Sentinel(sentinel),
-            (None, None) => Client::One(self.connection().client()?),
+        let client = match self.connection().cluster_client(self.timeout.0)? {
+            // `sentinels` beside `addresses` is refused by `server`.
+            Some(cluster) if self.sentinels.is_empty() => Client::Cluster(cluster),
+            _ => Client::Server(self.connection().server()?),
         };
         let tls = match client {
             Client::Cluster(_) => None,
@@ -233,9 +230,8 @@ impl RedisOutput {
                     .map(Connection::Cluster)
                     .map_err(|e| retry(e.to_string()))
             }
-            Client::One(c) => c.get_connection_info().clone(),
-            Client::Sentinel(s) => s
-                .master()
+            Client::Server(s) => s
+                .client()
                 .await
                 .map_err(|e| retry(e.to_string()))?
                 .get_connection_info()
@@ -249,7 +245,7 @@ impl RedisOutput {
 
     fn target(&self) -> String {
         match (&self.cfg.path, self.cfg.addresses.as_slice(), &self.client) {
-            (_, _, Client::Sentinel(s)) => s.name.clone(),
+            (_, _, Client::Server(Server::Sentinel(s))) => s.name.clone(),
             (Some(path), _, _) => path.clone(),
             (None, [], _) => self.cfg.address.clone(),
             (None, nodes, _) => format!("cluster {}", nodes.join(",")),
@@ -485,7 +481,9 @@ impl Output for RedisOutput {
                 None => self.replicas(con.last_int()),
             },
         };
-        if matches!(self.client, Client::Sentinel(_)) && matches!(result, Err(FlushError::Retry(_))) {
+        if matches!(self.client, Client::Server(Server::Sentinel(_)))
+            && matches!(result, Err(FlushError::Retry(_)))
+        {
             // A master demoted to a replica (READONLY), or one whose
             // replica was just promoted away from it (WAIT falls short):
             // the next write asks the sentinels where the master is now.
