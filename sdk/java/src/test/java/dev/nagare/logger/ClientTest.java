@@ -243,12 +243,14 @@ class ClientTest {
     }
     assertFalse(first.close(Duration.ofMillis(300)), "server down: not delivered");
     assertEquals(0, first.stats().dropped(), "undelivered events go to the spill file");
-    try (TestServer srv = TestServer.tcp(port);
-        NagareLogger second = base("127.0.0.1:" + port).spillPath(spill).build()) {
-      assertEquals(400, second.stats().buffered());
-      assertTrue(second.flush(T));
-      srv.awaitEvents(400, 5000);
-      assertEquals(range(0, 400), srv.seqs("app.keep"));
+    try (NagareLogger second = base("127.0.0.1:" + port).spillPath(spill).build()) {
+      // Counted while the server is still down: once it listens, the sender drains the file.
+      assertEquals(400, second.stats().buffered(), "the next logger finds the spill file's events");
+      try (TestServer srv = TestServer.tcp(port)) {
+        assertTrue(second.flush(T));
+        srv.awaitEvents(400, 5000);
+        assertEquals(range(0, 400), srv.seqs("app.keep"));
+      }
     }
   }
 
