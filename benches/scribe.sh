@@ -8,7 +8,9 @@
 #   benches/scribe.sh [DURATION] [RUNS]   (defaults: 10s per cell, 1 run)
 #
 # With RUNS > 1 every cell is measured RUNS times (scribe, forward, scribe,
-# ...) and the table holds medians. The CPU columns are nagare's cores
+# ...) and the table holds medians. The floor column is the same sender
+# straight into its own sink, no relay (the most any relay could reach).
+# The CPU columns are nagare's cores
 # (CPU seconds over the sending time) in either relay and the senders'.
 # SIZES and PER_CALL (space-separated) override the grid; SUT_PORT and
 # SINK_PORT the ports. CONNS (default 4) is the number of client
@@ -46,6 +48,12 @@ for size in $SIZES; do
     kill "$pid"; wait "$pid" || true
     python3 -c "import json,sys; r=json.load(open('$OUT/sb.json')); u,s=open('$OUT/sb-cpu.txt').read().split()[-2:]; r.update(nagare_cores=$ncpu/r['seconds'], bench_cores=(float(u)+float(s))/r['seconds']); print(json.dumps(r))" \
       >> "$OUT/scribe.jsonl"
+    # The floor: the same sender straight into scribe-bench's own sink (a
+    # Scribe server that only reads each call, checks it and answers OK),
+    # no relay. No relay can beat it: the input side of one does at least
+    # this work per call, and the relay's output and sink come on top.
+    "$SB" --sut-port "$SCRIBE_SINK_PORT" --sink-port "$SCRIBE_SINK_PORT" --size "$size" \
+      --per-call "$n" --duration "$DURATION" --connections "$CONNS" >> "$OUT/floor.jsonl"
     "$FB" relay --sut-port "$SCRIBE_SUT_PORT" --sink-port "$SCRIBE_SINK_PORT" --duration "$DURATION" \
       --warmup 2s --size "$size" --batch "$n" --conns "$CONNS" --quiet \
       --sut-cmd "exec $NAGARE run -c $ROOT/benches/relay.toml" 2>/dev/null | tail -n 1 \
@@ -64,15 +72,19 @@ def load(n):
     for r in map(json.loads, open(f"{out}/{n}.jsonl")):
         d[(r["size"], r["per_call"])].append(r)
     return d
-sc, fw = load("scribe"), load("forward")
+sc, fw, fl = load("scribe"), load("forward"), load("floor")
 med = lambda rows, k: statistics.median(r[k] for r in rows) if rows else 0
-print("| bytes/msg | msg/call | scribe relay msg/s | Mbps | forward relay ev/s | scribe / forward | nagare cores (scribe) | scribe-bench cores | nagare cores (forward) | lost | duplicated | TRY_LATER |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| bytes/msg | msg/call | scribe relay msg/s | Mbps | forward relay ev/s | scribe / forward | floor (no relay) msg/s | floor / forward | scribe relay / floor | nagare cores (scribe) | scribe-bench cores | nagare cores (forward) | lost | duplicated | TRY_LATER |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+def ratio(xs, ys, kx, ky):
+    r = [a[kx] / b[ky] for a, b in zip(xs, ys) if b[ky]]
+    return f"{statistics.median(r):.2f}" if r else "-"
 for key in sorted(sc):
     s, f = sc[key], fw.get(key, [])
-    ratios = [a["msg_per_s"] / b["steady_events_per_s"] for a, b in zip(s, f) if b["steady_events_per_s"]]
-    ratio = f"{statistics.median(ratios):.2f}" if ratios else "-"
-    print(f"| {key[0]} | {key[1]} | {med(s,'msg_per_s'):,.0f} | {med(s,'mbps'):,.0f} | {med(f,'steady_events_per_s'):,.0f} | {ratio} | "
+    lo = fl.get(key, [])
+    print(f"| {key[0]} | {key[1]} | {med(s,'msg_per_s'):,.0f} | {med(s,'mbps'):,.0f} | {med(f,'steady_events_per_s'):,.0f} | "
+          f"{ratio(s, f, 'msg_per_s', 'steady_events_per_s')} | {med(lo,'msg_per_s'):,.0f} | "
+          f"{ratio(lo, f, 'msg_per_s', 'steady_events_per_s')} | {ratio(s, lo, 'msg_per_s', 'msg_per_s')} | "
           f"{med(s,'nagare_cores'):.2f} | {med(s,'bench_cores'):.2f} | {med(f,'sut_cores'):.2f} | "
           f"{sum(r['lost'] for r in s)} | {sum(r['duplicated'] for r in s)} | {sum(r['try_later'] for r in s)} |")
 PY

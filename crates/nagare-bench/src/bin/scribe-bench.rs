@@ -108,6 +108,30 @@ impl Cursor<'_> {
     }
 }
 
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// `n` as 16 lower-case hex digits (the sender writes one per message; a
+/// table lookup instead of `write!` keeps the load generator cheap).
+fn put_hex(out: &mut [u8], n: u64) {
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = HEX[(n >> (60 - 4 * i) & 0xf) as usize];
+    }
+}
+
+fn parse_hex(s: &[u8]) -> anyhow::Result<u64> {
+    s.iter().try_fold(0u64, |n, &b| {
+        let d = match b {
+            b'0'..=b'9' => b - b'0',
+            b'a'..=b'f' => b - b'a' + 10,
+            _ => bail!(
+                "not a hex sequence number: {:?}",
+                String::from_utf8_lossy(s)
+            ),
+        };
+        Ok(n << 4 | d as u64)
+    })
+}
+
 /// The sequence numbers of a Log call's messages, and its seqid.
 fn decode_call(f: &[u8], seqs: &mut Vec<u64>) -> anyhow::Result<i32> {
     let mut c = Cursor(f, 0);
@@ -131,8 +155,7 @@ fn decode_call(f: &[u8], seqs: &mut Vec<u64>) -> anyhow::Result<i32> {
             let n = c.i32()? as usize;
             let s = c.take(n)?;
             if id == 2 {
-                let hex = std::str::from_utf8(s.get(..16).context("short message")?)?;
-                seqs.push(u64::from_str_radix(hex, 16)?);
+                seqs.push(parse_hex(s.get(..16).context("short message")?)?);
             }
         }
     }
@@ -169,23 +192,32 @@ fn send(args: &Args, conn: u64, stop: &AtomicBool) -> anyhow::Result<(u64, u64)>
     let mut r = BufReader::new(c.try_clone()?);
     let pad = vec![b'x'; args.size.saturating_sub(16)];
     let (mut sent, mut try_later, mut seqid) = (0u64, 0u64, 0i32);
-    let (mut call, mut answer) = (Vec::new(), Vec::new());
-    while !stop.load(Relaxed) {
-        call.clear();
-        header(&mut call, 1, seqid);
-        call.extend_from_slice(&[15, 0, 1, 12]);
-        call.extend_from_slice(&(args.per_call as i32).to_be_bytes());
-        for i in 0..args.per_call as u64 {
-            call.extend_from_slice(&[11, 0, 1]);
-            put_str(&mut call, b"bench");
-            call.extend_from_slice(&[11, 0, 2]);
-            call.extend_from_slice(&((16 + pad.len()) as i32).to_be_bytes());
-            write!(call, "{:016x}", conn << 40 | (sent + i))?;
-            call.extend_from_slice(&pad);
-            call.push(0);
-        }
+    let mut answer = Vec::new();
+    // The call is built once; each call then only gets its seqid and the
+    // messages' sequence numbers written in place (where `hex_at` says).
+    let mut call = Vec::new();
+    header(&mut call, 1, 0);
+    let seqid_at = call.len() - 4;
+    call.extend_from_slice(&[15, 0, 1, 12]);
+    call.extend_from_slice(&(args.per_call as i32).to_be_bytes());
+    let mut hex_at = Vec::with_capacity(args.per_call);
+    for _ in 0..args.per_call {
+        call.extend_from_slice(&[11, 0, 1]);
+        put_str(&mut call, b"bench");
+        call.extend_from_slice(&[11, 0, 2]);
+        call.extend_from_slice(&((16 + pad.len()) as i32).to_be_bytes());
+        hex_at.push(call.len());
+        call.extend_from_slice(&[b'0'; 16]);
+        call.extend_from_slice(&pad);
         call.push(0);
-        close_frame(&mut call);
+    }
+    call.push(0);
+    close_frame(&mut call);
+    while !stop.load(Relaxed) {
+        call[seqid_at..seqid_at + 4].copy_from_slice(&seqid.to_be_bytes());
+        for (i, &at) in hex_at.iter().enumerate() {
+            put_hex(&mut call[at..at + 16], conn << 40 | (sent + i as u64));
+        }
         loop {
             c.write_all(&call)?;
             if !read_frame(&mut r, &mut answer)? {
