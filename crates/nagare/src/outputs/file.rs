@@ -325,6 +325,25 @@ fn write_pieces(
 }
 
 impl FileOutput {
+    /// Consecutive events that go to the same file form a group (both ways
+    /// of writing a chunk walk it so). Returns the file of a new group when
+    /// the event of second `secs` starts one, None when it belongs to the
+    /// `current` group. The path is rendered only when the second changes.
+    fn next_group(
+        &self,
+        tag: &str,
+        secs: u32,
+        last_secs: &mut Option<u32>,
+        current: Option<&Path>,
+    ) -> Result<Option<PathBuf>, FlushError> {
+        if *last_secs == Some(secs) || (!self.has_time && current.is_some()) {
+            return Ok(None);
+        }
+        *last_secs = Some(secs);
+        let p = self.render_path(tag, secs)?;
+        Ok((current != Some(p.as_path())).then_some(p))
+    }
+
     /// Appends a chunk while rendering it: the text goes to a writer thread
     /// piece by piece, so rendering the next lines and writing the last
     /// ones overlap (with one flush worker, a chunk's JSON and its write
@@ -361,20 +380,16 @@ impl FileOutput {
         let mut buf = Vec::new();
         let mut last_secs = None;
         for (time, record, entry) in chunk.entries() {
-            let same = last_secs == Some(time.secs) || (!self.has_time && group.is_some());
-            if !same {
-                let p = self.render_path(&chunk.tag, time.secs)?;
-                if group.as_ref().map(|g| &g.1) != Some(&p) {
-                    let i = group.as_ref().map_or(0, |g| g.0 + 1);
-                    if !buf.is_empty() && tx.send(Piece::Text(std::mem::take(&mut buf))).await.is_err() {
-                        return Ok(());
-                    }
-                    if i >= skip && tx.send(Piece::Open(i, p.clone())).await.is_err() {
-                        return Ok(());
-                    }
-                    group = Some((i, p));
+            let current = group.as_ref().map(|g| g.1.as_path());
+            if let Some(p) = self.next_group(&chunk.tag, time.secs, &mut last_secs, current)? {
+                let i = group.as_ref().map_or(0, |g| g.0 + 1);
+                if !buf.is_empty() && tx.send(Piece::Text(std::mem::take(&mut buf))).await.is_err() {
+                    return Ok(());
                 }
-                last_secs = Some(time.secs);
+                if i >= skip && tx.send(Piece::Open(i, p.clone())).await.is_err() {
+                    return Ok(());
+                }
+                group = Some((i, p));
             }
             if group.as_ref().is_some_and(|g| g.0 < skip) {
                 // Written whole by an earlier attempt.
@@ -413,16 +428,12 @@ impl Output for FileOutput {
         let mut groups: Vec<(PathBuf, Vec<u8>)> = Vec::new();
         let mut last_secs = None;
         for (time, record, entry) in chunk.entries() {
-            let same = last_secs == Some(time.secs) || (!self.has_time && !groups.is_empty());
-            if !same {
-                let p = self.render_path(&chunk.tag, time.secs)?;
-                if groups.last().map(|g| &g.0) != Some(&p) {
-                    let mut buf = self.spare.lock().expect("spare buffers").pop().unwrap_or_default();
-                    // JSON lines of small records are about 1.5x their msgpack.
-                    buf.reserve(chunk.len + chunk.len / 2);
-                    groups.push((p, buf));
-                }
-                last_secs = Some(time.secs);
+            let current = groups.last().map(|g| g.0.as_path());
+            if let Some(p) = self.next_group(&chunk.tag, time.secs, &mut last_secs, current)? {
+                let mut buf = self.spare.lock().expect("spare buffers").pop().unwrap_or_default();
+                // JSON lines of small records are about 1.5x their msgpack.
+                buf.reserve(chunk.len + chunk.len / 2);
+                groups.push((p, buf));
             }
             let buf = &mut groups.last_mut().expect("a group").1;
             render_entry(
