@@ -33,12 +33,11 @@ mod spill;
 mod tls;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
 use nagare_forward::msgpack;
 use serde::Serialize;
 
@@ -324,16 +323,29 @@ impl Inner {
 }
 
 struct Core {
-    inner: ArcSwap<Inner>,
+    /// The current generation's state (from `Box::into_raw`). It is replaced
+    /// only in a forked child, and the replaced one is never freed (it is the
+    /// parent's: its locks may have been held by threads that do not exist
+    /// in the child), so a `&Inner` read from it lives as long as `&self`.
+    /// A plain pointer instead of an `ArcSwap`: every emit reads it, and
+    /// `ArcSwap::load` costs two atomic read-modify-writes per call (its
+    /// debt slot), a tenth of a `tracing` event through `NagareLayer`.
+    inner: AtomicPtr<Inner>,
     cfg: Config,
     refork: Mutex<()>,
 }
 
 impl Drop for Core {
     fn drop(&mut self) {
-        let inner = self.inner.load_full();
+        let p = *self.inner.get_mut();
+        // SAFETY: `p` came from `Box::into_raw` and nothing else can reach it
+        // any more (`&mut self`).
+        let inner = unsafe { Box::from_raw(p) };
         if inner.fork_gen == fork::generation() {
             let _ = close_inner(&inner, self.cfg.close_timeout);
+        } else {
+            // the parent's, in a forked child: left alone, as on refork
+            std::mem::forget(inner);
         }
     }
 }
@@ -381,7 +393,7 @@ impl Logger {
         fork::register();
         let inner = Inner::start(cfg.clone())?;
         Ok(Logger(Arc::new(Core {
-            inner: ArcSwap::from_pointee(inner),
+            inner: AtomicPtr::new(Box::into_raw(Box::new(inner))),
             cfg,
             refork: Mutex::new(()),
         })))
@@ -390,18 +402,16 @@ impl Logger {
     /// The current generation; after a fork, the child starts fresh: a new
     /// buffer (the parent's events are the parent's), a new connection, and a
     /// spill file named after the child's pid.
-    fn inner(&self) -> arc_swap::Guard<Arc<Inner>> {
-        let g = self.0.inner.load();
+    fn inner(&self) -> &Inner {
+        let g = self.current();
         if g.fork_gen == fork::generation() {
             return g;
         }
-        drop(g);
         let _l = self.0.refork.lock().unwrap_or_else(|e| e.into_inner());
-        let g = self.0.inner.load();
+        let g = self.current();
         if g.fork_gen == fork::generation() {
             return g;
         }
-        drop(g);
         let mut cfg = self.0.cfg.clone();
         if let Some(p) = &cfg.spill_path {
             let mut s = p.clone().into_os_string();
@@ -410,9 +420,10 @@ impl Logger {
         }
         match Inner::start(cfg) {
             Ok(new) => {
-                // Never touch the parent's state in the child: its locks may
-                // have been held by threads that do not exist here.
-                std::mem::forget(self.0.inner.swap(Arc::new(new)));
+                // The parent's state is left as it is (never freed): see Core::inner.
+                self.0
+                    .inner
+                    .store(Box::into_raw(Box::new(new)), Ordering::Release);
             }
             Err(e) => {
                 if let Some(h) = &self.0.cfg.error_handler {
@@ -420,7 +431,14 @@ impl Logger {
                 }
             }
         }
-        self.0.inner.load()
+        self.current()
+    }
+
+    #[inline]
+    fn current(&self) -> &Inner {
+        // SAFETY: the pointer is always a live `Box<Inner>` that is freed only
+        // when `Core` is dropped, which `&self` keeps from happening.
+        unsafe { &*self.0.inner.load(Ordering::Acquire) }
     }
 
     /// Emits a record (any `Serialize` value that encodes to a map: a struct,
@@ -627,7 +645,7 @@ impl Logger {
     /// Waits until every event emitted before this call was delivered (acked
     /// with `require_ack`), including spilled ones.
     pub fn flush(&self, timeout: Duration) -> Result<(), Error> {
-        flush_inner(&self.inner(), timeout)
+        flush_inner(self.inner(), timeout)
     }
 
     /// Delivers what is buffered within `timeout`, stops the sender and
@@ -635,7 +653,7 @@ impl Logger {
     /// the spill file when one is configured (and sent by the next logger
     /// that opens it); otherwise they are lost and the error says how many.
     pub fn close(&self, timeout: Duration) -> Result<(), Error> {
-        close_inner(&self.inner(), timeout)
+        close_inner(self.inner(), timeout)
     }
 
     pub fn stats(&self) -> Stats {
