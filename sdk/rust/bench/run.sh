@@ -111,6 +111,17 @@ if "tracing-fluentd" in med:
                   f"{t['emit_ns_mean'] / m['emit_ns_mean']:.1f}x cheaper (mean), "
                   f"{t['emit_ns_p50'] / m['emit_ns_p50']:.1f}x (median call), "
                   f"{t['emit_cpu_ns'] / m['emit_cpu_ns']:.1f}x (emitting thread's CPU)")
+# before/after, paired by round (the two ran one after the other): on a
+# shared machine the load drifts between rounds more than within one.
+for k in ("nagare", "nagare-tracing"):
+    if k in med and "before:" + k in med:
+        by = {(r["run"], r["impl"]): r for r in rows}
+        pairs = [(by[(n, "before:" + k)], by[(n, k)]) for n in sorted({r["run"] for r in rows})
+                 if (n, k) in by and (n, "before:" + k) in by]
+        for f in ("emit_ns_p50", "emit_cpu_ns"):
+            q = [a[f] / b[f] for a, b in pairs if b[f] > 0]
+            print(f"{k}: before / after {f}, median of {len(q)} paired rounds: {st.median(q):.2f}x "
+                  f"(after cheaper in {sum(x > 1 for x in q)} of {len(q)})")
 if "tracing-noop" in med:
     f = med["tracing-noop"]
     above = {k: med[k]["emit_ns_p50"] - f["emit_ns_p50"] for k in ("nagare-tracing", "tracing-fluentd") if k in med}
