@@ -33,12 +33,11 @@ mod spill;
 mod tls;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
 use nagare_forward::msgpack;
 use serde::Serialize;
 
@@ -146,10 +145,30 @@ pub(crate) struct State {
     batch_bytes: usize,
 }
 
+/// `a == b` for tags, inline: most tags are 4 to 16 bytes, compared here as
+/// two overlapping words each instead of through a `memcmp` call (a few per
+/// cent of a `tracing` event through `NagareLayer`, perf).
+#[inline]
+fn same_tag(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if (8..=16).contains(&n) {
+        let w = |s: &[u8], i: usize| u64::from_ne_bytes(s[i..i + 8].try_into().unwrap());
+        w(a, 0) == w(b, 0) && w(a, n - 8) == w(b, n - 8)
+    } else if (4..8).contains(&n) {
+        let w = |s: &[u8], i: usize| u32::from_ne_bytes(s[i..i + 4].try_into().unwrap());
+        w(a, 0) == w(b, 0) && w(a, n - 4) == w(b, n - 4)
+    } else {
+        a == b
+    }
+}
+
 impl State {
     fn buf_index(&mut self, tag: &str) -> usize {
         if let Some(b) = self.bufs.get(self.last) {
-            if b.tag == tag {
+            if same_tag(b.tag.as_bytes(), tag.as_bytes()) {
                 return self.last;
             }
         }
@@ -324,16 +343,29 @@ impl Inner {
 }
 
 struct Core {
-    inner: ArcSwap<Inner>,
+    /// The current generation's state (from `Box::into_raw`). It is replaced
+    /// only in a forked child, and the replaced one is never freed (it is the
+    /// parent's: its locks may have been held by threads that do not exist
+    /// in the child), so a `&Inner` read from it lives as long as `&self`.
+    /// A plain pointer instead of an `ArcSwap`: every emit reads it, and
+    /// `ArcSwap::load` costs two atomic read-modify-writes per call (its
+    /// debt slot), a tenth of a `tracing` event through `NagareLayer`.
+    inner: AtomicPtr<Inner>,
     cfg: Config,
     refork: Mutex<()>,
 }
 
 impl Drop for Core {
     fn drop(&mut self) {
-        let inner = self.inner.load_full();
+        let p = *self.inner.get_mut();
+        // SAFETY: `p` came from `Box::into_raw` and nothing else can reach it
+        // any more (`&mut self`).
+        let inner = unsafe { Box::from_raw(p) };
         if inner.fork_gen == fork::generation() {
             let _ = close_inner(&inner, self.cfg.close_timeout);
+        } else {
+            // the parent's, in a forked child: left alone, as on refork
+            std::mem::forget(inner);
         }
     }
 }
@@ -381,7 +413,7 @@ impl Logger {
         fork::register();
         let inner = Inner::start(cfg.clone())?;
         Ok(Logger(Arc::new(Core {
-            inner: ArcSwap::from_pointee(inner),
+            inner: AtomicPtr::new(Box::into_raw(Box::new(inner))),
             cfg,
             refork: Mutex::new(()),
         })))
@@ -390,18 +422,24 @@ impl Logger {
     /// The current generation; after a fork, the child starts fresh: a new
     /// buffer (the parent's events are the parent's), a new connection, and a
     /// spill file named after the child's pid.
-    fn inner(&self) -> arc_swap::Guard<Arc<Inner>> {
-        let g = self.0.inner.load();
+    #[inline]
+    fn inner(&self) -> &Inner {
+        let g = self.current();
         if g.fork_gen == fork::generation() {
             return g;
         }
-        drop(g);
+        self.refork()
+    }
+
+    /// `inner` in a forked child: a new generation of the state, once.
+    #[cold]
+    #[inline(never)]
+    fn refork(&self) -> &Inner {
         let _l = self.0.refork.lock().unwrap_or_else(|e| e.into_inner());
-        let g = self.0.inner.load();
+        let g = self.current();
         if g.fork_gen == fork::generation() {
             return g;
         }
-        drop(g);
         let mut cfg = self.0.cfg.clone();
         if let Some(p) = &cfg.spill_path {
             let mut s = p.clone().into_os_string();
@@ -410,9 +448,10 @@ impl Logger {
         }
         match Inner::start(cfg) {
             Ok(new) => {
-                // Never touch the parent's state in the child: its locks may
-                // have been held by threads that do not exist here.
-                std::mem::forget(self.0.inner.swap(Arc::new(new)));
+                // The parent's state is left as it is (never freed): see Core::inner.
+                self.0
+                    .inner
+                    .store(Box::into_raw(Box::new(new)), Ordering::Release);
             }
             Err(e) => {
                 if let Some(h) = &self.0.cfg.error_handler {
@@ -420,7 +459,14 @@ impl Logger {
                 }
             }
         }
-        self.0.inner.load()
+        self.current()
+    }
+
+    #[inline]
+    fn current(&self) -> &Inner {
+        // SAFETY: the pointer is always a live `Box<Inner>` that is freed only
+        // when `Core` is dropped, which `&self` keeps from happening.
+        unsafe { &*self.0.inner.load(Ordering::Acquire) }
     }
 
     /// Emits a record (any `Serialize` value that encodes to a map: a struct,
@@ -627,7 +673,7 @@ impl Logger {
     /// Waits until every event emitted before this call was delivered (acked
     /// with `require_ack`), including spilled ones.
     pub fn flush(&self, timeout: Duration) -> Result<(), Error> {
-        flush_inner(&self.inner(), timeout)
+        flush_inner(self.inner(), timeout)
     }
 
     /// Delivers what is buffered within `timeout`, stops the sender and
@@ -635,7 +681,7 @@ impl Logger {
     /// the spill file when one is configured (and sent by the next logger
     /// that opens it); otherwise they are lost and the error says how many.
     pub fn close(&self, timeout: Duration) -> Result<(), Error> {
-        close_inner(&self.inner(), timeout)
+        close_inner(self.inner(), timeout)
     }
 
     pub fn stats(&self) -> Stats {
@@ -782,4 +828,28 @@ pub fn encode_entry<T: Serialize + ?Sized>(
         return Err(Error::Encode(e.to_string()));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::same_tag;
+
+    /// `same_tag` agrees with `==` at every length around its word sizes,
+    /// with one differing byte at every position.
+    #[test]
+    fn same_tag_is_equality() {
+        for n in 0..40usize {
+            let a: Vec<u8> = (0..n as u8).map(|i| b'a' + i % 26).collect();
+            assert!(same_tag(&a, &a.clone()), "{n} bytes");
+            for i in 0..n {
+                let mut b = a.clone();
+                b[i] ^= 1;
+                assert!(!same_tag(&a, &b), "{n} bytes, byte {i}");
+            }
+            assert!(!same_tag(&a, &a[..n.saturating_sub(1)]) || n == 0);
+            let mut longer = a.clone();
+            longer.push(b'x');
+            assert!(!same_tag(&a, &longer));
+        }
+    }
 }

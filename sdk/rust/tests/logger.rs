@@ -584,3 +584,40 @@ fn batches_stay_within_batch_bytes_after_an_outage() {
     log.close(Duration::from_secs(2)).unwrap();
     assert_eq!(seqs_final(&srv, 3000), (0..3000).collect::<Vec<_>>());
 }
+
+/// After fork() the child's first emit starts a new generation of the
+/// logger's state (its own buffer, connection and sender thread): the child
+/// delivers its own events, and the parent's buffered events arrive once,
+/// from the parent.
+#[test]
+fn a_forked_child_sends_its_own_events_once() {
+    let srv = Server::start(Opts::default());
+    let log = Logger::new(fast(Config::new().servers([&srv.addr]).unwrap())).unwrap();
+    emit_range(&log, "parent", 0..5);
+    // SAFETY: the child only uses the logger (whose fork handler gives it a
+    // fresh state) and leaves through _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed");
+    if pid == 0 {
+        emit_range(&log, "child", 0..10);
+        let ok = log.flush(Duration::from_secs(5)).is_ok() && log.stats().sent == 10;
+        // SAFETY: ends the child without running the parent's destructors.
+        unsafe { libc::_exit(if ok { 0 } else { 1 }) };
+    }
+    let mut status = 0;
+    // SAFETY: waits for the child forked above.
+    assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "child: {status:#x}"
+    );
+    emit_range(&log, "parent", 5..10);
+    log.flush(Duration::from_secs(5)).unwrap();
+    assert!(srv.wait_for(20, Duration::from_secs(5)));
+    let ev = srv.events();
+    let of = |t: &str| -> Vec<u64> { ev.iter().filter(|e| e.tag == t).map(|e| e.seq()).collect() };
+    assert_eq!(of("child"), (0..10).collect::<Vec<_>>());
+    assert_eq!(of("parent"), (0..10).collect::<Vec<_>>());
+    assert_eq!(ev.len(), 20);
+    log.close(Duration::from_secs(2)).unwrap();
+}

@@ -7,7 +7,9 @@
 //!
 //! impl: `nagare` (Logger::emit of a serde struct), `nagare-tracing`
 //! (tracing::info! through NagareLayer), `tracing-fluentd` (tracing::info!
-//! through tracing-fluentd 0.5's layer).
+//! through tracing-fluentd 0.5's layer), `tracing-noop` (tracing::info!
+//! through a layer that does nothing: the floor both layers stand on, i.e.
+//! tracing's dispatch and the timer's own clock reads; it sends nothing).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -15,7 +17,18 @@ use std::time::{Duration, Instant};
 
 use nagare_logger::{Config, Logger, NagareLayer};
 use serde::Serialize;
-use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::layer::{Context, SubscriberExt};
+use tracing_subscriber::Layer;
+
+/// A layer that only looks at the event: what is left of a `tracing::info!`
+/// through a registry when the layer's own work is taken away.
+struct Noop;
+
+impl<S: tracing::Subscriber> Layer<S> for Noop {
+    fn on_event(&self, event: &tracing::Event<'_>, _ctx: Context<'_, S>) {
+        std::hint::black_box(event);
+    }
+}
 
 #[derive(Serialize)]
 struct Rec<'a> {
@@ -82,7 +95,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 4 && args.len() != 5 {
         eprintln!(
-            "usage: {} nagare|nagare-tracing|tracing-fluentd HOST:PORT EVENTS [METRICS_URL]",
+            "usage: {} nagare|nagare-tracing|tracing-fluentd|tracing-noop HOST:PORT EVENTS [METRICS_URL]",
             args[0]
         );
         std::process::exit(2);
@@ -170,10 +183,22 @@ fn main() {
             emit_cpu = thread_cpu() - cpu0;
             drop(guard); // flushes and joins the worker
         }
+        "tracing-noop" => {
+            let sub = tracing_subscriber::registry().with(Noop);
+            tracing::subscriber::with_default(sub, || {
+                for i in 0..n {
+                    timer.run(i, || tracing::info!(seq = i, "{}", msg));
+                }
+            });
+            emitted = t0.elapsed();
+            emit_cpu = thread_cpu() - cpu0;
+        }
         other => panic!("unknown impl {other}"),
     }
     let mut received = String::new();
-    if let Some(url) = metrics {
+    if which == "tracing-noop" {
+        received = format!(",\"received\":{n}"); // nothing to deliver
+    } else if let Some(url) = metrics {
         let deadline = Instant::now() + Duration::from_secs(60);
         let got = loop {
             let got = null_count(url);
