@@ -50,6 +50,19 @@ fn thread_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+/// `tracing::info!` `n` times through `sub`, each call timed: the same
+/// call for every tracing layer compared.
+fn info_through<S>(sub: S, n: u64, timer: &mut Timer, msg: &str)
+where
+    S: tracing::Subscriber + Send + Sync + 'static,
+{
+    tracing::subscriber::with_default(sub, || {
+        for i in 0..n {
+            timer.run(i, || tracing::info!(seq = i, "{}", msg));
+        }
+    });
+}
+
 struct Timer {
     samples: Vec<u64>,
 }
@@ -155,11 +168,7 @@ fn main() {
             let log = Logger::new(cfg()).unwrap();
             let sub =
                 tracing_subscriber::registry().with(NagareLayer::new(log.clone(), "bench.rust"));
-            tracing::subscriber::with_default(sub, || {
-                for i in 0..n {
-                    timer.run(i, || tracing::info!(seq = i, "{}", msg));
-                }
-            });
+            info_through(sub, n, &mut timer, &msg);
             emitted = t0.elapsed();
             emit_cpu = thread_cpu() - cpu0;
             log.flush(Duration::from_secs(300)).unwrap();
@@ -174,22 +183,14 @@ fn main() {
                 .layer_guarded()
                 .unwrap();
             let sub = tracing_subscriber::registry().with(layer);
-            tracing::subscriber::with_default(sub, || {
-                for i in 0..n {
-                    timer.run(i, || tracing::info!(seq = i, "{}", msg));
-                }
-            });
+            info_through(sub, n, &mut timer, &msg);
             emitted = t0.elapsed();
             emit_cpu = thread_cpu() - cpu0;
             drop(guard); // flushes and joins the worker
         }
         "tracing-noop" => {
             let sub = tracing_subscriber::registry().with(Noop);
-            tracing::subscriber::with_default(sub, || {
-                for i in 0..n {
-                    timer.run(i, || tracing::info!(seq = i, "{}", msg));
-                }
-            });
+            info_through(sub, n, &mut timer, &msg);
             emitted = t0.elapsed();
             emit_cpu = thread_cpu() - cpu0;
         }
