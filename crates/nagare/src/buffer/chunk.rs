@@ -40,6 +40,20 @@ pub struct Chunk {
 }
 
 impl Chunk {
+    /// A chunk held in memory in one piece (no buffer file): a part of a
+    /// chunk cut for one server, or a test's chunk.
+    pub fn in_memory(id: [u8; 16], tag: Arc<str>, payload: Vec<u8>, count: u32) -> Chunk {
+        Chunk {
+            id,
+            tag,
+            len: payload.len(),
+            held: payload.len(),
+            count,
+            segments: vec![Bytes::from(payload)],
+            file: None,
+        }
+    }
+
     /// A file buffer's chunk whose events are on disk only, read back before it is sent.
     pub(super) fn on_disk_only(&self) -> bool {
         self.segments.is_empty() && self.len > 0

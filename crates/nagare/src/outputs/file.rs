@@ -325,6 +325,11 @@ fn write_pieces(
 }
 
 impl FileOutput {
+    /// One event as a line of the configured format.
+    fn render(&self, tag: &str, time: nagare_forward::EventTime, record: &[u8], entry: &[u8], out: &mut Vec<u8>) {
+        render_entry(self.cfg.format, &self.cfg.message_key, tag, time, record, entry, out);
+    }
+
     /// Consecutive events that go to the same file form a group (both ways
     /// of writing a chunk walk it so). Returns the file of a new group when
     /// the event of second `secs` starts one, None when it belongs to the
@@ -398,15 +403,7 @@ impl FileOutput {
             if buf.capacity() == 0 {
                 buf = new_buf();
             }
-            render_entry(
-                self.cfg.format,
-                &self.cfg.message_key,
-                &chunk.tag,
-                time,
-                record,
-                entry,
-                &mut buf,
-            );
+            self.render(&chunk.tag, time, record, entry, &mut buf);
             if buf.len() >= PIECE && tx.send(Piece::Text(std::mem::take(&mut buf))).await.is_err() {
                 return Ok(());
             }
@@ -436,15 +433,7 @@ impl Output for FileOutput {
                 groups.push((p, buf));
             }
             let buf = &mut groups.last_mut().expect("a group").1;
-            render_entry(
-                self.cfg.format,
-                &self.cfg.message_key,
-                &chunk.tag,
-                time,
-                record,
-                entry,
-                buf,
-            );
+            self.render(&chunk.tag, time, record, entry, buf);
         }
         let compress = self.cfg.compress.is_some();
         let append = self.cfg.append;
@@ -575,15 +564,7 @@ mod tests {
         let mut payload = Vec::new();
         entries(1, 20_000, &mut payload);
         entries(2, 3, &mut payload);
-        let chunk = Chunk {
-            id: [7; 16],
-            tag: "t".into(),
-            len: payload.len(),
-            held: payload.len(),
-            segments: vec![bytes::Bytes::from(payload)],
-            count: 20_003,
-            file: None,
-        };
+        let chunk = Chunk::in_memory([7; 16], "t".into(), payload, 20_003);
         let (one, two) = (dir.path().join("01.log"), dir.path().join("02.log"));
         // The second group's file cannot be opened: the first is written
         // whole, the attempt fails.

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
-use bytes::{Bytes, BytesMut};
+use bytes::BytesMut;
 use nagare_forward::handshake::{decode_reply, ClientHandshake, Reply};
 use nagare_forward::msgpack::{
     write_array_len, write_bin_header, write_map_len, write_str, write_uint,
@@ -933,15 +933,8 @@ impl ForwardOutput {
                         let (si, start, end, _) = spans[e];
                         b.extend_from_slice(&chunk.segments[si][start..end]);
                     }
-                    owned = Chunk {
-                        id: hashing::part_id(&chunk.id, &s.cfg.address, &b),
-                        tag: chunk.tag.clone(),
-                        len: b.len(),
-                        held: b.len(),
-                        count: entries.len() as u32,
-                        segments: vec![Bytes::from(b)],
-                        file: None,
-                    };
+                    let id = hashing::part_id(&chunk.id, &s.cfg.address, &b);
+                    owned = Chunk::in_memory(id, chunk.tag.clone(), b, entries.len() as u32);
                     &owned
                 };
                 let (frame, ack_id) = self.frame(part)?;

@@ -206,15 +206,7 @@ mod contributing_example {
                 &[0x80],
             );
         }
-        let chunk = Chunk {
-            id: [0; 16],
-            tag: "app.web".into(),
-            len: entries.len(),
-            held: entries.len(),
-            segments: vec![bytes::Bytes::from(entries)],
-            count: 3,
-            file: None,
-        };
+        let chunk = Chunk::in_memory([0; 16], "app.web".into(), entries, 3);
         o.write(&chunk).await.unwrap();
         o.write(&chunk).await.unwrap();
         assert_eq!(
