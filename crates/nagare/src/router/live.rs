@@ -84,22 +84,15 @@ impl LiveRouter {
         wanted: &[(&str, usize)],
         deadline: tokio::time::Instant,
     ) -> Option<String> {
-        let outputs: Vec<_> = {
+        let mut outputs = Vec::new();
+        {
             // Let go of the table before the waits: a reload drains removed
             // outputs once no batch holds the old one.
             let (_, router) = self.load();
-            wanted
-                .iter()
-                .flat_map(|&(tag, len)| {
-                    router
-                        .route(tag)
-                        .outputs
-                        .iter()
-                        .map(move |o| (o.clone(), len))
-                        .collect::<Vec<_>>()
-                })
-                .collect()
-        };
+            for &(tag, len) in wanted {
+                outputs.extend(router.route(tag).outputs.iter().map(|o| (o.clone(), len)));
+            }
+        }
         for (o, len) in &outputs {
             if !o.wait_room(*len, deadline).await {
                 return Some(o.name().to_string());
