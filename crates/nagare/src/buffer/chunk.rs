@@ -70,6 +70,22 @@ impl Chunk {
             .flat_map(|s| crate::formats::entries(s))
     }
 
+    /// Each entry's bytes whole (`[time, record]`), for outputs that pass
+    /// entries on as they are: one skip per entry, neither time nor record read.
+    pub fn raw_entries(&self) -> impl Iterator<Item = &[u8]> {
+        self.segments.iter().flat_map(|s| {
+            let mut p = 0;
+            std::iter::from_fn(move || {
+                // Entries were checked on the way in; a failure here would
+                // be a bug, and ending the iteration is the safe answer.
+                let end = nagare_forward::msgpack::skip_value(s, p).ok()?;
+                let entry = &s[p..end];
+                p = end;
+                Some(entry)
+            })
+        })
+    }
+
     /// The payload in one piece (copies unless there is a single segment).
     pub fn contiguous(&self) -> Bytes {
         match self.segments.as_slice() {

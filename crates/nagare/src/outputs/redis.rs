@@ -257,17 +257,7 @@ impl RedisOutput {
     /// written into one reused buffer.
     fn for_each_element(&self, chunk: &Chunk, mut f: impl FnMut(&[u8])) {
         if self.cfg.format == RedisFormat::Msgpack {
-            // Only each entry's end is needed, not its time or record.
-            for seg in &chunk.segments {
-                let mut p = 0;
-                while p < seg.len() {
-                    // Entries were checked on the way in; a failure here
-                    // would be a bug, and stopping is the safe answer.
-                    let Ok(end) = skip_value(seg, p) else { break };
-                    f(&seg[p..end]);
-                    p = end;
-                }
-            }
+            chunk.raw_entries().for_each(f);
             return;
         }
         let mut text = Vec::new();
