@@ -157,7 +157,7 @@ impl Rule {
     #[allow(clippy::too_many_arguments)]
     fn apply(
         &self,
-        cache: &mut meta::Cache,
+        search: &mut Search,
         tag: &str,
         record: &[u8],
         spans: &mut [Option<Span>],
@@ -171,7 +171,7 @@ impl Rule {
         };
         let matches = self
             .test
-            .search_half_with(cache, &Input::new(text).earliest(true))
+            .search_half_with(&mut search.cache, &Input::new(text).earliest(true))
             .is_some();
         if self.invert {
             return !text.is_empty() && !matches;
@@ -181,10 +181,10 @@ impl Rule {
             return false;
         }
         if self.captures {
-            let mut caps = self.test.create_captures();
-            self.test.search_captures_with(cache, &Input::new(text), &mut caps);
+            let Search { cache, caps } = search;
+            self.test.search_captures_with(cache, &Input::new(text), caps);
             if caps.is_match() {
-                render(&self.tag, tag, Some((&caps, text)), out);
+                render(&self.tag, tag, Some((caps, text)), out);
             }
         }
         true
@@ -293,10 +293,17 @@ struct RewriteTag {
     /// Distinct fields the rules read.
     keys: usize,
     unmatched: Unmatched,
-    /// Search caches, one per rule, for as many batches as ran at once: a
+    /// Search state, one per rule, for as many batches as ran at once: a
     /// batch takes a set and puts it back (two locks per batch, not two per
     /// rule and event as with the regex's own pool).
-    caches: Mutex<Vec<Vec<meta::Cache>>>,
+    caches: Mutex<Vec<Vec<Search>>>,
+}
+
+/// A rule's search state for one batch: the regex's cache and room for a
+/// match's groups (made once, not per event).
+struct Search {
+    cache: meta::Cache,
+    caps: Captures,
 }
 
 /// The events of one new tag.
@@ -309,7 +316,13 @@ struct Group {
 impl Filter for RewriteTag {
     fn filter(&self, tag: &str, parts: &[Bytes], _count: u32) -> Filtered {
         let taken = self.caches.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let mut caches = taken.unwrap_or_else(|| self.rules.iter().map(|r| r.test.create_cache()).collect());
+        let mut caches = taken.unwrap_or_else(|| {
+            let search = |r: &Rule| Search {
+                cache: r.test.create_cache(),
+                caps: r.test.create_captures(),
+            };
+            self.rules.iter().map(search).collect()
+        });
         let filtered = self.filter_with(&mut caches, tag, parts);
         self.caches.lock().unwrap_or_else(|e| e.into_inner()).push(caches);
         filtered
@@ -317,7 +330,7 @@ impl Filter for RewriteTag {
 }
 
 impl RewriteTag {
-    fn filter_with(&self, caches: &mut [meta::Cache], tag: &str, parts: &[Bytes]) -> Filtered {
+    fn filter_with(&self, caches: &mut [Search], tag: &str, parts: &[Bytes]) -> Filtered {
         let mut json = Vec::new();
         let mut new_tag = String::new();
         let mut spans: Vec<Option<Span>> = vec![None; self.keys];
@@ -353,8 +366,8 @@ impl RewriteTag {
                     .iter()
                     .zip(&fixed)
                     .zip(caches.iter_mut())
-                    .find_map(|((r, f), cache)| {
-                        r.apply(cache, tag, record, &mut spans, &mut json, &mut new_tag)
+                    .find_map(|((r, f), search)| {
+                        r.apply(search, tag, record, &mut spans, &mut json, &mut new_tag)
                             .then_some(f)
                     })
                     .map(|f| f.as_deref().unwrap_or(&new_tag));
