@@ -362,7 +362,11 @@ fn config_and_compare_drive_local_processes_and_write_the_report() {
         .iter()
         .find(|r| r.system == "nagare" && r.target_rate == 0.0)
         .unwrap();
-    assert!(nagare_max.sut_cores.unwrap() > 0.01, "{nagare_max:?}");
+    // The SUT's CPU was counted while it relayed at full speed. /proc counts
+    // CPU in ticks of 10 ms, one tick over this 1 s window being 0.01 cores,
+    // and how many ticks nagare needs depends on the machine's speed and
+    // load (CI once read exactly one): ask for a tick, not for a speed.
+    assert!(nagare_max.sut_cores.unwrap() > 0.0, "{nagare_max:?}");
     assert!(out.join("nagare.log").exists());
     report::write_report(&out, "t", "cmd", &[], &rows, report::PNG).unwrap();
     check_report(&out, 16, &["direct", "nagare", "relay2", "relay3"]);
