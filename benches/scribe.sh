@@ -9,7 +9,10 @@
 #
 # With RUNS > 1 every cell is measured RUNS times (scribe, forward, scribe,
 # ...) and the table holds medians. The floor column is the same sender
-# straight into its own sink, no relay (the most any relay could reach).
+# straight into its own sink, no relay; the proxy floor column the same
+# sender through `scribe-bench proxy` (the least any Scribe relay must do:
+# read each call, answer it, send its entries on unchanged to the sink,
+# several calls in flight), the most any relay could reach.
 # The CPU columns are nagare's cores
 # (CPU seconds over the sending time) in either relay and the senders'.
 # SIZES and PER_CALL (space-separated) override the grid; SUT_PORT and
@@ -54,6 +57,16 @@ for size in $SIZES; do
     # this work per call, and the relay's output and sink come on top.
     "$SB" --sut-port "$SCRIBE_SINK_PORT" --sink-port "$SCRIBE_SINK_PORT" --size "$size" \
       --per-call "$n" --duration "$DURATION" --connections "$CONNS" >> "$OUT/floor.jsonl"
+    # The proxy floor: a relay that does nothing but what every Scribe
+    # relay must (two Scribe hops), in place of nagare.
+    "$SB" proxy --listen "$SCRIBE_SUT_PORT" --to "$SCRIBE_SINK_PORT" & pid=$!
+    wait_port "$SCRIBE_SUT_PORT" || { kill "$pid"; echo "the proxy did not listen" >&2; exit 1; }
+    "$SB" --sut-port "$SCRIBE_SUT_PORT" --sink-port "$SCRIBE_SINK_PORT" --size "$size" \
+      --per-call "$n" --duration "$DURATION" --connections "$CONNS" > "$OUT/px.json"
+    pcpu=$(cpu "$pid")
+    kill "$pid"; wait "$pid" || true
+    python3 -c "import json; r=json.load(open('$OUT/px.json')); r.update(proxy_cores=$pcpu/r['seconds']); print(json.dumps(r))" \
+      >> "$OUT/proxy.jsonl"
     "$FB" relay --sut-port "$SCRIBE_SUT_PORT" --sink-port "$SCRIBE_SINK_PORT" --duration "$DURATION" \
       --warmup 2s --size "$size" --batch "$n" --conns "$CONNS" --quiet \
       --sut-cmd "exec $NAGARE run -c $ROOT/benches/relay.toml" 2>/dev/null | tail -n 1 \
@@ -72,19 +85,20 @@ def load(n):
     for r in map(json.loads, open(f"{out}/{n}.jsonl")):
         d[(r["size"], r["per_call"])].append(r)
     return d
-sc, fw, fl = load("scribe"), load("forward"), load("floor")
+sc, fw, fl, px = load("scribe"), load("forward"), load("floor"), load("proxy")
 med = lambda rows, k: statistics.median(r[k] for r in rows) if rows else 0
-print("| bytes/msg | msg/call | scribe relay msg/s | Mbps | forward relay ev/s | scribe / forward | floor (no relay) msg/s | floor / forward | scribe relay / floor | nagare cores (scribe) | scribe-bench cores | nagare cores (forward) | lost | duplicated | TRY_LATER |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| bytes/msg | msg/call | scribe relay msg/s | Mbps | forward relay ev/s | scribe / forward | floor (no relay) msg/s | floor / forward | scribe relay / floor | proxy floor msg/s | proxy floor / forward | scribe relay / proxy floor | nagare cores (scribe) | scribe-bench cores | proxy cores | nagare cores (forward) | lost | duplicated | TRY_LATER |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 def ratio(xs, ys, kx, ky):
     r = [a[kx] / b[ky] for a, b in zip(xs, ys) if b[ky]]
     return f"{statistics.median(r):.2f}" if r else "-"
 for key in sorted(sc):
     s, f = sc[key], fw.get(key, [])
-    lo = fl.get(key, [])
+    lo, p = fl.get(key, []), px.get(key, [])
     print(f"| {key[0]} | {key[1]} | {med(s,'msg_per_s'):,.0f} | {med(s,'mbps'):,.0f} | {med(f,'steady_events_per_s'):,.0f} | "
           f"{ratio(s, f, 'msg_per_s', 'steady_events_per_s')} | {med(lo,'msg_per_s'):,.0f} | "
           f"{ratio(lo, f, 'msg_per_s', 'steady_events_per_s')} | {ratio(s, lo, 'msg_per_s', 'msg_per_s')} | "
-          f"{med(s,'nagare_cores'):.2f} | {med(s,'bench_cores'):.2f} | {med(f,'sut_cores'):.2f} | "
-          f"{sum(r['lost'] for r in s)} | {sum(r['duplicated'] for r in s)} | {sum(r['try_later'] for r in s)} |")
+          f"{med(p,'msg_per_s'):,.0f} | {ratio(p, f, 'msg_per_s', 'steady_events_per_s')} | {ratio(s, p, 'msg_per_s', 'msg_per_s')} | "
+          f"{med(s,'nagare_cores'):.2f} | {med(s,'bench_cores'):.2f} | {med(p,'proxy_cores'):.2f} | {med(f,'sut_cores'):.2f} | "
+          f"{sum(r['lost'] for r in s + p)} | {sum(r['duplicated'] for r in s + p)} | {sum(r['try_later'] for r in s + p)} |")
 PY

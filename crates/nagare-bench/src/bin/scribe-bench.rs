@@ -8,13 +8,18 @@
 //! lost and duplicated. Each message starts with its sequence number (16 hex
 //! digits: connection << 40 | n), so the sink finds what is missing or twice.
 //!
+//! `scribe-bench proxy --listen A --to B` is the proxy floor: the least any
+//! Scribe relay must do (see `proxy`).
+//!
 //! The Thrift framing is written out here (a few lines): nagare's codec is in
 //! the daemon crate, which this crate must not depend on.
 
-use std::io::{BufReader, Read, Write};
+use std::collections::VecDeque;
+use std::io::{BufReader, IoSlice, Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
@@ -238,7 +243,208 @@ fn send(args: &Args, conn: u64, stop: &AtomicBool) -> anyhow::Result<(u64, u64)>
     Ok((sent, try_later))
 }
 
+/// The proxy floor's options.
+#[derive(Parser)]
+struct ProxyArgs {
+    /// Port of the Scribe server it is (the relay's input).
+    #[arg(long)]
+    listen: u16,
+    /// Port of the downstream Scribe server (the relay's output).
+    #[arg(long)]
+    to: u16,
+    /// Connections to the downstream server, each with one call in flight
+    /// (as nagare's scribe output with `flush_thread_count` workers).
+    #[arg(long, default_value_t = 4)]
+    downstream: usize,
+    /// Calls waiting for the downstream are merged into one call of up to
+    /// this many bytes (as nagare's chunks, 512 KiB); 0 sends each call on
+    /// its own.
+    #[arg(long, default_value_t = 512 << 10)]
+    call_bytes: usize,
+    /// Bytes of calls held at most; a full queue makes the next call wait
+    /// (as nagare's `total_limit_size`).
+    #[arg(long, default_value_t = 8 << 20)]
+    queue_bytes: usize,
+}
+
+/// A Log call taken from upstream: its frame's payload and where its
+/// LogEntry list's elements are in it.
+struct Call {
+    frame: Vec<u8>,
+    entries: Range<usize>,
+    count: u32,
+}
+
+/// Finds a strict-protocol Log call's seqid, its list's elements and their
+/// count, without reading a single message.
+fn split_call(f: &[u8]) -> anyhow::Result<(i32, Range<usize>, u32)> {
+    let mut c = Cursor(f, 0);
+    c.i32()?;
+    let n = c.i32()? as usize;
+    c.take(n)?;
+    let seqid = c.i32()?;
+    if c.take(4)? != [15, 0, 1, 12] {
+        bail!("not a Log call's list");
+    }
+    let count = c.i32()? as u32;
+    if f.last() != Some(&0) {
+        bail!("a Log call without its STOP");
+    }
+    Ok((seqid, c.1..f.len() - 1, count))
+}
+
+/// The calls between the upstream connections and the downstream ones.
+#[derive(Default)]
+struct Queue {
+    calls: Mutex<(VecDeque<Call>, usize)>,
+    ready: Condvar,
+    room: Condvar,
+    /// Frame buffers the downstream is done with, for the next reads.
+    free: Mutex<Vec<Vec<u8>>>,
+}
+
+/// One upstream connection: reads each call, queues it, answers OK.
+fn proxy_in(c: TcpStream, q: &Queue, limit: usize) -> anyhow::Result<()> {
+    c.set_nodelay(true)?;
+    let mut w = c.try_clone()?;
+    let mut r = BufReader::with_capacity(1 << 20, c);
+    let mut reply = Vec::new();
+    loop {
+        let mut frame = q.free.lock().expect("free").pop().unwrap_or_default();
+        if !read_frame(&mut r, &mut frame)? {
+            return Ok(());
+        }
+        let (seqid, entries, count) = split_call(&frame)?;
+        {
+            let mut calls = q.calls.lock().expect("queue");
+            while calls.1 > 0 && calls.1 + frame.len() > limit {
+                calls = q.room.wait(calls).expect("queue");
+            }
+            calls.1 += frame.len();
+            calls.0.push_back(Call {
+                frame,
+                entries,
+                count,
+            });
+        }
+        q.ready.notify_one();
+        reply.clear();
+        header(&mut reply, 2, seqid);
+        reply.extend_from_slice(&[8, 0, 0, 0, 0, 0, 0, 0]);
+        close_frame(&mut reply);
+        w.write_all(&reply)?;
+    }
+}
+
+/// Takes the queued calls that fit in one downstream call (at least one).
+fn take_calls(q: &Queue, call_bytes: usize, batch: &mut Vec<Call>) {
+    let mut calls = q.calls.lock().expect("queue");
+    while calls.0.is_empty() {
+        calls = q.ready.wait(calls).expect("queue");
+    }
+    let mut bytes = 0;
+    while let Some(c) = calls.0.front() {
+        let n = c.entries.len();
+        if !batch.is_empty() && (bytes + n > call_bytes || batch.len() >= 512) {
+            break;
+        }
+        bytes += n;
+        calls.1 -= c.frame.len();
+        batch.push(calls.0.pop_front().expect("front"));
+    }
+    q.room.notify_all();
+}
+
+/// One downstream connection: sends the queued calls' entries, merged into
+/// one call with a single vectored write (no copy), and waits for the answer.
+fn proxy_out(port: u16, q: &Queue, call_bytes: usize) -> anyhow::Result<()> {
+    let mut batch = Vec::new();
+    take_calls(q, call_bytes, &mut batch);
+    let mut c = TcpStream::connect(("127.0.0.1", port))
+        .with_context(|| format!("connecting to the downstream on {port}"))?;
+    c.set_nodelay(true)?;
+    let mut r = BufReader::new(c.try_clone()?);
+    let (mut head, mut answer, mut seqid) = (Vec::new(), Vec::new(), 0i32);
+    loop {
+        head.clear();
+        header(&mut head, 1, seqid);
+        head.extend_from_slice(&[15, 0, 1, 12]);
+        let count: u32 = batch.iter().map(|b| b.count).sum();
+        head.extend_from_slice(&count.to_be_bytes());
+        let body: usize = batch.iter().map(|b| b.entries.len()).sum();
+        let n = (head.len() - 4 + body + 1) as i32;
+        head[..4].copy_from_slice(&n.to_be_bytes());
+        let mut iov = Vec::with_capacity(batch.len() + 2);
+        iov.push(IoSlice::new(&head));
+        iov.extend(
+            batch
+                .iter()
+                .map(|b| IoSlice::new(&b.frame[b.entries.clone()])),
+        );
+        iov.push(IoSlice::new(&[0]));
+        write_all_vectored(&mut c, &mut iov)?;
+        if !read_frame(&mut r, &mut answer)? {
+            bail!("the downstream closed the connection");
+        }
+        let n = answer.len();
+        if answer[n.saturating_sub(5)..n - 1] != [0; 4] {
+            bail!("the downstream did not answer OK");
+        }
+        seqid = seqid.wrapping_add(1);
+        q.free
+            .lock()
+            .expect("free")
+            .extend(batch.drain(..).map(|b| b.frame));
+        take_calls(q, call_bytes, &mut batch);
+    }
+}
+
+fn write_all_vectored(w: &mut impl Write, mut iov: &mut [IoSlice<'_>]) -> std::io::Result<()> {
+    while !iov.is_empty() {
+        match w.write_vectored(iov)? {
+            0 => return Err(std::io::ErrorKind::WriteZero.into()),
+            n => IoSlice::advance_slices(&mut iov, n),
+        }
+    }
+    Ok(())
+}
+
+/// The proxy floor: the least any Scribe relay must do. It reads each call
+/// and answers it OK once queued (one read and one write per call, as the
+/// relay's input), and sends the queued calls' entries unchanged to the
+/// downstream server on `--downstream` connections, one call in flight on
+/// each, merging what is queued into one call (as a relay's chunk) without
+/// decoding a message. Runs until killed.
+fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(("127.0.0.1", args.listen))
+        .with_context(|| format!("listen port {}", args.listen))?;
+    let q = Arc::new(Queue::default());
+    let call_bytes = args.call_bytes;
+    for _ in 0..args.downstream {
+        let (q, to) = (q.clone(), args.to);
+        std::thread::spawn(move || {
+            if let Err(e) = proxy_out(to, &q, call_bytes) {
+                eprintln!("proxy downstream: {e:#}");
+                std::process::exit(1);
+            }
+        });
+    }
+    for c in listener.incoming() {
+        let (q, limit) = (q.clone(), args.queue_bytes);
+        let c = c?;
+        std::thread::spawn(move || {
+            if let Err(e) = proxy_in(c, &q, limit) {
+                eprintln!("proxy upstream: {e:#}");
+            }
+        });
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some("proxy") {
+        return proxy(ProxyArgs::parse_from(std::env::args().skip(1)));
+    }
     let args = Arc::new(Args::parse());
     if args.size < 16 {
         bail!("--size must be at least 16 (the sequence number)");
