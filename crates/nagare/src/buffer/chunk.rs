@@ -70,6 +70,17 @@ impl Chunk {
             .flat_map(|s| crate::formats::entries(s))
     }
 
+    /// Each entry's record with the value of its top-level `key`, in one
+    /// walk (`formats::entries_with_field`).
+    pub fn entries_with_field<'a>(
+        &'a self,
+        key: &'a [u8],
+    ) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> {
+        self.segments
+            .iter()
+            .flat_map(move |s| crate::formats::entries_with_field(s, key))
+    }
+
     /// Each entry's bytes whole (`[time, record]`), for outputs that pass
     /// entries on as they are: one skip per entry, neither time nor record read.
     pub fn raw_entries(&self) -> impl Iterator<Item = &[u8]> {

@@ -65,6 +65,63 @@ impl<'a> Iterator for Entries<'a> {
     }
 }
 
+/// Iterates canonical entries, finding in each record the value of the
+/// top-level key `key` (as `field` does) in the same walk: yields (record,
+/// that value). For outputs that send one field of each record (the scribe
+/// output's messages): `entries` and then `field` walked every record twice,
+/// a fifth of a Scribe relay's CPU at 100 B.
+pub fn entries_with_field<'a>(
+    buf: &'a [u8],
+    key: &'a [u8],
+) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> {
+    let mut pos = 0;
+    std::iter::from_fn(move || {
+        // Entries were checked on the way in; a failure here means a bug,
+        // and ending the iteration is the safe answer.
+        let (record, end, value) = entry_with_field(buf, pos, key).ok()?;
+        pos = end;
+        Some((&buf[record..end], value))
+    })
+}
+
+/// The entry at `pos`: where its record starts, where the entry ends, and
+/// the record's `key` value.
+fn entry_with_field<'a>(
+    buf: &'a [u8],
+    pos: usize,
+    key: &[u8],
+) -> nagare_forward::msgpack::Scan<(usize, usize, Option<&'a [u8]>)> {
+    let tpos = pos + 1;
+    // An EventTime (fixext 8) is most times; anything else is skipped.
+    let record = match buf.get(tpos) {
+        Some(0xd7) if tpos + 10 <= buf.len() => tpos + 10,
+        _ => skip_value(buf, tpos)?,
+    };
+    let Ok((n, mut p)) = read_map_len(buf, record) else {
+        return Ok((record, skip_value(buf, record)?, None));
+    };
+    let (mut value, mut seen) = (None, false);
+    for _ in 0..n {
+        let k = read_str_or_bin(buf, p)?;
+        p = match k {
+            // The first `key` only, as `field`.
+            Some((s, e)) if !seen && &buf[s..e] == key => {
+                seen = true;
+                match read_str_or_bin(buf, e)? {
+                    Some((a, b)) => {
+                        value = Some(&buf[a..b]);
+                        b
+                    }
+                    None => skip_value(buf, e)?,
+                }
+            }
+            Some((_, e)) => skip_value(buf, e)?,
+            None => skip_value(buf, skip_value(buf, p)?)?,
+        };
+    }
+    Ok((record, p, value))
+}
+
 /// Finds the value of a top-level string key in a msgpack map record and
 /// returns its raw bytes when it is a str or bin.
 pub fn field<'a>(record: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
@@ -159,5 +216,58 @@ mod tests {
             let want = dt.format("%Y-%m-%dT%H:%M:%S%.9fZ").to_string();
             assert_eq!(String::from_utf8(out).unwrap(), want, "{secs}.{nanos}");
         }
+    }
+
+    #[test]
+    fn entries_with_field_agrees_with_entries_and_field() {
+        use rmpv::Value;
+        let s = |t: &str| Value::from(t);
+        let records = [
+            Value::Map(vec![(s("message"), s("hello"))]),
+            Value::Map(vec![
+                (s("a"), Value::from(1)),
+                (s("message"), Value::Binary(b"bin".to_vec())),
+            ]),
+            // Nested values before the key, a non-str key, the key twice.
+            Value::Map(vec![
+                (s("n"), Value::Map(vec![(s("message"), s("inner"))])),
+                (Value::from(7), Value::Array(vec![Value::Nil, s("x")])),
+                (s("message"), s("first")),
+                (s("message"), s("second")),
+            ]),
+            // The key with a value that is not a string: none, as `field`.
+            Value::Map(vec![
+                (s("message"), Value::from(3)),
+                (s("message"), s("later")),
+            ]),
+            Value::Map(vec![(s("other"), s("x"))]),
+            Value::Map(vec![]),
+            Value::from(42),
+        ];
+        let mut buf = Vec::new();
+        for (i, r) in records.iter().enumerate() {
+            buf.push(0x92);
+            // An EventTime, and plain seconds.
+            if i % 2 == 0 {
+                buf.extend_from_slice(&EventTime::new(1_700_000_000, 5).to_bytes());
+            } else {
+                rmpv::encode::write_value(&mut buf, &Value::from(1_700_000_000u32)).unwrap();
+            }
+            rmpv::encode::write_value(&mut buf, r).unwrap();
+        }
+        let want: Vec<_> = entries(&buf)
+            .map(|(_, r, _)| (r, field(r, b"message")))
+            .collect();
+        let got: Vec<_> = entries_with_field(&buf, b"message").collect();
+        assert_eq!(got.len(), records.len());
+        assert_eq!(got, want);
+        assert_eq!(got[0].1, Some(&b"hello"[..]));
+        assert_eq!(got[2].1, Some(&b"first"[..]));
+        assert_eq!(got[3].1, None);
+        // A cut entry ends the walk, as `entries`.
+        assert_eq!(
+            entries_with_field(&buf[..buf.len() - 1], b"message").count(),
+            records.len() - 1
+        );
     }
 }

@@ -24,7 +24,7 @@ use tokio::net::TcpStream;
 use super::{FlushError, Output};
 use crate::buffer::Chunk;
 use crate::config::units::Dur;
-use crate::formats::{self, json};
+use crate::formats::json;
 use crate::plugin::{BuildContext, OptionError, OutputPlugin};
 use crate::thrift::{self, LogCall, ResultCode};
 use crate::tls::{MaybeTls, TlsClient, TlsOptions};
@@ -158,11 +158,10 @@ impl ScribeOutput {
         }
     }
 
-    /// Appends the message of one record.
-    fn message(&self, record: &[u8], out: &mut Vec<u8>) {
-        let text = (self.cfg.format == MessageFormat::Text)
-            .then(|| formats::field(record, self.cfg.message_key.as_bytes()))
-            .flatten();
+    /// Appends the message of one record; `field` is its `message_key`
+    /// value.
+    fn message(&self, record: &[u8], field: Option<&[u8]>, out: &mut Vec<u8>) {
+        let text = field.filter(|_| self.cfg.format == MessageFormat::Text);
         match text {
             Some(t) => out.extend_from_slice(t),
             None => {
@@ -268,7 +267,10 @@ impl ScribeOutput {
             .get(&chunk.id)
             .copied()
             .unwrap_or(0);
-        let mut entries = chunk.entries().skip(taken as usize).peekable();
+        let mut entries = chunk
+            .entries_with_field(self.cfg.message_key.as_bytes())
+            .skip(taken as usize)
+            .peekable();
         let mut conn = self.conn().await.map_err(FlushError::Retry)?;
         // A text message is the record's string; a Thrift entry adds the
         // category and 15 bytes to it, a msgpack entry about 20: this is
@@ -281,8 +283,8 @@ impl ScribeOutput {
             let seqid = self.seqid.fetch_add(1, Relaxed);
             let c = LogCall::begin(frame, seqid);
             let mut n = 0u32;
-            for (_, record, _) in entries.by_ref().take(per_call) {
-                LogCall::entry(frame, category, |out| self.message(record, out));
+            for (record, field) in entries.by_ref().take(per_call) {
+                LogCall::entry(frame, category, |out| self.message(record, field, out));
                 n += 1;
             }
             c.finish(frame, n as usize);
