@@ -261,6 +261,11 @@ struct ProxyArgs {
     /// its own.
     #[arg(long, default_value_t = 512 << 10)]
     call_bytes: usize,
+    /// A downstream call goes when the oldest queued call has waited this
+    /// long, full or not (as nagare's `flush_interval` in
+    /// benches/scribe-relay.toml).
+    #[arg(long, default_value_t = 100)]
+    flush_ms: u64,
     /// Bytes of calls held at most; a full queue makes the next call wait
     /// (as nagare's `total_limit_size`).
     #[arg(long, default_value_t = 8 << 20)]
@@ -273,6 +278,8 @@ struct Call {
     frame: Vec<u8>,
     entries: Range<usize>,
     count: u32,
+    /// When it was queued.
+    at: Instant,
 }
 
 /// Finds a strict-protocol Log call's seqid, its list's elements and their
@@ -304,7 +311,7 @@ struct Queue {
 }
 
 /// One upstream connection: reads each call, queues it, answers OK.
-fn proxy_in(c: TcpStream, q: &Queue, limit: usize) -> anyhow::Result<()> {
+fn proxy_in(c: TcpStream, q: &Queue, limit: usize, call_bytes: usize) -> anyhow::Result<()> {
     c.set_nodelay(true)?;
     let mut w = c.try_clone()?;
     let mut r = BufReader::with_capacity(1 << 20, c);
@@ -315,19 +322,27 @@ fn proxy_in(c: TcpStream, q: &Queue, limit: usize) -> anyhow::Result<()> {
             return Ok(());
         }
         let (seqid, entries, count) = split_call(&frame)?;
-        {
+        let wake = {
             let mut calls = q.calls.lock().expect("queue");
             while calls.1 > 0 && calls.1 + frame.len() > limit {
                 calls = q.room.wait(calls).expect("queue");
             }
+            // A downstream worker is woken for a first call (to time it)
+            // and for a full call, not for every call.
+            let (was_empty, was_short) = (calls.0.is_empty(), calls.1 < call_bytes);
             calls.1 += frame.len();
+            let wake = was_empty || (was_short && calls.1 >= call_bytes);
             calls.0.push_back(Call {
                 frame,
                 entries,
                 count,
+                at: Instant::now(),
             });
+            wake
+        };
+        if wake {
+            q.ready.notify_one();
         }
-        q.ready.notify_one();
         reply.clear();
         header(&mut reply, 2, seqid);
         reply.extend_from_slice(&[8, 0, 0, 0, 0, 0, 0, 0]);
@@ -336,16 +351,33 @@ fn proxy_in(c: TcpStream, q: &Queue, limit: usize) -> anyhow::Result<()> {
     }
 }
 
-/// Takes the queued calls that fit in one downstream call (at least one).
-fn take_calls(q: &Queue, call_bytes: usize, batch: &mut Vec<Call>) {
+/// When a downstream call goes: as a relay's chunk, when the queued calls
+/// fill one or the oldest has waited `flush`.
+#[derive(Clone, Copy)]
+struct Batching {
+    call_bytes: usize,
+    flush: Duration,
+}
+
+/// Takes the queued calls that fit in one downstream call (at least one),
+/// once they fill it or the oldest has waited long enough.
+fn take_calls(q: &Queue, b: Batching, batch: &mut Vec<Call>) {
     let mut calls = q.calls.lock().expect("queue");
-    while calls.0.is_empty() {
-        calls = q.ready.wait(calls).expect("queue");
+    loop {
+        let wait = match calls.0.front() {
+            Some(_) if calls.1 >= b.call_bytes => break,
+            Some(c) => b.flush.saturating_sub(c.at.elapsed()),
+            None => b.flush,
+        };
+        if wait.is_zero() {
+            break;
+        }
+        calls = q.ready.wait_timeout(calls, wait).expect("queue").0;
     }
     let mut bytes = 0;
     while let Some(c) = calls.0.front() {
         let n = c.entries.len();
-        if !batch.is_empty() && (bytes + n > call_bytes || batch.len() >= 512) {
+        if !batch.is_empty() && (bytes + n > b.call_bytes || batch.len() >= 512) {
             break;
         }
         bytes += n;
@@ -357,9 +389,9 @@ fn take_calls(q: &Queue, call_bytes: usize, batch: &mut Vec<Call>) {
 
 /// One downstream connection: sends the queued calls' entries, merged into
 /// one call with a single vectored write (no copy), and waits for the answer.
-fn proxy_out(port: u16, q: &Queue, call_bytes: usize) -> anyhow::Result<()> {
+fn proxy_out(port: u16, q: &Queue, b: Batching) -> anyhow::Result<()> {
     let mut batch = Vec::new();
-    take_calls(q, call_bytes, &mut batch);
+    take_calls(q, b, &mut batch);
     let mut c = TcpStream::connect(("127.0.0.1", port))
         .with_context(|| format!("connecting to the downstream on {port}"))?;
     c.set_nodelay(true)?;
@@ -395,7 +427,7 @@ fn proxy_out(port: u16, q: &Queue, call_bytes: usize) -> anyhow::Result<()> {
             .lock()
             .expect("free")
             .extend(batch.drain(..).map(|b| b.frame));
-        take_calls(q, call_bytes, &mut batch);
+        take_calls(q, b, &mut batch);
     }
 }
 
@@ -413,17 +445,21 @@ fn write_all_vectored(w: &mut impl Write, mut iov: &mut [IoSlice<'_>]) -> std::i
 /// and answers it OK once queued (one read and one write per call, as the
 /// relay's input), and sends the queued calls' entries unchanged to the
 /// downstream server on `--downstream` connections, one call in flight on
-/// each, merging what is queued into one call (as a relay's chunk) without
-/// decoding a message. Runs until killed.
+/// each, merging what is queued into one call (as a relay's chunk: up to
+/// `--call-bytes`, or what came within `--flush-ms`) without decoding a
+/// message. Runs until killed.
 fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
     let listener = TcpListener::bind(("127.0.0.1", args.listen))
         .with_context(|| format!("listen port {}", args.listen))?;
     let q = Arc::new(Queue::default());
-    let call_bytes = args.call_bytes;
+    let b = Batching {
+        call_bytes: args.call_bytes,
+        flush: Duration::from_millis(args.flush_ms),
+    };
     for _ in 0..args.downstream {
         let (q, to) = (q.clone(), args.to);
         std::thread::spawn(move || {
-            if let Err(e) = proxy_out(to, &q, call_bytes) {
+            if let Err(e) = proxy_out(to, &q, b) {
                 eprintln!("proxy downstream: {e:#}");
                 std::process::exit(1);
             }
@@ -433,7 +469,7 @@ fn proxy(args: ProxyArgs) -> anyhow::Result<()> {
         let (q, limit) = (q.clone(), args.queue_bytes);
         let c = c?;
         std::thread::spawn(move || {
-            if let Err(e) = proxy_in(c, &q, limit) {
+            if let Err(e) = proxy_in(c, &q, limit, b.call_bytes) {
                 eprintln!("proxy upstream: {e:#}");
             }
         });
