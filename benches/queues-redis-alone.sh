@@ -9,7 +9,8 @@
 #   benches/queues-redis-alone.sh NAGARE_BIN OUTDIR
 #
 # N (default 3000000); CG (perf's call graph option, default -g; e.g.
-# CG="--call-graph dwarf,16384"); ports REDIS_PORT, SUT_PORT, SINK_PORT.
+# CG="--call-graph dwarf,16384"); FREQ (perf's sampling rate, default 999);
+# PERF=0 measures CPU without perf; ports REDIS_PORT, SUT_PORT, SINK_PORT.
 set -u
 NAGARE=$1 O=$2
 mkdir -p "$O"
@@ -17,7 +18,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 FB=${FLOWBENCH_DIR:-$ROOT/../shared/bench}/bin/flowbench
 export REDIS_PORT=${REDIS_PORT:-40510} FLOWBENCH_SUT_PORT=${SUT_PORT:-40511} FLOWBENCH_SINK_PORT=${SINK_PORT:-40512}
 N=${N:-3000000}
-record() { command -v perf >/dev/null && exec perf record -F 999 ${CG:--g} -p "$1" -o "$2" 2>/dev/null; }
+record() { [ "${PERF:-1}" != 0 ] && command -v perf >/dev/null && exec perf record -F "${FREQ:-999}" ${CG:--g} -p "$1" -o "$2" 2>/dev/null; }
 cpu() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"; }
 d=$(mktemp -d)
 redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save '' --appendonly no --dir "$d" >"$d/redis.log" 2>&1 &

@@ -5,7 +5,8 @@
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use nagare_forward::{
-    encode_forward, encode_packed_forward, scan_frame, write_entry, Compression, EventTime, Limits,
+    encode_forward, encode_packed_forward, msgpack::skip_value, scan_frame, write_entry,
+    Compression, EventTime, Limits,
 };
 
 /// `events` entries of `{"seq": u32, "message": <size bytes>}`.
@@ -56,7 +57,26 @@ fn bench_frame(c: &mut Criterion, name: &str, f: Vec<u8>) {
     g.finish();
 }
 
+/// Finding each entry's end in a chunk of them (what the redis output's
+/// msgpack path and the redis input's check of each element do).
+fn bench_entries(c: &mut Criterion) {
+    let e = entries(200, 100);
+    let mut g = c.benchmark_group("entries_200x100");
+    g.throughput(Throughput::Elements(200));
+    g.bench_function("skip_value", |b| {
+        b.iter(|| {
+            let mut p = 0;
+            while p < e.len() {
+                p = skip_value(&e, p).unwrap();
+            }
+            p
+        })
+    });
+    g.finish();
+}
+
 fn bench(c: &mut Criterion) {
+    bench_entries(c);
     for size in [100usize, 1024] {
         bench_frame(
             c,

@@ -423,10 +423,22 @@ impl Scan {
     }
 }
 
+/// A length or an integer reply: read digit by digit (one per element of
+/// a pop; through `str::parse` it was a visible part of the consumer).
 fn int(line: &[u8]) -> anyhow::Result<i64> {
-    std::str::from_utf8(line)
-        .ok()
-        .and_then(|s| s.parse().ok())
+    let (negative, digits) = match line {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, line),
+    };
+    let magnitude = (!digits.is_empty()).then_some(digits).and_then(|d| {
+        d.iter().try_fold(0i64, |n, &c| {
+            c.is_ascii_digit()
+                .then(|| n.checked_mul(10)?.checked_add(i64::from(c - b'0')))
+                .flatten()
+        })
+    });
+    magnitude
+        .map(|n| if negative { -n } else { n })
         .ok_or_else(|| {
             anyhow!(
                 "redis protocol error: {:?} is not a length",
@@ -506,6 +518,12 @@ mod tests {
         }
         assert!(scan(b"$3\r\nabcd\r\n", 100).is_err());
         assert!(scan(b"*x\r\n", 100).is_err());
+        for bad in [&b""[..], b"-", b"1-", b"9223372036854775808", b"+1", b" 1"] {
+            assert!(int(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(int(b"9223372036854775807").unwrap(), i64::MAX);
+        assert_eq!(int(b"-42").unwrap(), -42);
+        assert_eq!(int(b"0").unwrap(), 0);
         assert!(scan(b"!3\r\n", 100).is_err());
         assert!(scan(b"+OK\n", 100).is_err());
     }

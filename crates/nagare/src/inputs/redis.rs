@@ -683,11 +683,13 @@ enum MsgpackEvent {
 }
 
 /// What a msgpack element is, when it is one whole value that makes an event.
+/// One walk of the element: the map (alone, or the entry's record) is the
+/// last value, so it must end where the element ends.
 fn msgpack_event(v: &[u8]) -> Option<MsgpackEvent> {
-    if skip_value(v, 0).ok()? != v.len() {
-        return None;
-    }
-    if nagare_forward::msgpack::is_map(v, 0).ok()? {
+    let is_map = |p| nagare_forward::msgpack::is_map(v, p).ok();
+    let whole_from = |p| (skip_value(v, p).ok()? == v.len()).then_some(());
+    if is_map(0)? {
+        whole_from(0)?;
         return Some(MsgpackEvent::Record);
     }
     let (2, p) = read_array_len(v, 0).ok()? else {
@@ -696,7 +698,9 @@ fn msgpack_event(v: &[u8]) -> Option<MsgpackEvent> {
     let time_ok = v.get(p) == Some(&0xd7) && v.get(p + 1) == Some(&0x00)
         || nagare_forward::msgpack::read_uint(v, p).ok()?.is_some();
     let rec = skip_value(v, p).ok()?;
-    (time_ok && nagare_forward::msgpack::is_map(v, rec).ok()?).then_some(MsgpackEvent::Entry)
+    (time_ok && is_map(rec)?).then_some(())?;
+    whole_from(rec)?;
+    Some(MsgpackEvent::Entry)
 }
 
 /// A string field of the record of entry `[time, record]`.
@@ -720,5 +724,10 @@ mod tests {
         assert!(msgpack_event(b"{\"a\":1}").is_none());
         assert!(msgpack_event(&[0x80, 0x80]).is_none());
         assert!(msgpack_event(&[0x92, 0x05, 0x01]).is_none());
+        // Trailing bytes, a third item, a cut record: not one whole event.
+        assert!(msgpack_event(&[0x92, 0x05, 0x80, 0x01]).is_none());
+        assert!(msgpack_event(&[0x93, 0x05, 0x80, 0x80]).is_none());
+        assert!(msgpack_event(&[0x92, 0x05, 0x81, 0xa1]).is_none());
+        assert!(matches!(msgpack_event(&[0x92, 0x05, 0x81, 0xa1, b'a', 0x91, 0x01]), Some(MsgpackEvent::Entry)));
     }
 }
