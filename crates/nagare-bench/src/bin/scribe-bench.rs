@@ -137,8 +137,9 @@ fn parse_hex(s: &[u8]) -> anyhow::Result<u64> {
     })
 }
 
-/// The sequence numbers of a Log call's messages, and its seqid.
-fn decode_call(f: &[u8], seqs: &mut Vec<u64>) -> anyhow::Result<i32> {
+/// A strict-protocol Log call's seqid and its LogEntry list's length,
+/// with the cursor at the list's first element.
+fn call_list(f: &[u8]) -> anyhow::Result<(Cursor<'_>, i32, u32)> {
     let mut c = Cursor(f, 0);
     c.i32()?;
     let n = c.i32()? as usize;
@@ -147,7 +148,31 @@ fn decode_call(f: &[u8], seqs: &mut Vec<u64>) -> anyhow::Result<i32> {
     if c.take(4)? != [15, 0, 1, 12] {
         bail!("not a Log call's list");
     }
-    for _ in 0..c.i32()? {
+    let count = c.i32()? as u32;
+    Ok((c, seqid, count))
+}
+
+/// Writes the answer OK to the call `seqid`; `reply` is a reused buffer.
+fn write_ok(w: &mut impl Write, reply: &mut Vec<u8>, seqid: i32) -> std::io::Result<()> {
+    reply.clear();
+    header(reply, 2, seqid);
+    reply.extend_from_slice(&[8, 0, 0, 0, 0, 0, 0, 0]);
+    close_frame(reply);
+    w.write_all(reply)
+}
+
+/// The result code of a Log answer: its last field (I32, id 0), then STOP.
+fn answer_code(answer: &[u8]) -> anyhow::Result<i32> {
+    let n = answer.len();
+    Ok(i32::from_be_bytes(
+        answer[n.saturating_sub(5)..n.saturating_sub(1)].try_into()?,
+    ))
+}
+
+/// The sequence numbers of a Log call's messages, and its seqid.
+fn decode_call(f: &[u8], seqs: &mut Vec<u64>) -> anyhow::Result<i32> {
+    let (mut c, seqid, count) = call_list(f)?;
+    for _ in 0..count {
         loop {
             let t = c.take(1)?[0];
             if t == 0 {
@@ -180,11 +205,7 @@ fn sink_conn(c: TcpStream, seen: &Mutex<Seen>) -> anyhow::Result<()> {
                 s.add(q);
             }
         }
-        reply.clear();
-        header(&mut reply, 2, seqid);
-        reply.extend_from_slice(&[8, 0, 0, 0, 0, 0, 0, 0]);
-        close_frame(&mut reply);
-        w.write_all(&reply)?;
+        write_ok(&mut w, &mut reply, seqid)?;
     }
     Ok(())
 }
@@ -228,10 +249,7 @@ fn send(args: &Args, conn: u64, stop: &AtomicBool) -> anyhow::Result<(u64, u64)>
             if !read_frame(&mut r, &mut answer)? {
                 bail!("the SUT closed the connection");
             }
-            // ... field (I32, id 0) = result code, STOP.
-            let n = answer.len();
-            let code = i32::from_be_bytes(answer[n.saturating_sub(5)..n - 1].try_into()?);
-            if code == 0 {
+            if answer_code(&answer)? == 0 {
                 break;
             }
             try_later += 1;
@@ -285,15 +303,7 @@ struct Call {
 /// Finds a strict-protocol Log call's seqid, its list's elements and their
 /// count, without reading a single message.
 fn split_call(f: &[u8]) -> anyhow::Result<(i32, Range<usize>, u32)> {
-    let mut c = Cursor(f, 0);
-    c.i32()?;
-    let n = c.i32()? as usize;
-    c.take(n)?;
-    let seqid = c.i32()?;
-    if c.take(4)? != [15, 0, 1, 12] {
-        bail!("not a Log call's list");
-    }
-    let count = c.i32()? as u32;
+    let (c, seqid, count) = call_list(f)?;
     if f.last() != Some(&0) {
         bail!("a Log call without its STOP");
     }
@@ -343,11 +353,7 @@ fn proxy_in(c: TcpStream, q: &Queue, limit: usize, call_bytes: usize) -> anyhow:
         if wake {
             q.ready.notify_one();
         }
-        reply.clear();
-        header(&mut reply, 2, seqid);
-        reply.extend_from_slice(&[8, 0, 0, 0, 0, 0, 0, 0]);
-        close_frame(&mut reply);
-        w.write_all(&reply)?;
+        write_ok(&mut w, &mut reply, seqid)?;
     }
 }
 
@@ -418,8 +424,7 @@ fn proxy_out(port: u16, q: &Queue, b: Batching) -> anyhow::Result<()> {
         if !read_frame(&mut r, &mut answer)? {
             bail!("the downstream closed the connection");
         }
-        let n = answer.len();
-        if answer[n.saturating_sub(5)..n - 1] != [0; 4] {
+        if answer_code(&answer)? != 0 {
             bail!("the downstream did not answer OK");
         }
         seqid = seqid.wrapping_add(1);
