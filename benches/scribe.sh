@@ -38,19 +38,28 @@ fi
 SB=${SCRIBE_BENCH:-$ROOT/target/release/scribe-bench}
 cpu() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"; }
 
+# through NAME KEY CMD...: one run of the sender through the relay CMD
+# (listening on the SUT port) into scribe-bench's sink; appends the run to
+# $OUT/NAME.jsonl with the relay's cores as KEY and the sender's as bench_cores.
+through() {
+  local name=$1 key=$2 pid ncpu
+  shift 2
+  "$@" & pid=$!
+  wait_port "$SCRIBE_SUT_PORT" || { kill "$pid"; echo "$name: the relay did not listen" >&2; exit 1; }
+  /usr/bin/time -f "%U %S" -o "$OUT/sb-cpu.txt" \
+    "$SB" --sut-port "$SCRIBE_SUT_PORT" --sink-port "$SCRIBE_SINK_PORT" --size "$size" \
+    --per-call "$n" --duration "$DURATION" --connections "$CONNS" > "$OUT/sb.json"
+  ncpu=$(cpu "$pid")
+  kill "$pid"; wait "$pid" || true
+  python3 -c "import json; r=json.load(open('$OUT/sb.json')); u,s=open('$OUT/sb-cpu.txt').read().split()[-2:]; r.update($key=$ncpu/r['seconds'], bench_cores=(float(u)+float(s))/r['seconds']); print(json.dumps(r))" \
+    >> "$OUT/$name.jsonl"
+}
+
 for size in $SIZES; do
   for n in $PER_CALL; do
    for i in $(seq "$RUNS"); do
     echo "size $size, $n per call, run $i" >&2
-    "$NAGARE" run -c "$ROOT/benches/scribe-relay.toml" & pid=$!
-    wait_port "$SCRIBE_SUT_PORT" || { kill "$pid"; echo "nagare did not listen" >&2; exit 1; }
-    /usr/bin/time -f "%U %S" -o "$OUT/sb-cpu.txt" \
-      "$SB" --sut-port "$SCRIBE_SUT_PORT" --sink-port "$SCRIBE_SINK_PORT" --size "$size" \
-      --per-call "$n" --duration "$DURATION" --connections "$CONNS" > "$OUT/sb.json"
-    ncpu=$(cpu "$pid")
-    kill "$pid"; wait "$pid" || true
-    python3 -c "import json,sys; r=json.load(open('$OUT/sb.json')); u,s=open('$OUT/sb-cpu.txt').read().split()[-2:]; r.update(nagare_cores=$ncpu/r['seconds'], bench_cores=(float(u)+float(s))/r['seconds']); print(json.dumps(r))" \
-      >> "$OUT/scribe.jsonl"
+    through scribe nagare_cores "$NAGARE" run -c "$ROOT/benches/scribe-relay.toml"
     # The floor: the same sender straight into scribe-bench's own sink (a
     # Scribe server that only reads each call, checks it and answers OK),
     # no relay. No relay can beat it: the input side of one does at least
@@ -59,14 +68,7 @@ for size in $SIZES; do
       --per-call "$n" --duration "$DURATION" --connections "$CONNS" >> "$OUT/floor.jsonl"
     # The proxy floor: a relay that does nothing but what every Scribe
     # relay must (two Scribe hops), in place of nagare.
-    "$SB" proxy --listen "$SCRIBE_SUT_PORT" --to "$SCRIBE_SINK_PORT" & pid=$!
-    wait_port "$SCRIBE_SUT_PORT" || { kill "$pid"; echo "the proxy did not listen" >&2; exit 1; }
-    "$SB" --sut-port "$SCRIBE_SUT_PORT" --sink-port "$SCRIBE_SINK_PORT" --size "$size" \
-      --per-call "$n" --duration "$DURATION" --connections "$CONNS" > "$OUT/px.json"
-    pcpu=$(cpu "$pid")
-    kill "$pid"; wait "$pid" || true
-    python3 -c "import json; r=json.load(open('$OUT/px.json')); r.update(proxy_cores=$pcpu/r['seconds']); print(json.dumps(r))" \
-      >> "$OUT/proxy.jsonl"
+    through proxy proxy_cores "$SB" proxy --listen "$SCRIBE_SUT_PORT" --to "$SCRIBE_SINK_PORT"
     "$FB" relay --sut-port "$SCRIBE_SUT_PORT" --sink-port "$SCRIBE_SINK_PORT" --duration "$DURATION" \
       --warmup 2s --size "$size" --batch "$n" --conns "$CONNS" --quiet \
       --sut-cmd "exec $NAGARE run -c $ROOT/benches/relay.toml" 2>/dev/null | tail -n 1 \
