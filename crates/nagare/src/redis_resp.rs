@@ -426,25 +426,30 @@ impl Scan {
 /// A length or an integer reply: read digit by digit (one per element of
 /// a pop; through `str::parse` it was a visible part of the consumer).
 fn int(line: &[u8]) -> anyhow::Result<i64> {
-    let (negative, digits) = match line {
-        [b'-', rest @ ..] => (true, rest),
-        _ => (false, line),
+    let bad = || {
+        anyhow!(
+            "redis protocol error: {:?} is not a length",
+            String::from_utf8_lossy(line)
+        )
     };
-    let magnitude = (!digits.is_empty()).then_some(digits).and_then(|d| {
-        d.iter().try_fold(0i64, |n, &c| {
-            c.is_ascii_digit()
-                .then(|| n.checked_mul(10)?.checked_add(i64::from(c - b'0')))
-                .flatten()
-        })
-    });
-    magnitude
-        .map(|n| if negative { -n } else { n })
-        .ok_or_else(|| {
-            anyhow!(
-                "redis protocol error: {:?} is not a length",
-                String::from_utf8_lossy(line)
-            )
-        })
+    let (sign, digits) = match line {
+        [b'-', rest @ ..] => (-1, rest),
+        _ => (1, line),
+    };
+    if digits.is_empty() {
+        return Err(bad());
+    }
+    let mut n = 0i64;
+    for &c in digits {
+        if !c.is_ascii_digit() {
+            return Err(bad());
+        }
+        n = n
+            .checked_mul(10)
+            .and_then(|n| n.checked_add(i64::from(c - b'0')))
+            .ok_or_else(bad)?;
+    }
+    Ok(sign * n)
 }
 
 #[cfg(test)]
