@@ -8,10 +8,11 @@
 //! copied, entry by entry, into one new batch.
 
 use bytes::Bytes;
-use regex::bytes::Regex;
+use regex_automata::meta;
 use serde::Deserialize;
 
 use super::record::{value_text, FieldPath};
+use super::search::{bytes_regex, is_match, CachePool};
 use super::{Filter, Filtered};
 use crate::plugin::{BuildContext, FilterPlugin, OptionError};
 
@@ -86,6 +87,7 @@ impl FilterPlugin for GrepConfig {
             exclude: rules("exclude", &self.exclude)?,
             regex_combine: self.regex_combine,
             exclude_combine: self.exclude_combine,
+            caches: CachePool::default(),
         }))
     }
 }
@@ -98,7 +100,7 @@ pub(super) fn rules(what: &str, rules: &[GrepRule]) -> Result<Vec<Rule>, OptionE
         .map(|(i, r)| {
             let key = FieldPath::parse(&r.key)
                 .map_err(|e| OptionError::new(format!("{what}[{i}].key"), e))?;
-            let pattern = Regex::new(&r.pattern).map_err(|e| {
+            let pattern = bytes_regex(&r.pattern).map_err(|e| {
                 OptionError::new(format!("{what}[{i}].pattern"), format!("bad regex: {e}"))
             })?;
             Ok(Rule { key, pattern })
@@ -108,16 +110,26 @@ pub(super) fn rules(what: &str, rules: &[GrepRule]) -> Result<Vec<Rule>, OptionE
 
 pub(super) struct Rule {
     key: FieldPath,
-    pattern: Regex,
+    pattern: meta::Regex,
 }
 
 impl Rule {
-    /// The record has the field and its text matches.
-    pub(super) fn matches(&self, record: &[u8], scratch: &mut Vec<u8>) -> bool {
+    /// The record has the field and its text matches (searched with
+    /// `cache`, one of this rule's `cache()`s).
+    pub(super) fn matches(
+        &self,
+        record: &[u8],
+        scratch: &mut Vec<u8>,
+        cache: &mut meta::Cache,
+    ) -> bool {
         match self.key.find(record) {
-            Some((a, b)) => self.pattern.is_match(value_text(&record[a..b], scratch)),
+            Some((a, b)) => is_match(&self.pattern, cache, value_text(&record[a..b], scratch)),
             None => false,
         }
+    }
+
+    pub(super) fn cache(&self) -> meta::Cache {
+        self.pattern.create_cache()
     }
 }
 
@@ -126,21 +138,25 @@ struct Grep {
     exclude: Vec<Rule>,
     regex_combine: Combine,
     exclude_combine: Combine,
+    /// Search caches, the `regex` rules' then the `exclude` rules', taken
+    /// once per batch.
+    caches: CachePool<Vec<meta::Cache>>,
 }
 
 impl Grep {
-    fn keeps(&self, record: &[u8], scratch: &mut Vec<u8>) -> bool {
-        let mut hit = |r: &Rule| r.matches(record, scratch);
+    fn keeps(&self, record: &[u8], scratch: &mut Vec<u8>, caches: &mut [meta::Cache]) -> bool {
+        let (regex_caches, exclude_caches) = caches.split_at_mut(self.regex.len());
+        let mut hit = |(r, cache): (&Rule, &mut meta::Cache)| r.matches(record, scratch, cache);
         let passes = self.regex.is_empty()
             || match self.regex_combine {
-                Combine::And => self.regex.iter().all(&mut hit),
-                Combine::Or => self.regex.iter().any(&mut hit),
+                Combine::And => self.regex.iter().zip(regex_caches).all(&mut hit),
+                Combine::Or => self.regex.iter().zip(regex_caches).any(&mut hit),
             };
         let excluded = passes
             && !self.exclude.is_empty()
             && match self.exclude_combine {
-                Combine::And => self.exclude.iter().all(&mut hit),
-                Combine::Or => self.exclude.iter().any(&mut hit),
+                Combine::And => self.exclude.iter().zip(exclude_caches).all(&mut hit),
+                Combine::Or => self.exclude.iter().zip(exclude_caches).any(&mut hit),
             };
         passes && !excluded
     }
@@ -148,11 +164,14 @@ impl Grep {
 
 impl Filter for Grep {
     fn filter(&self, _tag: &str, parts: &[Bytes], _count: u32) -> Filtered {
+        let make = || self.regex.iter().chain(&self.exclude).map(Rule::cache).collect();
         let mut scratch = Vec::new();
-        Filtered {
-            batch: super::record::retain(parts, |record, _| self.keeps(record, &mut scratch)),
+        self.caches.with(make, |caches: &mut Vec<meta::Cache>| Filtered {
+            batch: super::record::retain(parts, |record, _| {
+                self.keeps(record, &mut scratch, caches)
+            }),
             ..Filtered::default()
-        }
+        })
     }
 }
 

@@ -19,6 +19,7 @@ use crate::router::Pattern;
 use crate::stats::{PluginStats, Registry};
 
 pub(crate) mod record;
+mod search;
 
 registry! {
     FilterRegistration;

@@ -8,8 +8,6 @@
 //! `Router::filter`). A batch whose events all keep their tag goes on
 //! uncopied.
 
-use std::sync::Mutex;
-
 use bytes::Bytes;
 use regex_automata::meta;
 use regex_automata::util::captures::Captures;
@@ -17,6 +15,7 @@ use regex_automata::Input;
 use serde::Deserialize;
 
 use super::record::{value_text, FieldPath};
+use super::search::{bytes_regex, is_match, CachePool};
 use super::{Filter, Filtered};
 use crate::plugin::{BuildContext, FilterPlugin, OptionError};
 
@@ -88,7 +87,7 @@ impl FilterPlugin for RewriteTagConfig {
             rules,
             keys: keys.len(),
             unmatched: self.unmatched,
-            caches: Mutex::new(Vec::new()),
+            caches: CachePool::default(),
         }))
     }
 }
@@ -169,10 +168,7 @@ impl Rule {
             Some((a, b)) => value_text(&record[a..b], json),
             None => b"",
         };
-        let matches = self
-            .test
-            .search_half_with(&mut search.cache, &Input::new(text).earliest(true))
-            .is_some();
+        let matches = is_match(&self.test, &mut search.cache, text);
         if self.invert {
             return !text.is_empty() && !matches;
         }
@@ -209,29 +205,6 @@ pub(super) fn render(parts: &[Part], tag: &str, caps: Option<(&Captures, &[u8])>
             }
         }
     }
-}
-
-/// `pattern` as `regex::bytes::Regex::new` reads it (regex's builder,
-/// builders.rs), as a regex-automata regex that takes its search cache as an
-/// argument: `Regex::is_match` gets one from a pool, which for every thread
-/// but the first to use it is a mutex taken and released per test, three
-/// rules times every event. Its errors read as `regex::Error`'s do
-/// (regex's error.rs, `from_meta_build_error`).
-fn bytes_regex(pattern: &str) -> Result<meta::Regex, String> {
-    let config = meta::Config::new()
-        .nfa_size_limit(Some(10 * (1 << 20)))
-        .hybrid_cache_capacity(2 * (1 << 20))
-        .match_kind(regex_automata::MatchKind::LeftmostFirst)
-        .utf8_empty(false);
-    meta::Builder::new()
-        .configure(config)
-        .syntax(regex_automata::util::syntax::Config::new().utf8(false))
-        .build(pattern)
-        .map_err(|e| match (e.size_limit(), e.syntax_error()) {
-            (Some(limit), _) => format!("Compiled regex exceeds size limit of {limit} bytes."),
-            (None, Some(syntax)) => syntax.to_string(),
-            (None, None) => e.to_string(),
-        })
 }
 
 /// Reads a tag template: `$1`…`$9`, `${tag}`, `${tag_parts[N]}`, text.
@@ -293,10 +266,8 @@ struct RewriteTag {
     /// Distinct fields the rules read.
     keys: usize,
     unmatched: Unmatched,
-    /// Search state, one per rule, for as many batches as ran at once: a
-    /// batch takes a set and puts it back (two locks per batch, not two per
-    /// rule and event as with the regex's own pool).
-    caches: Mutex<Vec<Vec<Search>>>,
+    /// Search state, one per rule, taken once per batch.
+    caches: CachePool<Vec<Search>>,
 }
 
 /// A rule's search state for one batch: the regex's cache and room for a
@@ -315,17 +286,15 @@ struct Group {
 
 impl Filter for RewriteTag {
     fn filter(&self, tag: &str, parts: &[Bytes], _count: u32) -> Filtered {
-        let taken = self.caches.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let mut caches = taken.unwrap_or_else(|| {
+        let make = || {
             let search = |r: &Rule| Search {
                 cache: r.test.create_cache(),
                 caps: r.test.create_captures(),
             };
             self.rules.iter().map(search).collect()
-        });
-        let filtered = self.filter_with(&mut caches, tag, parts);
-        self.caches.lock().unwrap_or_else(|e| e.into_inner()).push(caches);
-        filtered
+        };
+        self.caches
+            .with(make, |caches| self.filter_with(caches, tag, parts))
     }
 }
 

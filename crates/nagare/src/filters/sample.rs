@@ -13,11 +13,13 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use bytes::Bytes;
+use regex_automata::meta;
 use serde::Deserialize;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::grep::{rules, GrepRule, Rule};
 use super::record::{value_text, FieldPath};
+use super::search::CachePool;
 use super::{Filter, Filtered};
 use crate::plugin::{BuildContext, FilterPlugin, OptionError};
 
@@ -100,6 +102,7 @@ impl SampleConfig {
             key,
             exclude: rules("exclude", &self.exclude)?,
             counted: AtomicU64::new(0),
+            caches: CachePool::default(),
         })
     }
 }
@@ -142,11 +145,14 @@ struct Sample {
     exclude: Vec<Rule>,
     /// Events sampled by counting so far (shared by every input's task).
     counted: AtomicU64,
+    /// The `exclude` rules' search caches, taken once per batch.
+    caches: CachePool<Vec<meta::Cache>>,
 }
 
 impl Sample {
-    fn keeps(&self, record: &[u8], scratch: &mut Vec<u8>) -> bool {
-        if self.exclude.iter().any(|r| r.matches(record, scratch)) {
+    fn keeps(&self, record: &[u8], scratch: &mut Vec<u8>, caches: &mut [meta::Cache]) -> bool {
+        let mut rules = self.exclude.iter().zip(caches);
+        if rules.any(|(r, cache)| r.matches(record, scratch, cache)) {
             return true;
         }
         match self.key.as_ref().and_then(|k| k.find(record)) {
@@ -158,11 +164,14 @@ impl Sample {
 
 impl Filter for Sample {
     fn filter(&self, _tag: &str, parts: &[Bytes], _count: u32) -> Filtered {
+        let make = || self.exclude.iter().map(Rule::cache).collect();
         let mut scratch = Vec::new();
-        Filtered {
-            batch: super::record::retain(parts, |record, _| self.keeps(record, &mut scratch)),
+        self.caches.with(make, |caches: &mut Vec<meta::Cache>| Filtered {
+            batch: super::record::retain(parts, |record, _| {
+                self.keeps(record, &mut scratch, caches)
+            }),
             ..Filtered::default()
-        }
+        })
     }
 }
 
