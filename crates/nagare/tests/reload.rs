@@ -8,8 +8,9 @@ mod common;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::SeqCst};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use common::*;
 
@@ -19,14 +20,38 @@ const FRAME: u64 = 50;
 /// A steady acked forward load on one connection (like flowbench with
 /// acks): frames of `FRAME` events, seqs counting up from 0, each frame's
 /// ack awaited before the next. A refused or reset connection or a missing
-/// ack fails the test (the thread panics, `stop` reports it).
+/// ack fails the test (the thread panics, `stop` reports it). It can pause
+/// between two frames and resume the sequence on the same connection.
 struct Load {
     stop: Arc<AtomicBool>,
     /// Every seq below is acked.
     acked: Arc<AtomicU64>,
     /// Every seq below was written (the frame in flight ends here).
     sent: Arc<AtomicU64>,
+    pause: Arc<Pause>,
     thread: Option<JoinHandle<()>>,
+}
+
+/// The load's pause, between two frames: (asked, taken). The test asks and
+/// waits until the load thread has taken it (its last frame acked).
+#[derive(Default)]
+struct Pause {
+    state: Mutex<(bool, bool)>,
+    changed: Condvar,
+}
+
+impl Pause {
+    /// In the load thread, between two frames: while a pause is asked (and
+    /// the load not stopped), says it is taken and waits.
+    fn hold(&self, stop: &AtomicBool) {
+        let mut st = self.state.lock().unwrap();
+        while st.0 && !stop.load(SeqCst) {
+            st.1 = true;
+            self.changed.notify_all();
+            st = self.changed.wait(st).unwrap();
+        }
+        st.1 = false;
+    }
 }
 
 impl Load {
@@ -34,11 +59,16 @@ impl Load {
         let stop = Arc::new(AtomicBool::new(false));
         let acked = Arc::new(AtomicU64::new(0));
         let sent = Arc::new(AtomicU64::new(0));
-        let (st, ack, snt) = (stop.clone(), acked.clone(), sent.clone());
+        let pause = Arc::new(Pause::default());
+        let (st, ack, snt, pse) = (stop.clone(), acked.clone(), sent.clone(), pause.clone());
         let thread = std::thread::spawn(move || {
             let mut s = Sender::tcp(port);
             let mut seq = 0;
             while !st.load(SeqCst) {
+                pse.hold(&st);
+                if st.load(SeqCst) {
+                    break;
+                }
                 let id = format!("{tag}-{seq}");
                 snt.store(seq + FRAME, SeqCst);
                 s.packed(tag, seq..seq + FRAME, Some(id.as_bytes()));
@@ -55,6 +85,7 @@ impl Load {
             stop,
             acked,
             sent,
+            pause,
             thread: Some(thread),
         }
     }
@@ -77,9 +108,38 @@ impl Load {
         });
     }
 
+    /// Stops sending after the frame in flight (its ack awaited); returns
+    /// how many events were acked, all there is until `resume`.
+    fn pause(&self) -> u64 {
+        let mut st = self.pause.state.lock().unwrap();
+        st.0 = true;
+        let start = Instant::now();
+        while !st.1 {
+            assert!(
+                !self.thread.as_ref().unwrap().is_finished(),
+                "the load stopped early"
+            );
+            assert!(start.elapsed() < WAIT, "the load did not pause");
+            st = (self.pause.changed)
+                .wait_timeout(st, Duration::from_millis(100))
+                .unwrap()
+                .0;
+        }
+        self.acked()
+    }
+
+    /// Sends again, the sequence going on from where it paused.
+    fn resume(&self) {
+        self.pause.state.lock().unwrap().0 = false;
+        self.pause.changed.notify_all();
+    }
+
     /// Stops after the frame in flight; returns how many events were acked.
     fn stop(mut self) -> u64 {
         self.stop.store(true, SeqCst);
+        // Wakes a paused load (under the lock: it cannot miss the stop).
+        drop(self.pause.state.lock().unwrap());
+        self.pause.changed.notify_all();
         if let Err(e) = self.thread.take().unwrap().join() {
             std::panic::resume_unwind(e);
         }
@@ -481,13 +541,151 @@ fn rss_kib(d: &Daemon) -> u64 {
         .expect("VmRSS in /proc/PID/status")
 }
 
+/// What the daemon holds that a leak would grow, counted exactly: its
+/// threads, its open file descriptors (what each is, for the message) and
+/// the series of its /metrics. Not counted: the connections the test's
+/// own requests make to the monitor (closed a moment after the answer) and
+/// the output's connections to the sink (which the sink counts itself,
+/// heartbeats among them).
+#[derive(Debug)]
+struct Held {
+    threads: usize,
+    fds: Vec<String>,
+    series: usize,
+}
+
+fn held(d: &Daemon, sink: &Sink) -> Held {
+    let proc = format!("/proc/{}", d.child.id());
+    let threads = std::fs::read_dir(format!("{proc}/task")).unwrap().count();
+    let tcp = std::fs::read_to_string(format!("{proc}/net/tcp")).unwrap();
+    let not_counted = |inode: &str| {
+        connection_ports(&tcp, inode)
+            .is_some_and(|(local, remote)| local == d.monitor.unwrap() || remote == sink.port)
+    };
+    let fds = std::fs::read_dir(format!("{proc}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .map(|to| to.display().to_string())
+        .filter(|to| {
+            let inode = to
+                .strip_prefix("socket:[")
+                .and_then(|i| i.strip_suffix(']'));
+            !inode.is_some_and(not_counted)
+        })
+        .collect();
+    let series = d
+        .metrics()
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .count();
+    Held {
+        threads,
+        fds,
+        series,
+    }
+}
+
+/// The (local, remote) ports of the TCP connection (not a listener) whose
+/// socket has `inode`, from /proc/PID/net/tcp.
+fn connection_ports(tcp: &str, inode: &str) -> Option<(u16, u16)> {
+    const LISTEN: &str = "0A";
+    let port = |addr: &str| u16::from_str_radix(addr.rsplit(':').next()?, 16).ok();
+    tcp.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.get(9) != Some(&inode) || f[3] == LISTEN {
+            return None;
+        }
+        Some((port(f[1])?, port(f[2])?))
+    })
+}
+
+impl Held {
+    /// (threads, fds, series): sockets and pipes differ by inode, not in
+    /// number.
+    fn counts(&self) -> (usize, usize, usize) {
+        (self.threads, self.fds.len(), self.series)
+    }
+
+    fn same_as(&self, other: &Held) -> bool {
+        self.counts() == other.counts()
+    }
+}
+
+/// What the daemon holds, read until two readings in a row agree (what
+/// is being opened or closed at that moment is not held).
+fn settled(d: &Daemon, sink: &Sink) -> Held {
+    let start = Instant::now();
+    let mut last = held(d, sink);
+    loop {
+        let now = held(d, sink);
+        if now.same_as(&last) {
+            return now;
+        }
+        assert!(start.elapsed() < WAIT, "nagare's {now:?} did not settle");
+        last = now;
+    }
+}
+
+/// What the daemon holds once its counts are those of `before`, or after
+/// WAIT: a moment's difference goes, a leak stays.
+fn held_back_to(d: &Daemon, sink: &Sink, before: &Held) -> Held {
+    let start = Instant::now();
+    loop {
+        let now = held(d, sink);
+        if now.same_as(before) || start.elapsed() > WAIT {
+            return now;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The sum of the outputs' buffer gauges (bytes and chunks) in /metrics.
+fn buffered(d: &Daemon) -> u64 {
+    d.metrics()
+        .lines()
+        .filter(|l| l.starts_with("nagare_buffer_bytes{") || l.starts_with("nagare_buffer_chunks{"))
+        .map(|l| {
+            l.rsplit(' ')
+                .next()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap()
+        })
+        .sum()
+}
+
+/// Brings the daemon to a quiet point and returns (RSS in KiB, what it
+/// holds): the load paused, the sink holding every event acked, the
+/// buffers empty, and only the running output's connection open at the
+/// sink. A replaced output, drained, keeps its connection (and memory)
+/// until the next reload forgets it (`Pipeline::forget_drained`): reloads
+/// of the unchanged config make that happen. What the daemon holds then is
+/// the running pipeline, not events in flight. The load stays paused.
+fn quiet(d: &Daemon, load: &Load, sink: &Sink) -> (u64, Held) {
+    let acked = load.pause();
+    sink.wait_count(acked as usize);
+    wait_until(
+        WAIT,
+        "one connection (the output's) open at the sink",
+        || {
+            let (st, body) = http_post(d.monitor.unwrap(), "/api/reload");
+            assert_eq!(st, 200, "reload: {body}\nstderr:\n{}", d.stderr());
+            sink.open_connections() == 1
+        },
+    );
+    wait_until(WAIT, "empty buffers", || buffered(d) == 0);
+    (rss_kib(d), settled(d, sink))
+}
+
 /// The issue's reliability bar, short: 20 reloads one after another under
 /// a steady acked load, alternating between two configs that differ in an
 /// output's option (its memory buffer's flush_interval: a new buffer each
 /// time, the old one drained) and a filter added or removed. 0 lost, 0
 /// duplicated, the load's connection never refused or reset, every event
-/// marked as the config that routed it says, and RSS within 10 % of its
-/// level before the 20 (taken after two warm-up reloads).
+/// marked as the config that routed it says, and nothing leaked: at quiet
+/// points (the load paused, everything acked delivered) before and after
+/// the 20 (the first after two warm-up reloads), the same threads, file
+/// descriptors and metric series, and RSS within 10 %.
 #[test]
 fn twenty_reloads_under_load_lose_nothing_and_leak_nothing() {
     const RELOADS: usize = 20;
@@ -502,20 +700,36 @@ fn twenty_reloads_under_load_lose_nothing_and_leak_nothing() {
             sink.port
         )
     };
-    let plain = format!("{}{}", base(port, mon), out("50ms"));
-    let marking = format!("{}{MARK}{}", base(port, mon), out("100ms"));
-    let mut d = Daemon::start(dir.path(), "nagare", &plain, Some(mon));
+    // The input remembers the last dedup_window chunk ids (one per frame):
+    // a window full before the first quiet point (at 20 * BETWEEN events)
+    // grows no more.
+    let input = format!("{}dedup_window = 1000\n\n", base(port, mon));
+    let plain = format!("{input}{}", out("50ms"));
+    let marking = format!("{input}{MARK}{}", out("100ms"));
+    // Large transient buffers (the input's reads, big chunks) go to mmap
+    // and back to the system when freed, not into glibc's heap, whose
+    // high-water mark (what the load's peaks left) RSS would keep.
+    let config = dir.path().join("nagare.toml");
+    std::fs::write(&config, &plain).unwrap();
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.arg("run")
+        .arg("-c")
+        .arg(&config)
+        .env("MALLOC_MMAP_THRESHOLD_", "131072");
+    let mut d = Daemon::spawn(cmd, dir.path(), config, Some(mon));
     d.wait_port(port);
     let load = Load::start(port, "app.x");
     load.wait_acked(20 * BETWEEN);
     // (acked before, sent after, marks from then on) of each reload.
     let mut reloads = Vec::new();
-    // Two reloads before RSS is taken: what a first reload allocates once
-    // (and keeps for the next) is not a leak.
-    let mut rss_before = 0;
+    // Two reloads before the first quiet point: what a first reload
+    // allocates once (and keeps for the next) is not a leak. Both quiet
+    // points run the plain config.
+    let mut before = None;
     for i in 0..RELOADS + 2 {
         if i == 2 {
-            rss_before = rss_kib(&d);
+            before = Some(quiet(&d, &load, &sink));
+            load.resume();
         }
         let marks = i % 2 == 0;
         let (b, a) = reload_to(&d, &load, if marks { &marking } else { &plain });
@@ -523,9 +737,17 @@ fn twenty_reloads_under_load_lose_nothing_and_leak_nothing() {
         load.wait_acked(a + BETWEEN);
     }
     load.wait_acked(load.acked() + 20 * BETWEEN);
-    let rss_after = rss_kib(&d);
+    let (rss_before, held_before) = before.unwrap();
+    let (rss_after, _) = quiet(&d, &load, &sink);
+    let held_after = held_back_to(&d, &sink, &held_before);
+    load.resume();
     let total = load.stop();
-    eprintln!("RSS {rss_before} KiB before the reloads, {rss_after} KiB after; {total} events");
+    eprintln!(
+        "at quiet points before and after the reloads: RSS {rss_before} and {rss_after} KiB, \
+         (threads, fds, series) {:?} and {:?}; {total} events",
+        held_before.counts(),
+        held_after.counts()
+    );
     assert_eq!(
         input_metric(&d, "connections_total", "forward#0"),
         2,
@@ -563,8 +785,13 @@ fn twenty_reloads_under_load_lose_nothing_and_leak_nothing() {
         );
     }
     assert!(
+        held_after.same_as(&held_before),
+        "threads, fds or metric series grew over {RELOADS} reloads: \
+         before {held_before:?}, after {held_after:?}"
+    );
+    assert!(
         rss_after * 10 <= rss_before * 11,
-        "RSS grew from {rss_before} KiB to {rss_after} KiB over {RELOADS} reloads"
+        "RSS at quiet points grew from {rss_before} KiB to {rss_after} KiB over {RELOADS} reloads"
     );
 }
 

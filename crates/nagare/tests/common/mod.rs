@@ -1094,6 +1094,11 @@ impl Sink {
         *self.state.connections.lock().unwrap()
     }
 
+    /// Connections accepted and not yet ended by their peer.
+    pub fn open_connections(&self) -> u64 {
+        self.connections() - *self.state.ended.lock().unwrap()
+    }
+
     /// Waits until every connection the sink accepted was closed by its peer
     /// and read to its end: once the sender (a daemon that exited) is gone,
     /// the sink holds everything it sent, so a check of what arrived is final.
