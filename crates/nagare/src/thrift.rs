@@ -127,6 +127,10 @@ pub fn log_entries<'a>(
             ));
         }
         for _ in 0..n {
+            if let Some((category, message)) = r.plain_log_entry() {
+                entry(category, message);
+                continue;
+            }
             let (mut category, mut message): (&[u8], &[u8]) = (b"", b"");
             loop {
                 let t = r.u8()?;
@@ -168,6 +172,24 @@ impl<'a> Reader<'a> {
                 self.buf.len()
             )),
         }
+    }
+
+    /// A LogEntry as every Scribe client writes it: the category (field 1),
+    /// the message (field 2), the stop byte. Reads it in one go, or reads
+    /// nothing (None) when the bytes are laid out otherwise, for the
+    /// field-by-field loop. A call's entries are mostly this: it is the
+    /// per-message part of the decoding.
+    #[inline]
+    fn plain_log_entry(&mut self) -> Option<(&'a [u8], &'a [u8])> {
+        let rest = &self.buf[self.pos..];
+        let (category, after) = plain_string_field(rest, 1)?;
+        let (message, after) =
+            plain_string_field(&rest[after..], 2).map(|(m, e)| (m, after + e))?;
+        if *rest.get(after)? != T_STOP {
+            return None;
+        }
+        self.pos += after + 1;
+        Some((category, message))
     }
 
     fn u8(&mut self) -> Result<u8, WireError> {
@@ -241,6 +263,19 @@ impl<'a> Reader<'a> {
             _ => bad(format!("unknown field type {t} at offset {}", self.pos)),
         }
     }
+}
+
+/// The string field `id` at the start of `buf` (type, id, length, bytes):
+/// its bytes and where it ends; None when `buf` does not start with it whole.
+#[inline]
+fn plain_string_field(buf: &[u8], id: u8) -> Option<(&[u8], usize)> {
+    let head: &[u8; 7] = buf.get(..7)?.try_into().ok()?;
+    if head[..3] != [T_STRING, 0, id] {
+        return None;
+    }
+    let n = i32::from_be_bytes([head[3], head[4], head[5], head[6]]);
+    let end = 7usize.checked_add(usize::try_from(n).ok()?)?;
+    Some((buf.get(7..end)?, end))
 }
 
 fn put_i32(out: &mut Vec<u8>, v: i32) {
@@ -391,6 +426,46 @@ mod tests {
                 (b"db".to_vec(), b"".to_vec())
             ]
         );
+    }
+
+    #[test]
+    fn entries_laid_out_otherwise_decode_as_the_plain_ones() {
+        // The message before the category, an unknown field first, no
+        // category, and the plain layout last: the fast path takes only
+        // the last, the loop the others, one after the other.
+        let mut body = Vec::new();
+        put_field(&mut body, T_LIST, 1);
+        body.push(T_STRUCT);
+        put_i32(&mut body, 4);
+        put_field(&mut body, T_STRING, 2);
+        put_bytes(&mut body, b"m1");
+        put_field(&mut body, T_STRING, 1);
+        put_bytes(&mut body, b"c1");
+        body.push(T_STOP);
+        put_field(&mut body, T_I32, 3);
+        put_i32(&mut body, 5);
+        put_field(&mut body, T_STRING, 1);
+        put_bytes(&mut body, b"c2");
+        put_field(&mut body, T_STRING, 2);
+        put_bytes(&mut body, b"m2");
+        body.push(T_STOP);
+        put_field(&mut body, T_STRING, 2);
+        put_bytes(&mut body, b"m3");
+        body.push(T_STOP);
+        put_field(&mut body, T_STRING, 1);
+        put_bytes(&mut body, b"c4");
+        put_field(&mut body, T_STRING, 2);
+        put_bytes(&mut body, b"m4");
+        body.push(T_STOP);
+        body.push(T_STOP);
+        let mut got = Vec::new();
+        let n = log_entries(&body, |c, m| got.push((c.to_vec(), m.to_vec()))).unwrap();
+        assert_eq!(n, 4);
+        let want: Vec<(Vec<u8>, Vec<u8>)> = [("c1", "m1"), ("c2", "m2"), ("", "m3"), ("c4", "m4")]
+            .iter()
+            .map(|(c, m)| (c.as_bytes().to_vec(), m.as_bytes().to_vec()))
+            .collect();
+        assert_eq!(got, want);
     }
 
     #[test]
