@@ -570,7 +570,8 @@ impl Writer {
         depth: usize,
     ) -> Result<(), String> {
         // Each pair lands in the same two slots above the top.
-        let (k, v) = (ffi::lua_gettop(l) + 1, ffi::lua_gettop(l) + 2);
+        let top = ffi::lua_gettop(l);
+        let (k, v) = (top + 1, top + 2);
         ffi::lua_pushnil(l);
         while ffi::lua_next(l, idx) != 0 {
             let mut span = Span {
