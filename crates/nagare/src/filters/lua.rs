@@ -623,7 +623,8 @@ impl Batch<'_> {
         let rec = top + 3;
         // An array of tables: one event per table (Fluent Bit's split).
         // (Only a table with an array part can be one: a record is not walked twice.)
-        let sequence = match ffi::lua_rawlen(l, rec) {
+        let rawlen = ffi::lua_rawlen(l, rec);
+        let sequence = match rawlen {
             0 => None,
             _ => convert::shape(l, rec).1,
         };
@@ -636,16 +637,21 @@ impl Batch<'_> {
             }
             _ => None,
         };
-        let one = |b: &mut Self, at: c_int| {
+        let one = |b: &mut Self, at: c_int, map: bool| {
             match time {
                 Some(t) => nagare_forward::write_entry(&mut b.out, t, &[]),
                 None => b.out.extend_from_slice(head),
             }
             b.count += 1;
-            b.writer.write(l, at, &mut b.out, Some(record))
+            match map {
+                true => b.writer.write_map(l, at, &mut b.out, Some(record)),
+                false => b.writer.write(l, at, &mut b.out, Some(record)),
+            }
         };
         let Some(n) = split else {
-            return one(self, rec);
+            // The common case, a record with no array part, is a map: the
+            // writer need not ask its type and length again.
+            return one(self, rec, rawlen == 0 && self.lazy.is_none());
         };
         for i in 1..=n {
             ffi::lua_rawgeti(l, rec, i as i64);
@@ -655,7 +661,7 @@ impl Batch<'_> {
                     describe(l, -1)
                 ));
             }
-            one(self, ffi::lua_gettop(l))?;
+            one(self, ffi::lua_gettop(l), false)?;
             ffi::lua_settop(l, -2);
         }
         Ok(())

@@ -362,12 +362,9 @@ impl Writer {
                     Ok(Some((a, b))) if h[a..b] == *s => Some(&h[..b]),
                     _ => None,
                 });
-                if let Some(old) = same {
-                    out.extend_from_slice(old);
-                } else if s.as_ptr() == self.known_utf8 || std::str::from_utf8(s).is_ok() {
-                    write_str(out, s);
-                } else {
-                    let _ = rmp::encode::write_bin(out, s);
+                match same {
+                    Some(old) => out.extend_from_slice(old),
+                    None => self.new_string(out, s),
                 }
             }
             ffi::LUA_TTABLE => {
@@ -402,6 +399,16 @@ impl Writer {
         Ok(())
     }
 
+    /// Writes a string that is not the one it replaces: a str when it is
+    /// UTF-8, a bin otherwise.
+    fn new_string(&self, out: &mut Vec<u8>, s: &[u8]) {
+        if s.as_ptr() == self.known_utf8 || std::str::from_utf8(s).is_ok() {
+            write_str(out, s);
+        } else {
+            let _ = rmp::encode::write_bin(out, s);
+        }
+    }
+
     unsafe fn table(
         &mut self,
         l: *mut lua_State,
@@ -416,17 +423,47 @@ impl Writer {
             0 => None,
             _ => shape(l, idx).1,
         };
-        if let Some(n) = seq {
-            write_array_len(out, n);
-            let mut hints = hint.and_then(array_elements);
-            for i in 1..=n {
-                ffi::lua_rawgeti(l, idx, i as i64);
-                let h = hints.as_mut().and_then(|it| it.next());
-                self.value(l, ffi::lua_gettop(l), out, h, depth)?;
-                ffi::lua_settop(l, -2);
-            }
-            return Ok(());
+        let Some(n) = seq else {
+            return self.map(l, idx, out, hint, depth);
+        };
+        write_array_len(out, n);
+        let mut hints = hint.and_then(array_elements);
+        for i in 1..=n {
+            ffi::lua_rawgeti(l, idx, i as i64);
+            let h = hints.as_mut().and_then(|it| it.next());
+            self.value(l, ffi::lua_gettop(l), out, h, depth)?;
+            ffi::lua_settop(l, -2);
         }
+        Ok(())
+    }
+
+    /// Writes the record at `idx`, a table whose `lua_rawlen` is 0 (so a
+    /// map), as `write` would, without asking its type and length again.
+    ///
+    /// # Safety
+    /// See the module's safety section.
+    pub unsafe fn write_map(
+        &mut self,
+        l: *mut lua_State,
+        idx: c_int,
+        out: &mut Vec<u8>,
+        hint: Option<&[u8]>,
+    ) -> Result<(), String> {
+        self.spans.clear();
+        self.old_keys.clear();
+        room(l, 0)?;
+        self.map(l, idx, out, hint, 1)
+    }
+
+    /// Writes the table at `idx` as a map.
+    unsafe fn map(
+        &mut self,
+        l: *mut lua_State,
+        idx: c_int,
+        out: &mut Vec<u8>,
+        hint: Option<&[u8]>,
+        depth: usize,
+    ) -> Result<(), String> {
         // The map's length is known at the end: one byte (a fixmap) is
         // kept for it, and grown when the map has 16 pairs or more.
         let header = out.len();
@@ -532,9 +569,11 @@ impl Writer {
         keys_base: usize,
         depth: usize,
     ) -> Result<(), String> {
+        // Each pair lands in the same two slots above the top.
+        let top = ffi::lua_gettop(l);
+        let (k, v) = (top + 1, top + 2);
         ffi::lua_pushnil(l);
         while ffi::lua_next(l, idx) != 0 {
-            let (k, v) = (ffi::lua_gettop(l) - 1, ffi::lua_gettop(l));
             let mut span = Span {
                 old: None,
                 key: (0, 0),
@@ -557,7 +596,7 @@ impl Writer {
                             child_hint = Some(&h[o.value..]);
                         }
                         None => {
-                            self.value(l, k, out, None, depth)?;
+                            self.new_string(out, key);
                             span.key = (out.len() - key.len(), out.len());
                         }
                     }
