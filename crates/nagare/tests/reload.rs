@@ -709,14 +709,8 @@ fn twenty_reloads_under_load_lose_nothing_and_leak_nothing() {
     // Large transient buffers (the input's reads, big chunks) go to mmap
     // and back to the system when freed, not into glibc's heap, whose
     // high-water mark (what the load's peaks left) RSS would keep.
-    let config = dir.path().join("nagare.toml");
-    std::fs::write(&config, &plain).unwrap();
-    let mut cmd = std::process::Command::new(BIN);
-    cmd.arg("run")
-        .arg("-c")
-        .arg(&config)
-        .env("MALLOC_MMAP_THRESHOLD_", "131072");
-    let mut d = Daemon::spawn(cmd, dir.path(), config, Some(mon));
+    let mmap = [("MALLOC_MMAP_THRESHOLD_", "131072")];
+    let mut d = Daemon::start_with_env(dir.path(), "nagare", &plain, Some(mon), &mmap);
     d.wait_port(port);
     let load = Load::start(port, "app.x");
     load.wait_acked(20 * BETWEEN);

@@ -381,10 +381,24 @@ impl Daemon {
     /// `monitor` names the monitor port (if the config has one) for the
     /// metric helpers. Does not wait for ports; see [`Daemon::wait_port`].
     pub fn start(dir: &Path, name: &str, config: &str, monitor: Option<u16>) -> Daemon {
+        Self::start_with_env(dir, name, config, monitor, &[])
+    }
+
+    /// `start`, with the environment variables `envs` set for the daemon.
+    pub fn start_with_env(
+        dir: &Path,
+        name: &str,
+        config: &str,
+        monitor: Option<u16>,
+        envs: &[(&str, &str)],
+    ) -> Daemon {
         let path = dir.join(format!("{name}.toml"));
         std::fs::write(&path, config).expect("write config");
         let mut cmd = Command::new(BIN);
-        cmd.arg("run").arg("-c").arg(&path);
+        cmd.arg("run")
+            .arg("-c")
+            .arg(&path)
+            .envs(envs.iter().copied());
         Self::spawn(cmd, dir, path, monitor)
     }
 
