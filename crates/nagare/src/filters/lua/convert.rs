@@ -328,10 +328,14 @@ impl Writer {
         out: &mut Vec<u8>,
         hint: Option<&[u8]>,
     ) -> Result<(), String> {
-        // An error may have left spans and keys behind.
+        self.start();
+        self.value(l, idx, out, hint, 0)
+    }
+
+    /// Before a record: an error may have left spans and keys behind.
+    fn start(&mut self) {
         self.spans.clear();
         self.old_keys.clear();
-        self.value(l, idx, out, hint, 0)
     }
 
     unsafe fn value(
@@ -449,8 +453,7 @@ impl Writer {
         out: &mut Vec<u8>,
         hint: Option<&[u8]>,
     ) -> Result<(), String> {
-        self.spans.clear();
-        self.old_keys.clear();
+        self.start();
         room(l, 0)?;
         self.map(l, idx, out, hint, 1)
     }
