@@ -20,6 +20,8 @@ use crate::stats::{PluginStats, Registry};
 
 pub(crate) mod record;
 mod search;
+#[cfg(test)]
+mod cost;
 
 registry! {
     FilterRegistration;
