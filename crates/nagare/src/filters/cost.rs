@@ -1,5 +1,6 @@
 //! Not tests but measurements, run by hand:
-//! `cargo test --release -p nagare --bin nagare filter_cost -- --ignored --nocapture`.
+//! `cargo test --release -p nagare --bin nagare filter_cost -- --ignored --nocapture`
+//! (`FILTER_COST=grep` times grep alone, e.g. to profile it).
 //!
 //! Times grep, modify and rewrite_tag, built as benches/filter-*.toml
 //! builds them, on batches like the filter bench's (200 events `{seq,
@@ -22,8 +23,22 @@ const EVENTS: u32 = 200;
 
 fn batch() -> Bytes {
     let words = [
-        "GET", "POST", "/api/v1/users", "/healthz", "status=200", "status=500", "INFO", "WARN",
-        "connection", "timeout", "retry", "upstream", "took", "ms", "bytes", "user",
+        "GET",
+        "POST",
+        "/api/v1/users",
+        "/healthz",
+        "status=200",
+        "status=500",
+        "INFO",
+        "WARN",
+        "connection",
+        "timeout",
+        "retry",
+        "upstream",
+        "took",
+        "ms",
+        "bytes",
+        "user",
     ];
     let mut e = Vec::new();
     for seq in 0..EVENTS {
@@ -57,7 +72,10 @@ fn build<C: FilterPlugin + serde::de::DeserializeOwned>(toml_text: &str) -> Box<
 
 /// This thread's CPU time: the machine's other load does not count.
 fn cpu_ns() -> f64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: a valid timespec to fill.
     unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
     ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64
@@ -67,10 +85,17 @@ fn cpu_ns() -> f64 {
 #[ignore = "a measurement, run by hand"]
 fn filter_cost() {
     let filters: Vec<(&str, Box<dyn Filter>)> = vec![
-        ("grep", build::<super::grep::GrepConfig>("[[exclude]]\nkey = \"message\"\npattern = \"panic\"\n")),
+        (
+            "grep",
+            build::<super::grep::GrepConfig>(
+                "[[exclude]]\nkey = \"message\"\npattern = \"panic\"\n",
+            ),
+        ),
         (
             "modify",
-            build::<super::modify::ModifyConfig>("[set]\nhost = \"${hostname}\"\nsource = \"${tag}\"\n"),
+            build::<super::modify::ModifyConfig>(
+                "[set]\nhost = \"${hostname}\"\nsource = \"${tag}\"\n",
+            ),
         ),
         (
             "rewrite_tag",
@@ -92,6 +117,12 @@ tag = "rewritten.${tag_parts[1]}"
             ),
         ),
     ];
+    // FILTER_COST=name times that filter alone (to profile it).
+    let only = std::env::var("FILTER_COST").ok();
+    let filters: Vec<_> = filters
+        .into_iter()
+        .filter(|(n, _)| only.as_deref().is_none_or(|o| o == *n))
+        .collect();
     let parts = [batch()];
     let batches = 2000;
     let per_event = |ns: f64| ns / f64::from(batches * EVENTS);
@@ -116,6 +147,9 @@ tag = "rewritten.${tag_parts[1]}"
     };
     let names = std::iter::once("entries walk").chain(filters.iter().map(|(n, _)| *n));
     for (name, t) in names.zip(&mut times) {
-        println!("{name}: {:.1} ns/event (CPU time of this thread, median of 11)", median(t));
+        println!(
+            "{name}: {:.1} ns/event (CPU time of this thread, median of 11)",
+            median(t)
+        );
     }
 }

@@ -1,9 +1,10 @@
 //! `grep`: keeps or drops events by regular expressions on their fields,
 //! like Fluentd's filter_grep (`<regexp>`, `<exclude>`, `<and>`, `<or>`).
 //!
-//! Each rule finds its field by walking the record's maps (no record is
-//! decoded) and matches the field's bytes with a bytes regex, so a str
-//! field is never checked or copied as UTF-8. A batch whose events all
+//! The rules' fields are found in the walk that finds each entry's end
+//! (`record::Fields`; no record is decoded), and each rule matches its
+//! field's bytes with a bytes regex, so a str field is never checked or
+//! copied as UTF-8. A batch whose events all
 //! pass goes on as it came (no copy); otherwise the events that pass are
 //! copied, entry by entry, into one new batch.
 
@@ -11,8 +12,8 @@ use bytes::Bytes;
 use regex_automata::meta;
 use serde::Deserialize;
 
-use super::record::{value_text, FieldPath};
-use super::search::{bytes_regex, is_match, CachePool};
+use super::record::{value_text, FieldPath, Fields, Span};
+use super::search::{CachePool, Pattern};
 use super::{Filter, Filtered};
 use crate::plugin::{BuildContext, FilterPlugin, OptionError};
 
@@ -82,11 +83,17 @@ impl FilterPlugin for GrepConfig {
                 "a grep filter needs at least one [[filter.regex]] or [[filter.exclude]] rule",
             ));
         }
+        let mut all = rules("regex", &self.regex)?;
+        all.extend(rules("exclude", &self.exclude)?);
+        let mut fields = Fields::default();
+        let field_of = all.iter().map(|r| fields.add(&r.key)).collect();
         Ok(Box::new(Grep {
-            regex: rules("regex", &self.regex)?,
-            exclude: rules("exclude", &self.exclude)?,
+            rules: all,
+            regex_rules: self.regex.len(),
             regex_combine: self.regex_combine,
             exclude_combine: self.exclude_combine,
+            fields,
+            field_of,
             caches: CachePool::default(),
         }))
     }
@@ -100,7 +107,7 @@ pub(super) fn rules(what: &str, rules: &[GrepRule]) -> Result<Vec<Rule>, OptionE
         .map(|(i, r)| {
             let key = FieldPath::parse(&r.key)
                 .map_err(|e| OptionError::new(format!("{what}[{i}].key"), e))?;
-            let pattern = bytes_regex(&r.pattern).map_err(|e| {
+            let pattern = Pattern::new(&r.pattern).map_err(|e| {
                 OptionError::new(format!("{what}[{i}].pattern"), format!("bad regex: {e}"))
             })?;
             Ok(Rule { key, pattern })
@@ -110,7 +117,7 @@ pub(super) fn rules(what: &str, rules: &[GrepRule]) -> Result<Vec<Rule>, OptionE
 
 pub(super) struct Rule {
     key: FieldPath,
-    pattern: meta::Regex,
+    pattern: Pattern,
 }
 
 impl Rule {
@@ -122,41 +129,53 @@ impl Rule {
         scratch: &mut Vec<u8>,
         cache: &mut meta::Cache,
     ) -> bool {
-        match self.key.find(record) {
-            Some((a, b)) => is_match(&self.pattern, cache, value_text(&record[a..b], scratch)),
+        self.matches_at(record, self.key.find(record), scratch, cache)
+    }
+
+    /// `matches`, the field found already at `span`.
+    fn matches_at(&self, record: &[u8], span: Span, scratch: &mut Vec<u8>, cache: &mut meta::Cache) -> bool {
+        match span {
+            Some((a, b)) => self.pattern.is_match(cache, value_text(&record[a..b], scratch)),
             None => false,
         }
     }
 
     pub(super) fn cache(&self) -> meta::Cache {
-        self.pattern.create_cache()
+        self.pattern.regex().create_cache()
     }
 }
 
 struct Grep {
-    regex: Vec<Rule>,
-    exclude: Vec<Rule>,
+    /// The `regex` rules, then the `exclude` rules.
+    rules: Vec<Rule>,
+    /// How many of `rules` are `regex` rules.
+    regex_rules: usize,
     regex_combine: Combine,
     exclude_combine: Combine,
-    /// Search caches, the `regex` rules' then the `exclude` rules', taken
-    /// once per batch.
+    /// The rules' fields, found in the walk of each entry.
+    fields: Fields,
+    /// Each rule's field among `fields`.
+    field_of: Vec<usize>,
+    /// Search caches, one per rule, taken once per batch.
     caches: CachePool<Vec<meta::Cache>>,
 }
 
 impl Grep {
-    fn keeps(&self, record: &[u8], scratch: &mut Vec<u8>, caches: &mut [meta::Cache]) -> bool {
-        let (regex_caches, exclude_caches) = caches.split_at_mut(self.regex.len());
-        let mut hit = |(r, cache): (&Rule, &mut meta::Cache)| r.matches(record, scratch, cache);
-        let passes = self.regex.is_empty()
+    fn keeps(&self, record: &[u8], spans: &[Span], scratch: &mut Vec<u8>, caches: &mut [meta::Cache]) -> bool {
+        // Rules by index, not zipped iterators: for one or two rules the
+        // zips' set-up cost more than the rules' own tests.
+        let mut hit = |i: usize| self.rules[i].matches_at(record, spans[self.field_of[i]], scratch, &mut caches[i]);
+        let (regex, exclude) = (0..self.regex_rules, self.regex_rules..self.rules.len());
+        let passes = regex.is_empty()
             || match self.regex_combine {
-                Combine::And => self.regex.iter().zip(regex_caches).all(&mut hit),
-                Combine::Or => self.regex.iter().zip(regex_caches).any(&mut hit),
+                Combine::And => regex.into_iter().all(&mut hit),
+                Combine::Or => regex.into_iter().any(&mut hit),
             };
         let excluded = passes
-            && !self.exclude.is_empty()
+            && !exclude.is_empty()
             && match self.exclude_combine {
-                Combine::And => self.exclude.iter().zip(exclude_caches).all(&mut hit),
-                Combine::Or => self.exclude.iter().zip(exclude_caches).any(&mut hit),
+                Combine::And => exclude.into_iter().all(&mut hit),
+                Combine::Or => exclude.into_iter().any(&mut hit),
             };
         passes && !excluded
     }
@@ -164,11 +183,11 @@ impl Grep {
 
 impl Filter for Grep {
     fn filter(&self, _tag: &str, parts: &[Bytes], _count: u32) -> Filtered {
-        let make = || self.regex.iter().chain(&self.exclude).map(Rule::cache).collect();
+        let make = || self.rules.iter().map(Rule::cache).collect();
         let mut scratch = Vec::new();
         self.caches.with(make, |caches: &mut Vec<meta::Cache>| Filtered {
-            batch: super::record::retain(parts, |record, _| {
-                self.keeps(record, &mut scratch, caches)
+            batch: super::record::retain_with(parts, &self.fields, |record, _, spans| {
+                self.keeps(record, spans, &mut scratch, caches)
             }),
             ..Filtered::default()
         })
@@ -221,7 +240,7 @@ mod tests {
     }
 
     #[test]
-    fn regex_rules_all_pass_and_excludes_drop() {
+    fn regex_allall_pass_and_excludes_drop() {
         let f = grep(
             r#"
 [[regex]]
@@ -292,7 +311,7 @@ pattern = "^yy$"
     }
 
     #[test]
-    fn bad_rules_are_refused_with_their_key() {
+    fn bad_allare_refused_with_their_key() {
         let e = build_err("[[regex]]\nkey = \"a\"\npattern = \"(x\"\n");
         assert_eq!(e.key, "regex[0].pattern");
         assert!(e.message.starts_with("bad regex"), "{e}");

@@ -18,10 +18,10 @@ use crate::plugin::{filter, registry, FilterRegistration};
 use crate::router::Pattern;
 use crate::stats::{PluginStats, Registry};
 
-pub(crate) mod record;
-mod search;
 #[cfg(test)]
 mod cost;
+pub(crate) mod record;
+mod search;
 
 registry! {
     FilterRegistration;

@@ -7,13 +7,19 @@
 //! is rewritten by walking its maps once: pairs no change names are copied
 //! as their bytes, a map a change goes into is rewritten the same way, and
 //! new pairs are appended. Nothing is decoded but the keys on the way.
+//!
+//! The common case, changes that only add top-level pairs whose values are
+//! the same for a whole batch (fixed values, `${hostname}`, `${tag}`), is
+//! cheaper still: a record that has none of those keys is its own bytes
+//! under a new map header, with the new pairs (written once per batch)
+//! appended.
 
 use bytes::Bytes;
 use chrono::format::Item;
 use nagare_forward::msgpack::{write_map_len, write_str};
 use serde::Deserialize;
 
-use super::record::{self, value_text, FieldPath};
+use super::record::{self, value_text, FieldPath, Fields, Span};
 use super::{Filter, Filtered};
 use crate::plugin::{BuildContext, FilterPlugin, OptionError};
 
@@ -108,8 +114,17 @@ const MAX_OPS: usize = 64;
 
 struct Modify {
     root: Node,
-    /// The fields values are read from, found once per event.
-    sources: Vec<FieldPath>,
+    /// The fields values are read from (`Event::sources`, the first
+    /// `sources` of `fields`), found once per event.
+    sources: usize,
+    /// The fields found in the walk of each entry: the sources, then, when
+    /// `appends`, the root's changed keys.
+    fields: Fields,
+    /// Every change puts a top-level pair whose value is the same for a
+    /// whole batch, and nothing is kept by a list: a record with none of
+    /// the changed keys (their indices in `fields`) only gets pairs
+    /// appended.
+    appends: Option<Vec<usize>>,
     time_format: Vec<Item<'static>>,
     uses_time: bool,
     /// The templates of `Value::PerTag`.
@@ -158,11 +173,22 @@ impl Modify {
         if b.root.ops.is_empty() && b.root.keep.is_none() {
             return Err(OptionError::new("", "a modify filter needs at least one change (set, add, remove, rename, copy or keep)"));
         }
+        let mut fields = Fields::default();
+        for path in &b.sources {
+            fields.add(path);
+        }
+        let batch_constant = |op: &Op| matches!(op, Op::Put { value: Value::Fixed(_) | Value::PerTag(_), .. });
+        let appends = (b.root.keep.is_none() && b.root.ops.iter().all(|(_, op)| batch_constant(op))).then(|| {
+            let key = |k: &Vec<u8>| FieldPath { keys: vec![k.clone()] };
+            b.root.ops.iter().map(|(k, _)| fields.add(&key(k))).collect()
+        });
         Ok(Modify {
             uses_time: b.uses_time,
             per_tag: b.per_tag,
             root: b.root,
-            sources: b.sources,
+            sources: b.sources.len(),
+            fields,
+            appends,
             time_format,
         })
     }
@@ -328,7 +354,7 @@ struct Event<'a> {
     /// The formatted `${time}`, when a template uses it.
     time: &'a [u8],
     /// The value span of each source in `record`.
-    sources: &'a [Option<(usize, usize)>],
+    sources: &'a [Span],
     /// The batch's rendering of each `Value::PerTag` template, as msgpack.
     per_tag: &'a [Vec<u8>],
 }
@@ -528,7 +554,7 @@ impl Filter for Modify {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let mut out = Vec::with_capacity(len + len / 2 + 64);
         let mut s = Scratch::default();
-        let mut sources = vec![None; self.sources.len()];
+        let mut spans = vec![None; self.fields.len()];
         let mut time = Vec::new();
         let per_tag: Vec<Vec<u8>> = self
             .per_tag
@@ -540,29 +566,40 @@ impl Filter for Modify {
                 v
             })
             .collect();
+        // With `appends`: the pairs every record without the changed keys gets.
+        let mut appended = Vec::new();
+        if self.appends.is_some() {
+            for (key, op) in &self.root.ops {
+                write_str(&mut appended, key);
+                match op {
+                    Op::Put { value: Value::Fixed(v), .. } => appended.extend_from_slice(v),
+                    Op::Put { value: Value::PerTag(i), .. } => appended.extend_from_slice(&per_tag[*i]),
+                    _ => unreachable!("appends holds only batch-constant values"),
+                }
+            }
+        }
         let mut count = 0u32;
         for part in parts {
             let mut start = 0;
-            // Entries were checked on the way in: 0x92, the time, a record.
-            while let Some(r) = record::skip(part, start + 1) {
+            while let Some((r, end)) = self.fields.entry(part, start, &mut spans) {
                 count += 1;
                 // 0x92 and the time, as they are.
                 let head = &part[start..r];
                 out.extend_from_slice(head);
-                // The record runs to its end, found by rewriting it: the
-                // part is walked once.
-                let record = &part[r..];
-                if record::map_at(record, 0).is_none() {
+                start = end;
+                let record = &part[r..end];
+                let Some((pairs, first)) = record::map_at(record, 0) else {
                     // Inputs only pass maps on; should one not be, it goes on as it was.
-                    let Some(end) = record::skip(part, r) else {
-                        break;
-                    };
-                    out.extend_from_slice(&part[r..end]);
-                    start = end;
+                    out.extend_from_slice(record);
                     continue;
-                }
-                for (slot, path) in sources.iter_mut().zip(&self.sources) {
-                    *slot = path.find(record);
+                };
+                if let Some(keys) = &self.appends {
+                    if keys.iter().all(|&k| spans[k].is_none()) {
+                        write_map_len(&mut out, pairs + self.root.ops.len());
+                        out.extend_from_slice(&record[first..]);
+                        out.extend_from_slice(&appended);
+                        continue;
+                    }
                 }
                 if self.uses_time {
                     let t = record::entry_time(head);
@@ -576,14 +613,12 @@ impl Filter for Modify {
                     record,
                     tag,
                     time: &time,
-                    sources: &sources,
+                    sources: &spans[..self.sources],
                     per_tag: &per_tag,
                 };
                 s.pairs.clear();
-                let Some(len) = self.root.write(&ev, Some(0), &mut out, &mut s) else {
-                    break;
-                };
-                start = r + len;
+                // The walk above found the record whole: its rewrite does not run short.
+                self.root.write(&ev, Some(0), &mut out, &mut s);
             }
         }
         Filtered {
@@ -764,6 +799,62 @@ txt = "n=${record.n} m=${record.x.y} s=${record.s}"
             run(&f, "t", &m(&[])),
             m(&[("at", "2026-11-22T01:02:03.000000005Z".into())])
         );
+    }
+
+    #[test]
+    fn pairs_appended_to_records_without_the_changed_keys() {
+        let f = modify("[set]\nhost = \"h1\"\nsource = \"${tag}\"\n[add]\nenv = 7\n");
+        assert!(f.appends.is_some(), "these changes only append pairs");
+        let added = [("host", V::from("h1")), ("source", "app.web".into()), ("env", 7.into())];
+        let with = |pairs: &[(&str, V)]| {
+            let mut all = pairs.to_vec();
+            all.extend(added.iter().cloned());
+            m(&all)
+        };
+        // No changed key: the pairs are appended; a map of 15 pairs grows
+        // past what a fixmap header holds.
+        let fifteen: Vec<(String, V)> = (0..15).map(|i| (format!("k{i}"), V::from(i))).collect();
+        let fifteen: Vec<(&str, V)> = fifteen.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
+        let nested = [("a", m(&[("host", "inner".into())])), ("b", V::Array(vec![1.into()]))];
+        for rec in [&[][..], &fifteen, &nested] {
+            assert_eq!(run(&f, "app.web", &m(rec)), with(rec));
+        }
+        // A changed key in the record: set replaces it in place, add keeps it.
+        assert_eq!(
+            run(&f, "app.web", &m(&[("env", "dev".into()), ("host", "old".into()), ("x", 1.into())])),
+            m(&[
+                ("env", "dev".into()),
+                ("host", "h1".into()),
+                ("x", 1.into()),
+                ("source", "app.web".into()),
+            ])
+        );
+        // A record that is not a map goes on as it was; one batch of both
+        // kinds, in two parts, keeps its order.
+        let mut a = Vec::new();
+        let mut b = Vec::new();
+        let records = [m(&[("s", 1.into())]), "not a map".into(), m(&[("host", "x".into())])];
+        for (i, r) in records.iter().enumerate() {
+            let mut bytes = Vec::new();
+            rmpv::encode::write_value(&mut bytes, r).unwrap();
+            write_entry(if i == 0 { &mut a } else { &mut b }, EventTime::new(1, 0), &bytes);
+        }
+        let (out, n) = f.filter("app.web", &[Bytes::from(a), Bytes::from(b)], 3).batch.unwrap();
+        assert_eq!(n, 3);
+        let got: Vec<V> = crate::formats::entries(&out)
+            .map(|(_, r, _)| rmpv::decode::read_value(&mut &r[..]).unwrap())
+            .collect();
+        let want = [
+            with(&[("s", 1.into())]),
+            "not a map".into(),
+            m(&[("host", "h1".into()), ("source", "app.web".into()), ("env", 7.into())]),
+        ];
+        assert_eq!(got, want);
+        // A template reading the record or the time, or a keep list, takes
+        // the general rewrite.
+        for other in ["[set]\nt = \"${time}\"\n", "[set]\nc = \"${record.s}\"\n", "remove = [\"s\"]\n", "keep = [\"s\"]\n[set]\na = 1\n"] {
+            assert!(modify(other).appends.is_none(), "{other}");
+        }
     }
 
     #[test]

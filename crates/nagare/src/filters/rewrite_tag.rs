@@ -14,8 +14,8 @@ use regex_automata::util::captures::Captures;
 use regex_automata::Input;
 use serde::Deserialize;
 
-use super::record::{value_text, FieldPath};
-use super::search::{bytes_regex, is_match, CachePool};
+use super::record::{value_text, FieldPath, Fields, Span};
+use super::search::{CachePool, Pattern};
 use super::{Filter, Filtered};
 use crate::plugin::{BuildContext, FilterPlugin, OptionError};
 
@@ -76,16 +76,13 @@ impl FilterPlugin for RewriteTagConfig {
             .enumerate()
             .map(|(i, r)| Rule::new(r).map_err(|(k, e)| OptionError::new(format!("rule[{i}].{k}"), e)))
             .collect::<Result<_, _>>()?;
-        let mut keys: Vec<FieldPath> = Vec::new();
+        let mut fields = Fields::default();
         for r in &mut rules {
-            r.key_id = keys.iter().position(|k| *k == r.key).unwrap_or_else(|| {
-                keys.push(r.key.clone());
-                keys.len() - 1
-            });
+            r.key_id = fields.add(&r.key);
         }
         Ok(Box::new(RewriteTag {
             rules,
-            keys: keys.len(),
+            fields,
             unmatched: self.unmatched,
             caches: CachePool::default(),
         }))
@@ -100,16 +97,13 @@ pub(super) enum Part {
     TagIndex(i64),
 }
 
-/// Where a field was found in a record (None: it is not there).
-type Span = Option<(usize, usize)>;
-
 struct Rule {
     key: FieldPath,
-    /// Rules on the same field share one id: the field is found once per event.
+    /// The rule's field among `RewriteTag::fields` (rules on the same field share it).
     key_id: usize,
     /// The pattern, searched with a cache of the batch's own (see
     /// `RewriteTag::caches`), for the match test and for captures.
-    test: meta::Regex,
+    test: Pattern,
     invert: bool,
     tag: Vec<Part>,
     captures: bool,
@@ -118,9 +112,9 @@ struct Rule {
 impl Rule {
     fn new(r: &RewriteRule) -> Result<Rule, (&'static str, String)> {
         let key = FieldPath::parse(&r.key).map_err(|e| ("key", e))?;
-        let test = bytes_regex(&r.pattern).map_err(|e| ("pattern", format!("bad regex: {e}")))?;
+        let test = Pattern::new(&r.pattern).map_err(|e| ("pattern", format!("bad regex: {e}")))?;
         let tag = tag_template(&r.tag).map_err(|e| ("tag", e))?;
-        let groups = test.group_info().group_len(regex_automata::PatternID::ZERO) - 1;
+        let groups = test.regex().group_info().group_len(regex_automata::PatternID::ZERO) - 1;
         let mut captures = false;
         for p in &tag {
             if let Part::Capture(n) = p {
@@ -151,24 +145,23 @@ impl Rule {
 
     /// Whether the rule applies to `record`; with captures in its tag,
     /// writes the new tag into `out` (the others' tags are made once per
-    /// batch, see `RewriteTag::filter`). `spans` holds, by key, where an
-    /// earlier rule of this event found its field.
+    /// batch, see `RewriteTag::filter`). `spans` holds where each of
+    /// `RewriteTag::fields` is in the record.
     #[allow(clippy::too_many_arguments)]
     fn apply(
         &self,
         search: &mut Search,
         tag: &str,
         record: &[u8],
-        spans: &mut [Option<Span>],
+        spans: &[Span],
         json: &mut Vec<u8>,
         out: &mut String,
     ) -> bool {
-        let span = *spans[self.key_id].get_or_insert_with(|| self.key.find(record));
-        let text: &[u8] = match span {
+        let text: &[u8] = match spans[self.key_id] {
             Some((a, b)) => value_text(&record[a..b], json),
             None => b"",
         };
-        let matches = is_match(&self.test, &mut search.cache, text);
+        let matches = self.test.is_match(&mut search.cache, text);
         if self.invert {
             return !text.is_empty() && !matches;
         }
@@ -178,7 +171,7 @@ impl Rule {
         }
         if self.captures {
             let Search { cache, caps } = search;
-            self.test.search_captures_with(cache, &Input::new(text), caps);
+            self.test.regex().search_captures_with(cache, &Input::new(text), caps);
             if caps.is_match() {
                 render(&self.tag, tag, Some((caps, text)), out);
             }
@@ -263,8 +256,8 @@ pub(super) fn tag_template(s: &str) -> Result<Vec<Part>, String> {
 
 struct RewriteTag {
     rules: Vec<Rule>,
-    /// Distinct fields the rules read.
-    keys: usize,
+    /// The fields the rules read, found in the walk of each entry.
+    fields: Fields,
     unmatched: Unmatched,
     /// Search state, one per rule, taken once per batch.
     caches: CachePool<Vec<Search>>,
@@ -288,8 +281,8 @@ impl Filter for RewriteTag {
     fn filter(&self, tag: &str, parts: &[Bytes], _count: u32) -> Filtered {
         let make = || {
             let search = |r: &Rule| Search {
-                cache: r.test.create_cache(),
-                caps: r.test.create_captures(),
+                cache: r.test.regex().create_cache(),
+                caps: r.test.regex().create_captures(),
             };
             self.rules.iter().map(search).collect()
         };
@@ -302,7 +295,7 @@ impl RewriteTag {
     fn filter_with(&self, caches: &mut [Search], tag: &str, parts: &[Bytes]) -> Filtered {
         let mut json = Vec::new();
         let mut new_tag = String::new();
-        let mut spans: Vec<Option<Span>> = vec![None; self.keys];
+        let mut spans: Vec<Span> = vec![None; self.fields.len()];
         // The new tag of each rule without captures: the same for the batch.
         let fixed: Vec<Option<String>> = self
             .rules
@@ -327,16 +320,15 @@ impl RewriteTag {
         let mut first = true;
         for (i, part) in parts.iter().enumerate() {
             let mut offset = 0;
-            for (r, end) in super::record::entries(part) {
+            while let Some((r, end)) = self.fields.entry(part, offset, &mut spans) {
                 let (record, entry) = (&part[r..end], &part[offset..end]);
-                spans.fill(None);
                 let to = self
                     .rules
                     .iter()
                     .zip(&fixed)
                     .zip(caches.iter_mut())
                     .find_map(|((r, f), search)| {
-                        r.apply(search, tag, record, &mut spans, &mut json, &mut new_tag)
+                        r.apply(search, tag, record, &spans, &mut json, &mut new_tag)
                             .then_some(f)
                     })
                     .map(|f| f.as_deref().unwrap_or(&new_tag));
