@@ -74,14 +74,45 @@ pub fn entries_with_field<'a>(
     buf: &'a [u8],
     key: &'a [u8],
 ) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> {
+    let mut key_head = Vec::with_capacity(key.len() + 5);
+    nagare_forward::msgpack::write_str(&mut key_head, key);
     let mut pos = 0;
     std::iter::from_fn(move || {
-        // Entries were checked on the way in; a failure here means a bug,
-        // and ending the iteration is the safe answer.
-        let (record, end, value) = entry_with_field(buf, pos, key).ok()?;
+        let (record, end, value) = match one_key_entry(buf, pos, &key_head) {
+            Some((record, end, value)) => (record, end, Some(value)),
+            // Entries were checked on the way in; a failure here means a
+            // bug, and ending the iteration is the safe answer.
+            None => entry_with_field(buf, pos, key).ok()?,
+        };
         pos = end;
         Some((&buf[record..end], value))
     })
+}
+
+/// The entry at `pos` when it is `[EventTime, {key: str or bin}]` with the
+/// key written as `key_head` (a str of the shortest header, as every input
+/// writes it): the record the scribe, tail and other line inputs make of a
+/// line. Read at fixed offsets; None when the entry is anything else (the
+/// general walk, `entry_with_field`, then reads it). Returns where the
+/// record starts, where the entry ends, and the value.
+#[inline]
+fn one_key_entry<'a>(
+    buf: &'a [u8],
+    pos: usize,
+    key_head: &[u8],
+) -> Option<(usize, usize, &'a [u8])> {
+    // `0x92`, then an EventTime: fixext 8 (0xd7, its type, 8 bytes).
+    let record = pos + 11;
+    // A map of one entry (0x81), whose key is `key_head`.
+    if buf.get(pos + 1) != Some(&0xd7) || buf.get(record) != Some(&0x81) {
+        return None;
+    }
+    let value = record + 1 + key_head.len();
+    if buf.get(record + 1..value)? != key_head {
+        return None;
+    }
+    let (a, b) = read_str_or_bin(buf, value).ok()??;
+    Some((record, b, &buf[a..b]))
 }
 
 /// The entry at `pos`: where its record starts, where the entry ends, and
@@ -269,5 +300,88 @@ mod tests {
             entries_with_field(&buf[..buf.len() - 1], b"message").count(),
             records.len() - 1
         );
+    }
+
+    #[test]
+    fn one_key_entries_are_read_at_fixed_offsets_and_others_walked() {
+        use rmpv::Value;
+        let s = |t: &str| Value::from(t);
+        let time = EventTime::new(1_700_000_000, 5).to_bytes();
+        let entry = |time: &[u8], record: &[u8]| [&[0x92][..], time, record].concat();
+        let record = |v: &Value| {
+            let mut b = Vec::new();
+            rmpv::encode::write_value(&mut b, v).unwrap();
+            b
+        };
+        let one = |k: Value, v: Value| record(&Value::Map(vec![(k, v)]));
+        let long = "x".repeat(300);
+        let mut seconds = Vec::new();
+        rmpv::encode::write_value(&mut seconds, &Value::from(1_700_000_000u32)).unwrap();
+        // (entry, read at fixed offsets)
+        let cases = [
+            (entry(&time, &one(s("message"), s("hello"))), true),
+            (entry(&time, &one(s("message"), s(""))), true),
+            (entry(&time, &one(s("message"), s(&long))), true),
+            (
+                entry(&time, &one(s("message"), Value::Binary(b"bin".to_vec()))),
+                true,
+            ),
+            // Not a string: no value, from the walk.
+            (entry(&time, &one(s("message"), Value::from(3))), false),
+            (entry(&time, &one(s("massage"), s("other key"))), false),
+            (entry(&time, &one(s("messages"), s("longer key"))), false),
+            (
+                entry(
+                    &time,
+                    &one(Value::Binary(b"message".to_vec()), s("bin key")),
+                ),
+                false,
+            ),
+            // The key's str with a longer header than it needs (str 8).
+            (
+                entry(
+                    &time,
+                    &[&[0x81, 0xd9, 7][..], b"message", &[0xa1, b'y']].concat(),
+                ),
+                false,
+            ),
+            (entry(&seconds, &one(s("message"), s("seconds"))), false),
+            (
+                entry(
+                    &time,
+                    &record(&Value::Map(vec![(s("message"), s("a")), (s("b"), s("c"))])),
+                ),
+                false,
+            ),
+            (entry(&time, &record(&Value::Map(vec![]))), false),
+        ];
+        let mut key_head = Vec::new();
+        nagare_forward::msgpack::write_str(&mut key_head, b"message");
+        let mut buf = Vec::new();
+        for (e, fast) in &cases {
+            buf.extend_from_slice(e);
+            let at = buf.len() - e.len();
+            assert_eq!(
+                one_key_entry(&buf, at, &key_head).is_some(),
+                *fast,
+                "{e:02x?}"
+            );
+        }
+        let want: Vec<_> = entries(&buf)
+            .map(|(_, r, _)| (r, field(r, b"message")))
+            .collect();
+        let got: Vec<_> = entries_with_field(&buf, b"message").collect();
+        assert_eq!(got.len(), cases.len());
+        assert_eq!(got, want);
+        assert_eq!(got[0].1, Some(&b"hello"[..]));
+        assert_eq!(got[2].1, Some(long.as_bytes()));
+        assert_eq!(got[4].1, None);
+        assert_eq!(got[8].1, Some(&b"y"[..]));
+        // A one-key entry cut short is not read past the end: the walk ends.
+        let first = &cases[0].0;
+        for cut in 0..first.len() {
+            assert_eq!(one_key_entry(&first[..cut], 0, &key_head), None);
+            assert_eq!(entries_with_field(&first[..cut], b"message").count(), 0);
+        }
     }
 }
