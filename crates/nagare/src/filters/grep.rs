@@ -4,9 +4,9 @@
 //! The rules' fields are found in the walk that finds each entry's end
 //! (`record::Fields`; no record is decoded), and each rule matches its
 //! field's bytes with a bytes regex, so a str field is never checked or
-//! copied as UTF-8. A batch whose events all
-//! pass goes on as it came (no copy); otherwise the events that pass are
-//! copied, entry by entry, into one new batch.
+//! copied as UTF-8. A batch whose events all pass goes on as it came (no
+//! copy); otherwise the events that pass are copied, entry by entry, into
+//! one new batch.
 
 use bytes::Bytes;
 use regex_automata::meta;
@@ -240,7 +240,7 @@ mod tests {
     }
 
     #[test]
-    fn regex_allall_pass_and_excludes_drop() {
+    fn regex_rules_all_pass_and_excludes_drop() {
         let f = grep(
             r#"
 [[regex]]
@@ -311,7 +311,7 @@ pattern = "^yy$"
     }
 
     #[test]
-    fn bad_allare_refused_with_their_key() {
+    fn bad_rules_are_refused_with_their_key() {
         let e = build_err("[[regex]]\nkey = \"a\"\npattern = \"(x\"\n");
         assert_eq!(e.key, "regex[0].pattern");
         assert!(e.message.starts_with("bad regex"), "{e}");

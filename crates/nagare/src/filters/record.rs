@@ -342,6 +342,63 @@ mod tests {
     }
 
     #[test]
+    fn fields_are_found_in_the_walk_as_find_finds_them() {
+        let paths = ["a", "$.a.b", "$.n.x.y", "dup", "zz", "$.s.x"];
+        let mut fields = Fields::default();
+        let ids: Vec<usize> = paths
+            .iter()
+            .map(|p| fields.add(&FieldPath::parse(p).unwrap()))
+            .collect();
+        assert_eq!(
+            fields.add(&FieldPath::parse("dup").unwrap()),
+            ids[3],
+            "a path is added once"
+        );
+        let records = [
+            Value::Map(vec![
+                ("dup".into(), 1.into()),
+                ("a".into(), Value::Map(vec![("b".into(), "x".into())])),
+                ("dup".into(), 2.into()),
+                (7.into(), "int key".into()),
+                (
+                    "n".into(),
+                    Value::Map(vec![(
+                        "x".into(),
+                        Value::Map(vec![("y".into(), true.into())]),
+                    )]),
+                ),
+                ("s".into(), "not a map".into()),
+            ]),
+            Value::Map(vec![]),
+            "not a map".into(),
+        ];
+        let mut part = Vec::new();
+        for r in &records {
+            nagare_forward::write_entry(&mut part, nagare_forward::EventTime::new(1, 2), &enc(r));
+        }
+        let mut spans = vec![None; fields.len()];
+        let mut pos = 0;
+        let mut walked = Vec::new();
+        while let Some((r, end)) = fields.entry(&part, pos, &mut spans) {
+            let record = &part[r..end];
+            for (p, id) in paths.iter().zip(&ids) {
+                assert_eq!(
+                    spans[*id],
+                    FieldPath::parse(p).unwrap().find(record),
+                    "{p} in {record:02x?}"
+                );
+            }
+            walked.push((r, end));
+            pos = end;
+        }
+        assert_eq!(walked, entries(&part).collect::<Vec<_>>());
+        assert!(
+            spans[ids[0]].is_none(),
+            "the last record (not a map) has no fields"
+        );
+    }
+
+    #[test]
     fn values_read_as_text() {
         let mut s = Vec::new();
         for (v, want) in [
