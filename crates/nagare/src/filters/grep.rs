@@ -121,19 +121,14 @@ pub(super) struct Rule {
 }
 
 impl Rule {
-    /// The record has the field and its text matches (searched with
-    /// `cache`, one of this rule's `cache()`s).
-    pub(super) fn matches(
-        &self,
-        record: &[u8],
-        scratch: &mut Vec<u8>,
-        cache: &mut meta::Cache,
-    ) -> bool {
-        self.matches_at(record, self.key.find(record), scratch, cache)
+    /// The rule's field.
+    pub(super) fn key(&self) -> &FieldPath {
+        &self.key
     }
 
-    /// `matches`, the field found already at `span`.
-    fn matches_at(&self, record: &[u8], span: Span, scratch: &mut Vec<u8>, cache: &mut meta::Cache) -> bool {
+    /// The record has the field, found at `span`, and its text matches
+    /// (searched with `cache`, one of this rule's `cache()`s).
+    pub(super) fn matches_at(&self, record: &[u8], span: Span, scratch: &mut Vec<u8>, cache: &mut meta::Cache) -> bool {
         match span {
             Some((a, b)) => self.pattern.is_match(cache, value_text(&record[a..b], scratch)),
             None => false,

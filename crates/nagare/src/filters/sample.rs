@@ -18,7 +18,7 @@ use serde::Deserialize;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::grep::{rules, GrepRule, Rule};
-use super::record::{value_text, FieldPath};
+use super::record::{value_text, FieldPath, Fields, Span};
 use super::search::CachePool;
 use super::{Filter, Filtered};
 use crate::plugin::{BuildContext, FilterPlugin, OptionError};
@@ -93,14 +93,19 @@ impl SampleConfig {
                 Share::new(millionths, 1_000_000)
             }
         };
+        let exclude = rules("exclude", &self.exclude)?;
+        let mut fields = Fields::default();
+        let exclude_fields = exclude.iter().map(|r| fields.add(r.key())).collect();
         let key = match &self.key {
             None => None,
-            Some(k) => Some(FieldPath::parse(k).map_err(|e| OptionError::new("key", e))?),
+            Some(k) => Some(fields.add(&FieldPath::parse(k).map_err(|e| OptionError::new("key", e))?)),
         };
         Ok(Sample {
             share,
             key,
-            exclude: rules("exclude", &self.exclude)?,
+            exclude,
+            exclude_fields,
+            fields,
             counted: AtomicU64::new(0),
             caches: CachePool::default(),
         })
@@ -141,8 +146,13 @@ impl Share {
 
 struct Sample {
     share: Share,
-    key: Option<FieldPath>,
+    /// The `key` field among `fields`.
+    key: Option<usize>,
     exclude: Vec<Rule>,
+    /// Each `exclude` rule's field among `fields`.
+    exclude_fields: Vec<usize>,
+    /// The fields the rules and `key` read, found in the walk of each entry.
+    fields: Fields,
     /// Events sampled by counting so far (shared by every input's task).
     counted: AtomicU64,
     /// The `exclude` rules' search caches, taken once per batch.
@@ -150,12 +160,12 @@ struct Sample {
 }
 
 impl Sample {
-    fn keeps(&self, record: &[u8], scratch: &mut Vec<u8>, caches: &mut [meta::Cache]) -> bool {
-        let mut rules = self.exclude.iter().zip(caches);
-        if rules.any(|(r, cache)| r.matches(record, scratch, cache)) {
+    fn keeps(&self, record: &[u8], spans: &[Span], scratch: &mut Vec<u8>, caches: &mut [meta::Cache]) -> bool {
+        let mut rules = self.exclude.iter().zip(caches).zip(&self.exclude_fields);
+        if rules.any(|((r, cache), f)| r.matches_at(record, spans[*f], scratch, cache)) {
             return true;
         }
-        match self.key.as_ref().and_then(|k| k.find(record)) {
+        match self.key.and_then(|k| spans[k]) {
             Some((a, b)) => self.share.keeps_hash(value_text(&record[a..b], scratch)),
             None => self.share.keeps_count(self.counted.fetch_add(1, Relaxed)),
         }
@@ -167,8 +177,8 @@ impl Filter for Sample {
         let make = || self.exclude.iter().map(Rule::cache).collect();
         let mut scratch = Vec::new();
         self.caches.with(make, |caches: &mut Vec<meta::Cache>| Filtered {
-            batch: super::record::retain(parts, |record, _| {
-                self.keeps(record, &mut scratch, caches)
+            batch: super::record::retain_with(parts, &self.fields, |record, _, spans| {
+                self.keeps(record, spans, &mut scratch, caches)
             }),
             ..Filtered::default()
         })
