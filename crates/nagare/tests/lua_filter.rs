@@ -55,7 +55,14 @@ fn lua_adds_drops_splits_and_keeps_or_sets_the_time() {
     adds_drops_splits("");
 }
 
-/// The same script and events with `lazy_record`: the same events arrive.
+/// The same script and events with a whole table per record (the default
+/// gives this script lazy records: it only uses the record's fields) and
+/// with `lazy_record` forced: the same events arrive.
+#[test]
+fn lua_whole_tables_give_the_same_events() {
+    adds_drops_splits("lazy_record = false\n");
+}
+
 #[test]
 fn lua_lazy_records_give_the_same_events() {
     adds_drops_splits("lazy_record = true\n");

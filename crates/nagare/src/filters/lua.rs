@@ -20,6 +20,7 @@
 //! count hook, and its remaining events are kept and marked the same way.
 
 mod convert;
+mod escape;
 mod lazy;
 
 use std::ffi::{c_int, CStr};
@@ -69,15 +70,18 @@ pub struct LuaConfig {
     /// `string.rep`, a pattern match) are not interrupted.
     #[serde(default = "default_timeout")]
     pub timeout: Dur,
-    /// Hand the script a record whose fields are made Lua values only when
-    /// it reads them, and write the fields it did not touch back as they
-    /// came. Faster when a script reads or sets a few fields of larger
-    /// records; but `next(record)` and `rawget` see only the fields touched
-    /// so far, `setmetatable` on the record fails, and a record kept past
-    /// its call (in a global) holds only the fields touched during the
-    /// call. See docs/lua.md.
+    /// How the record reaches the script. Unset (the default): as a lazy
+    /// record when the function's bytecode shows it only reads and sets
+    /// the record's fields and returns it as the third result (it cannot
+    /// tell the difference), as a whole table otherwise. `true`: a
+    /// lazy record always, whose fields are made Lua values only when read,
+    /// with the fields never touched written back as they came; but
+    /// `next(record)` and `rawget` see only the fields touched so far,
+    /// `setmetatable` on the record fails, and a record kept past its call
+    /// (in a global) holds only the fields touched during the call.
+    /// `false`: a whole table always. See docs/lua.md.
     #[serde(default)]
-    pub lazy_record: bool,
+    pub lazy_record: Option<bool>,
 }
 
 fn default_timeout() -> Dur {
@@ -141,8 +145,11 @@ struct Script {
     lua: Lua,
     func: Function,
     clock: Arc<Clock>,
-    /// With `lazy_record`: the event the proxies' metamethods read.
+    /// Unless `lazy_record = false`: the event the proxies' metamethods
+    /// read (their metatable is made before the script runs).
     lazy: Option<LazyBox>,
+    /// Records go to the function as lazy records (proxies).
+    proxy: bool,
 }
 
 /// The `Lazy` of a script: the metamethods hold its address, so it is
@@ -227,7 +234,7 @@ impl Script {
         chunk_name: &str,
         call: &str,
         timeout: Duration,
-        lazy_record: bool,
+        lazy_record: Option<bool>,
     ) -> Result<Script, LoadError> {
         let lua = Lua::new();
         // Each event makes a few short-lived tables and strings: the
@@ -245,7 +252,9 @@ impl Script {
         lua.globals()
             .raw_set("flb_null", Value::NULL)
             .map_err(|e| LoadError::Source(message(&e)))?;
-        let lazy = lazy_record.then(|| LazyBox(Box::into_raw(Box::<lazy::Lazy>::default())));
+        // Unset, whether records go lazily is known once the function is.
+        let lazy = (lazy_record != Some(false))
+            .then(|| LazyBox(Box::into_raw(Box::<lazy::Lazy>::default())));
         let lazy_at = lazy.as_ref().map(|z| z.0);
         // SAFETY: calls that can only fail on memory, inside exec_raw's
         // protected call; the stack is reset. The box outlives the state's
@@ -285,11 +294,25 @@ impl Script {
                 )))
             }
         };
+        let proxy = match lazy_record {
+            Some(forced) => forced,
+            None => match escape::record_stays_in_call(&func.dump(true)) {
+                Ok(()) => {
+                    tracing::debug!(call, "lua: records go to the function as lazy records: it only uses their fields");
+                    true
+                }
+                Err(why) => {
+                    tracing::debug!(call, "lua: records go to the function as whole tables: {why}");
+                    false
+                }
+            },
+        };
         Ok(Script {
             lua,
             func,
             clock,
             lazy,
+            proxy,
         })
     }
 }
@@ -314,7 +337,7 @@ impl Filter for LuaFilter {
             false => Ok(()),
         };
         script.clock.arm(self.timeout);
-        let lazy = script.lazy.as_ref().map(|z| z.0);
+        let lazy = script.lazy.as_ref().filter(|_| script.proxy).map(|z| z.0);
         let mut batch = Batch {
             lazy,
             clock: &script.clock,
@@ -626,7 +649,16 @@ impl Batch<'_> {
         let rawlen = ffi::lua_rawlen(l, rec);
         let sequence = match rawlen {
             0 => None,
-            _ => convert::shape(l, rec).1,
+            _ => {
+                // A proxy given numbered fields is a sequence only if the
+                // whole record is one, as for a table.
+                // (Once whole, it is written as the table it now is.)
+                if let Some(z) = self.lazy.map(|z| &mut *z).filter(|z| lazy::is_current(l, rec, z)) {
+                    lazy::materialize(l, rec, z)?;
+                    z.current = 0;
+                }
+                convert::shape(l, rec).1
+            }
         };
         let split = match sequence {
             Some(n) => {
@@ -1138,6 +1170,89 @@ end
         }
     }
 
+    /// Functions that use their record only through its fields (escape.rs)
+    /// get lazy records by default, and make the same events, byte for
+    /// byte, as with a table per record; others get tables.
+    #[test]
+    fn lazy_records_by_default_where_the_function_cannot_tell() {
+        let bodies = [
+            "r.source = tag",
+            r#"if r.level == "debug" then return -1, ts, r end
+               r.n = (r.n or 0) + 1; r.s = nil"#,
+            r#"if r.inner then r.inner.x = 5; r.inner.list[1] = "one" end"#,
+            r#"local k = "s"; r[k .. "2"] = r[k]; r[1] = "first"; r[2] = r.n"#,
+            "r[1] = r.n",
+            "r.m, r.n = r.n, nil",
+            "local v = r.n; r.n = nil; if v then r.n = v + 1 end",
+            "return 1, ts, { a = r.s, n = r.n }",
+            "r.x = r.bin; return 1, 1000.5, r",
+            "r.x = 1; return 0, ts, r",
+            r#"if r.op == "err" then error("boom") end; r.n = nil"#,
+            "return 2, ts, r",
+        ];
+        let inner = V::Map(vec![
+            ("list".into(), V::Array(vec![1.into(), 2.into()])),
+            ("k".into(), "v".into()),
+        ]);
+        let records = [
+            m(&[
+                ("op", "x".into()),
+                ("n", 7.into()),
+                ("s", "text".into()),
+                ("inner", inner),
+                ("nil", V::Nil),
+                ("bin", V::Binary(vec![0xff, 1])),
+                ("level", "info".into()),
+            ]),
+            m(&[("level", "debug".into()), ("n", 1.into())]),
+            m(&[("op", "err".into()), ("n", 1.into())]),
+            // The same key twice (a table keeps the last), and a key that
+            // is not a string: these go as tables.
+            V::Map(vec![("n".into(), 1.into()), ("n".into(), 2.into()), ("s".into(), "a".into())]),
+            V::Map(vec![("n".into(), 1.into()), (1.into(), "int key".into())]),
+            m(&[]),
+        ];
+        let input = batch(&records.iter().map(|r| (T, r.clone())).collect::<Vec<_>>());
+        for body in bodies {
+            let code = format!("function cb(tag, ts, r)\ndo\n{body}\nend\nreturn 1, ts, r\nend\n");
+            let load = |lazy| {
+                Script::load(code.as_bytes(), "=code", "cb", Duration::from_secs(1), lazy)
+                    .unwrap_or_else(|_| panic!("{code}"))
+            };
+            assert!(load(None).proxy, "{code}");
+            assert!(!load(Some(false)).proxy);
+            let (table, by_default) = (
+                script("lazy_record = false", &code),
+                script("", &code),
+            );
+            for round in 0..2 {
+                let n = records.len() as u32;
+                let want = table.filter("app", std::slice::from_ref(&input), n);
+                let got = by_default.filter("app", std::slice::from_ref(&input), n);
+                assert_eq!(got.errors, want.errors, "{code}");
+                // (No batch: every event kept as it came.)
+                let (want, got) = (
+                    want.batch.unwrap_or_else(|| (input.clone(), n)),
+                    got.batch.unwrap_or_else(|| (input.clone(), n)),
+                );
+                assert_eq!(got.1, want.1, "{code}");
+                assert_eq!(decode(&got.0), decode(&want.0), "{code} round {round}");
+                assert_eq!(got.0, want.0, "{code} round {round}");
+            }
+        }
+        // A field never touched keeps its form (a table writes a float 64).
+        let code = "function cb(tag, ts, r) r.source = tag return 1, ts, r end";
+        let f32 = batch(&[(T, m(&[("f", V::F32(1.5))]))]);
+        let (table, by_default) = (script("lazy_record = false", code), script("", code));
+        let field = |f: &dyn Filter| decode(&f.filter("app", std::slice::from_ref(&f32), 1).batch.unwrap().0);
+        assert_eq!(field(&*by_default)[0].1, m(&[("f", V::F32(1.5)), ("source", "app".into())]));
+        assert_eq!(field(&*table)[0].1, m(&[("f", V::F64(1.5)), ("source", "app".into())]));
+        let walks = "function cb(tag, ts, r) for k in pairs(r) do r[k] = nil end return 1, ts, r end";
+        let s = Script::load(walks.as_bytes(), "=code", "cb", Duration::from_secs(1), None)
+            .unwrap_or_else(|_| panic!());
+        assert!(!s.proxy);
+    }
+
     /// What a lazy record does that a table does not, as docs/lua.md says.
     #[test]
     fn lazy_record_limits() {
@@ -1257,8 +1372,9 @@ mod cost {
             .build(&mut BuildContext::new("lua#0"))
             .unwrap()
         };
-        let (filter, lazy) = (build(false), build(true));
-        let script = Script::load(CODE.as_bytes(), "=code", "add_source", Duration::from_secs(1), false)
+        // The default takes lazy records for this function (escape.rs).
+        let (filter, lazy) = (build(Some(false)), build(None));
+        let script = Script::load(CODE.as_bytes(), "=code", "add_source", Duration::from_secs(1), Some(false))
             .unwrap_or_else(|_| panic!());
         let batch = bench_batch();
         let parts = [batch.clone()];
@@ -1292,8 +1408,8 @@ mod cost {
         }
         let (ours, lazies, least) = (median(ours), median(lazies), median(least));
         println!(
-            "lua filter: {ours:.0} ns/event; with lazy_record: {lazies:.0} ns/event; \
-             floor (Lua C API calls only): {least:.0} ns/event; filter / floor = {:.2}, lazy / floor = {:.2} \
+            "lua filter, a table per record: {ours:.0} ns/event; by default (lazy records): {lazies:.0} ns/event; \
+             floor of a table per record (Lua C API calls only): {least:.0} ns/event; table / floor = {:.2}, default / floor = {:.2} \
              (CPU time of this thread, medians of 11)",
             ours / least,
             lazies / least

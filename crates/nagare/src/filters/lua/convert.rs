@@ -265,8 +265,11 @@ unsafe fn room(l: *mut lua_State, depth: usize) -> Result<(), String> {
 struct Span {
     /// The key's place among the hint's keys (old keys), or `None`.
     old: Option<usize>,
-    /// The key's text in `out` (new str keys sort by it).
+    /// The key's text in `out` (new str keys sort by it), or for a new key
+    /// that is not a string, its msgpack (those sort first, by it).
     key: (usize, usize),
+    /// The key is a string.
+    text: bool,
     start: usize,
     end: usize,
 }
@@ -531,6 +534,7 @@ impl Writer {
                     self.spans.push(Span {
                         old: Some(j),
                         key: (0, 0),
+                        text: true,
                         start,
                         end: out.len(),
                     });
@@ -580,6 +584,7 @@ impl Writer {
             let mut span = Span {
                 old: None,
                 key: (0, 0),
+                text: true,
                 start: out.len(),
                 end: 0,
             };
@@ -605,7 +610,9 @@ impl Writer {
                     }
                 }
                 ffi::LUA_TNUMBER | ffi::LUA_TBOOLEAN | ffi::LUA_TLIGHTUSERDATA => {
-                    self.value(l, k, out, None, depth)?
+                    self.value(l, k, out, None, depth)?;
+                    span.key = (span.start, out.len());
+                    span.text = false;
                 }
                 _ => {
                     return Err(format!(
@@ -631,6 +638,7 @@ impl Writer {
             let place = |s: &Span| s.old.unwrap_or(usize::MAX);
             place(a)
                 .cmp(&place(b))
+                .then(a.text.cmp(&b.text))
                 .then_with(|| out[a.key.0..a.key.1].cmp(&out[b.key.0..b.key.1]))
         };
         if !spans.is_sorted_by(|a, b| cmp(a, b).is_le()) {

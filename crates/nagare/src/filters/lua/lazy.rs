@@ -1,7 +1,10 @@
-//! `lazy_record = true`: the record a script gets is an empty table (a
-//! proxy) whose metatable reads a field from the event's msgpack the first
-//! time the script reads it, so a script that adds a field or reads one
-//! does not pay for turning the whole record into a Lua table and back.
+//! Lazy records: the record a script gets is an empty table (a proxy)
+//! whose metatable reads a field from the event's msgpack the first time
+//! the script reads it, so a script that adds a field or reads one does
+//! not pay for turning the whole record into a Lua table and back. The
+//! default for a function that only uses its record by field name
+//! (escape.rs), where it cannot tell a proxy from a table; always with
+//! `lazy_record = true`.
 //!
 //! - `__index` finds the key among the record's top-level pairs, makes its
 //!   value a Lua value (convert.rs), stores it in the proxy (so later reads
@@ -16,12 +19,14 @@
 //!   (gone when the proxy no longer holds them); new keys follow sorted,
 //!   as for an ordinary table.
 //!
-//! What differs from an ordinary table, and is documented in docs/lua.md:
+//! What differs from an ordinary table (reachable only with
+//! `lazy_record = true`), and is documented in docs/lua.md:
 //! `next(record)`, `rawget`/`rawlen` and `rawequal` see only the fields
 //! touched so far; `getmetatable(record)` is a string and `setmetatable`
 //! fails; a record kept after its call (in a global) has only the fields
-//! touched during the call. Records with a key that is not a string (or
-//! that are not maps) go to the script as ordinary tables.
+//! touched during the call. Records with a key that is not a string or a
+//! key given twice (or that are not maps) go to the script as ordinary
+//! tables.
 
 use std::ffi::{c_int, CStr};
 
@@ -91,6 +96,14 @@ impl Lazy {
                 end: pair.end,
             });
             p = pair.end;
+        }
+        // A key given twice: a table keeps its last value, where `find`
+        // would read the first. Such a record goes as a table.
+        let text = |k: &Key| &rest[k.text.0..k.text.1];
+        for (j, k) in self.keys.iter().enumerate() {
+            if self.keys[..j].iter().any(|o| text(o) == text(k)) {
+                return None;
+            }
         }
         self.touched.clear();
         self.touched.resize(n, false);
