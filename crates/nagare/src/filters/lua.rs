@@ -150,6 +150,9 @@ struct Script {
     lazy: Option<LazyBox>,
     /// Records go to the function as lazy records (proxies).
     proxy: bool,
+    /// The function cannot keep its record (escape.rs): one proxy serves
+    /// every event of a batch, emptied after each.
+    reuse: bool,
 }
 
 /// The `Lazy` of a script: the metamethods hold its address, so it is
@@ -313,6 +316,7 @@ impl Script {
             clock,
             lazy,
             proxy,
+            reuse: proxy && lazy_record.is_none(),
         })
     }
 }
@@ -340,6 +344,7 @@ impl Filter for LuaFilter {
         let lazy = script.lazy.as_ref().filter(|_| script.proxy).map(|z| z.0);
         let mut batch = Batch {
             lazy,
+            reuse: script.reuse.then_some(0),
             clock: &script.clock,
             time_as_table: self.time_as_table,
             out: Vec::with_capacity(parts.iter().map(|p| p.len()).sum::<usize>() * 5 / 4 + 64),
@@ -394,6 +399,9 @@ const TIMED_OUT_MARK: &str = "timed out: the batch ran longer than the filter's 
 struct Batch<'a> {
     /// With `lazy_record`: the current event, for the proxies.
     lazy: Option<*mut lazy::Lazy>,
+    /// One proxy for every event (`Script::reuse`): its stack index, once
+    /// made.
+    reuse: Option<c_int>,
     clock: &'a Clock,
     time_as_table: bool,
     out: Vec<u8>,
@@ -431,6 +439,12 @@ impl Batch<'_> {
             }
             None => 0,
         };
+        if self.reuse.is_some() {
+            ffi::lua_createtable(l, 0, 4);
+            ffi::lua_pushvalue(l, meta);
+            ffi::lua_setmetatable(l, -2);
+            self.reuse = Some(ffi::lua_gettop(l));
+        }
         // Each event's results go above this.
         let top = ffi::lua_gettop(l);
         for part in parts {
@@ -458,6 +472,9 @@ impl Batch<'_> {
                             (*z).current = 0;
                         }
                         ffi::lua_settop(l, top);
+                        if let Some(proxy) = self.reuse {
+                            lazy::empty(l, proxy);
+                        }
                         if result.is_err() {
                             self.out.truncate(at);
                         }
@@ -513,9 +530,14 @@ impl Batch<'_> {
         };
         *len = Some(match proxied {
             Some(n) => {
-                ffi::lua_createtable(l, 0, 2);
-                ffi::lua_pushvalue(l, meta);
-                ffi::lua_setmetatable(l, -2);
+                match self.reuse {
+                    Some(proxy) => ffi::lua_pushvalue(l, proxy),
+                    None => {
+                        ffi::lua_createtable(l, 0, 2);
+                        ffi::lua_pushvalue(l, meta);
+                        ffi::lua_setmetatable(l, -2);
+                    }
+                }
                 if let Some(z) = self.lazy {
                     (*z).current = ffi::lua_topointer(l, -1) as usize;
                 }
@@ -1382,7 +1404,15 @@ mod cost {
         let per_event = |ns: f64| ns / f64::from(batches * EVENTS);
         let (mut ours, mut lazies, mut least) = (Vec::new(), Vec::new(), Vec::new());
         let mut out = Vec::new();
+        // LUA_COST=default times the default filter alone (to profile it).
+        let only_default = std::env::var("LUA_COST").is_ok_and(|v| v == "default");
         for _ in 0..11 {
+            if only_default {
+                for _ in 0..batches * 3 {
+                    black_box(lazy.filter("bench.load", &parts, EVENTS));
+                }
+                continue;
+            }
             let t = cpu_ns();
             for _ in 0..batches {
                 black_box(filter.filter("bench.load", &parts, EVENTS));
@@ -1405,6 +1435,9 @@ mod cost {
                 }
             }
             least.push(per_event(cpu_ns() - t));
+        }
+        if only_default {
+            return;
         }
         let (ours, lazies, least) = (median(ours), median(lazies), median(least));
         println!(

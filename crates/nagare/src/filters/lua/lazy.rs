@@ -167,6 +167,21 @@ pub unsafe fn materialize(l: *mut lua_State, idx: c_int, lz: &mut Lazy) -> Resul
     Ok(())
 }
 
+/// Removes every field of the proxy at `idx`, for the next event
+/// (`Script::reuse`). Clearing fields during `next`'s walk is allowed.
+///
+/// # Safety
+/// `idx` is a table and the stack has room for 3 more.
+pub unsafe fn empty(l: *mut lua_State, idx: c_int) {
+    ffi::lua_pushnil(l);
+    while ffi::lua_next(l, idx) != 0 {
+        ffi::lua_settop(l, -2);
+        ffi::lua_pushvalue(l, -1);
+        ffi::lua_pushnil(l);
+        ffi::lua_rawset(l, idx);
+    }
+}
+
 /// `__index(proxy, key)`: a field not read before.
 unsafe extern "C-unwind" fn index(l: *mut lua_State) -> c_int {
     let lz = state(l);
