@@ -1275,6 +1275,16 @@ end
         assert!(!s.proxy);
     }
 
+    /// escape.rs relies on it: `debug.getlocal` could reach any register.
+    #[test]
+    fn scripts_have_no_debug_library() {
+        let f = script(
+            "",
+            "function cb(tag, ts, r) r.debug = debug == nil and package.loaded.debug == nil return 1, ts, r end",
+        );
+        assert_eq!(run(&*f, "t", &[(T, m(&[]))]), vec![(T, m(&[("debug", true.into())]))]);
+    }
+
     /// What a lazy record does that a table does not, as docs/lua.md says.
     #[test]
     fn lazy_record_limits() {

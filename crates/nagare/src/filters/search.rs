@@ -9,21 +9,27 @@
 
 use std::sync::Mutex;
 
+use memchr::memmem;
 use regex_automata::util::syntax;
 use regex_automata::{meta, Input};
 use regex_syntax::hir::literal::{ExtractKind, Extractor};
-use regex_syntax::hir::{Hir, Look};
+use regex_syntax::hir::{Hir, HirKind, Literal, Look};
 
 /// A rule's pattern: the regex, and for a pattern anchored at the start
 /// (`^FATAL`, common in rewrite_tag and grep rules) the literals a match
 /// must start with, tested before the regex is searched. The regex would
 /// fail at the first bytes too, but only after ~10 ns of search set-up,
 /// paid by every event that does not match.
+///
+/// A pattern that is one literal (`panic`) is looked for with memchr's
+/// `memmem`, without the regex's search set-up at all.
 pub(super) struct Pattern {
     regex: meta::Regex,
     /// Every match starts at the text's start with one of these; `None`:
     /// no such list is known.
     starts: Option<Vec<Vec<u8>>>,
+    /// The pattern is this literal: it matches where these bytes occur.
+    literal: Option<memmem::Finder<'static>>,
 }
 
 impl Pattern {
@@ -47,16 +53,26 @@ impl Pattern {
                 (None, None) => e.to_string(),
             })?;
         // It parsed above, with the same syntax.
-        let starts = syntax::parse_with(pattern, &syntax)
-            .ok()
-            .and_then(|hir| anchored_starts(&hir));
-        Ok(Pattern { regex, starts })
+        let hir = syntax::parse_with(pattern, &syntax).ok();
+        let starts = hir.as_ref().and_then(anchored_starts);
+        let literal = match hir.as_ref().map(Hir::kind) {
+            Some(HirKind::Literal(Literal(bytes))) => Some(memmem::Finder::new(bytes).into_owned()),
+            _ => None,
+        };
+        Ok(Pattern {
+            regex,
+            starts,
+            literal,
+        })
     }
 
     /// Whether the pattern matches anywhere in `text` (`Regex::is_match`,
     /// with the caller's cache).
     #[inline]
     pub(super) fn is_match(&self, cache: &mut meta::Cache, text: &[u8]) -> bool {
+        if let Some(literal) = &self.literal {
+            return literal.find(text).is_some();
+        }
         if let Some(starts) = &self.starts {
             if !starts.iter().any(|s| text.starts_with(s)) {
                 return false;
@@ -119,6 +135,43 @@ impl<T> CachePool<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn literal_patterns_are_found_as_regex_finds_them() {
+        let texts: [&[u8]; 7] = [
+            b"",
+            b"panic",
+            b"a panic!",
+            b"pani",
+            b"PANIC",
+            b"\xffpanic\xff",
+            b"x\xe9y",
+        ];
+        // (pattern, whether it is searched as a literal)
+        let patterns = [
+            ("panic", true),
+            ("é", true),
+            ("p\\.nic", true),
+            ("(?i)panic", false),
+            ("panic|x", false),
+            ("", false),
+            ("^panic", false),
+            ("panic$", false),
+        ];
+        for (pattern, literal) in patterns {
+            let ours = Pattern::new(pattern).unwrap();
+            assert_eq!(ours.literal.is_some(), literal, "{pattern}");
+            let theirs = regex::bytes::Regex::new(pattern).unwrap();
+            let mut cache = ours.regex().create_cache();
+            for text in texts {
+                assert_eq!(
+                    ours.is_match(&mut cache, text),
+                    theirs.is_match(text),
+                    "{pattern} on {text:?}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn anchored_patterns_test_their_start_and_match_as_regex_does() {

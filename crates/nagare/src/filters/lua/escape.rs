@@ -9,10 +9,14 @@
 //! over the proxy by default, which spares building every record as a
 //! whole table; any other use of the record takes the ordinary table.
 //!
-//! The analysis is over-cautious by design: a register that ever holds a
-//! copy of the record (through `MOVE`) is taken to hold it everywhere, and
-//! any instruction that reads such a register, other than the few
-//! accepted below, refuses the function.
+//! The analysis follows every path through the function (jumps and tests
+//! taken both ways): a register may hold the record after a `MOVE` from
+//! one that may, until an instruction writes it. It is over-cautious by
+//! design: any instruction that reads a register that may hold the
+//! record, other than the few accepted below, refuses the function, and
+//! so does bytecode it cannot read. It relies on the script having no
+//! `debug` library (mlua's safe subset leaves it out), whose `getlocal`
+//! could reach any register.
 
 /// Why the function may let the record escape (or reach it otherwise than
 /// by field name); `Ok` when it cannot.
@@ -109,6 +113,9 @@ fn check(f: &Proto) -> Result<(), &'static str> {
     // forward walk of every path (a join is the union), from the record's
     // own register at the entry.
     let n = f.code.len();
+    if n == 0 {
+        return Err(TRUNCATED);
+    }
     let mut before: Vec<Option<Regs>> = vec![None; n];
     let mut entry = Regs::default();
     entry.set(RECORD, true);
