@@ -161,15 +161,21 @@ mod tests {
         for (pattern, literal) in patterns {
             let ours = Pattern::new(pattern).unwrap();
             assert_eq!(ours.literal.is_some(), literal, "{pattern}");
-            let theirs = regex::bytes::Regex::new(pattern).unwrap();
-            let mut cache = ours.regex().create_cache();
-            for text in texts {
-                assert_eq!(
-                    ours.is_match(&mut cache, text),
-                    theirs.is_match(text),
-                    "{pattern} on {text:?}"
-                );
-            }
+            agrees_with_regex(&ours, pattern, &texts);
+        }
+    }
+
+    /// `ours` (made of `pattern`) matches each of `texts` as regex does.
+    fn agrees_with_regex(ours: &Pattern, pattern: &str, texts: &[&[u8]]) {
+        let theirs = regex::bytes::Regex::new(pattern).unwrap();
+        let mut cache = ours.regex().create_cache();
+        for text in texts {
+            assert_eq!(
+                ours.is_match(&mut cache, text),
+                theirs.is_match(text),
+                "{pattern} on {:?}",
+                String::from_utf8_lossy(text)
+            );
         }
     }
 
@@ -206,16 +212,7 @@ mod tests {
                 "{pattern}: {:?}",
                 ours.starts
             );
-            let theirs = regex::bytes::Regex::new(pattern).unwrap();
-            let mut cache = ours.regex().create_cache();
-            for text in texts {
-                assert_eq!(
-                    ours.is_match(&mut cache, text),
-                    theirs.is_match(text),
-                    "{pattern} on {:?}",
-                    String::from_utf8_lossy(text)
-                );
-            }
+            agrees_with_regex(&ours, pattern, &texts);
         }
         // A bad pattern's error reads as regex's own (a variable: clippy
         // refuses an invalid regex literal).
