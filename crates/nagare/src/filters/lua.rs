@@ -1233,6 +1233,9 @@ end
             V::Map(vec![("n".into(), 1.into()), ("n".into(), 2.into()), ("s".into(), "a".into())]),
             V::Map(vec![("n".into(), 1.into()), (1.into(), "int key".into())]),
             m(&[]),
+            // Wide records (their keys are checked sorted), one with a key twice.
+            V::Map((0..40).map(|i| (format!("k{i}").into(), i.into())).chain([("n".into(), 3.into())]).collect()),
+            V::Map((0..40).map(|i| (format!("k{}", i % 39).into(), i.into())).collect()),
         ];
         let input = batch(&records.iter().map(|r| (T, r.clone())).collect::<Vec<_>>());
         for body in bodies {

@@ -61,6 +61,8 @@ pub struct Lazy {
     /// Pairs the script read or assigned (a touched pair the proxy no
     /// longer holds was deleted).
     pub touched: Vec<bool>,
+    /// Room to sort a wide record's keys (`key_given_twice`).
+    sorted: Vec<(usize, usize)>,
 }
 
 // SAFETY: `rec` points into the batch being filtered and is only read
@@ -75,6 +77,7 @@ impl Default for Lazy {
             len: 0,
             keys: Vec::new(),
             touched: Vec::new(),
+            sorted: Vec::new(),
         }
     }
 }
@@ -99,17 +102,28 @@ impl Lazy {
         }
         // A key given twice: a table keeps its last value, where `find`
         // would read the first. Such a record goes as a table.
-        let text = |k: &Key| &rest[k.text.0..k.text.1];
-        for (j, k) in self.keys.iter().enumerate() {
-            if self.keys[..j].iter().any(|o| text(o) == text(k)) {
-                return None;
-            }
+        if self.key_given_twice(rest) {
+            return None;
         }
         self.touched.clear();
         self.touched.resize(n, false);
         self.rec = rest.as_ptr();
         self.len = p;
         Some(p)
+    }
+
+    /// Whether two of `keys` have the same text: pair by pair for a few,
+    /// sorted for more (a wide record must not cost n² compares).
+    fn key_given_twice(&mut self, rest: &[u8]) -> bool {
+        let text = |k: (usize, usize)| &rest[k.0..k.1];
+        if self.keys.len() <= 16 {
+            return (1..self.keys.len())
+                .any(|j| self.keys[..j].iter().any(|o| text(o.text) == text(self.keys[j].text)));
+        }
+        self.sorted.clear();
+        self.sorted.extend(self.keys.iter().map(|k| k.text));
+        self.sorted.sort_unstable_by(|a, b| text(*a).cmp(text(*b)));
+        self.sorted.windows(2).any(|w| text(w[0]) == text(w[1]))
     }
 
     /// The current record's bytes.
