@@ -83,24 +83,23 @@ impl FilterPlugin for GrepConfig {
                 "a grep filter needs at least one [[filter.regex]] or [[filter.exclude]] rule",
             ));
         }
-        let mut all = rules("regex", &self.regex)?;
-        all.extend(rules("exclude", &self.exclude)?);
         let mut fields = Fields::default();
-        let field_of = all.iter().map(|r| fields.add(&r.key)).collect();
+        let mut all = rules("regex", &self.regex, &mut fields)?;
+        all.extend(rules("exclude", &self.exclude, &mut fields)?);
         Ok(Box::new(Grep {
             rules: all,
             regex_rules: self.regex.len(),
             regex_combine: self.regex_combine,
             exclude_combine: self.exclude_combine,
             fields,
-            field_of,
             caches: CachePool::default(),
         }))
     }
 }
 
-/// The rules of `[[filter.<what>]]`, checked (shared with sample's `exclude`).
-pub(super) fn rules(what: &str, rules: &[GrepRule]) -> Result<Vec<Rule>, OptionError> {
+/// The rules of `[[filter.<what>]]`, checked (shared with sample's
+/// `exclude`); their fields are added to `fields`.
+pub(super) fn rules(what: &str, rules: &[GrepRule], fields: &mut Fields) -> Result<Vec<Rule>, OptionError> {
     rules
         .iter()
         .enumerate()
@@ -110,26 +109,26 @@ pub(super) fn rules(what: &str, rules: &[GrepRule]) -> Result<Vec<Rule>, OptionE
             let pattern = Pattern::new(&r.pattern).map_err(|e| {
                 OptionError::new(format!("{what}[{i}].pattern"), format!("bad regex: {e}"))
             })?;
-            Ok(Rule { key, pattern })
+            Ok(Rule {
+                field: fields.add(&key),
+                pattern,
+            })
         })
         .collect()
 }
 
 pub(super) struct Rule {
-    key: FieldPath,
+    /// The rule's field among the filter's `Fields`.
+    field: usize,
     pattern: Pattern,
 }
 
 impl Rule {
-    /// The rule's field.
-    pub(super) fn key(&self) -> &FieldPath {
-        &self.key
-    }
-
-    /// The record has the field, found at `span`, and its text matches
-    /// (searched with `cache`, one of this rule's `cache()`s).
-    pub(super) fn matches_at(&self, record: &[u8], span: Span, scratch: &mut Vec<u8>, cache: &mut meta::Cache) -> bool {
-        match span {
+    /// The record has the field (`spans`: where the filter's `Fields` are
+    /// in it) and its text matches (searched with `cache`, one of this
+    /// rule's `cache()`s).
+    pub(super) fn matches_at(&self, record: &[u8], spans: &[Span], scratch: &mut Vec<u8>, cache: &mut meta::Cache) -> bool {
+        match spans[self.field] {
             Some((a, b)) => self.pattern.is_match(cache, value_text(&record[a..b], scratch)),
             None => false,
         }
@@ -149,8 +148,6 @@ struct Grep {
     exclude_combine: Combine,
     /// The rules' fields, found in the walk of each entry.
     fields: Fields,
-    /// Each rule's field among `fields`.
-    field_of: Vec<usize>,
     /// Search caches, one per rule, taken once per batch.
     caches: CachePool<Vec<meta::Cache>>,
 }
@@ -159,7 +156,7 @@ impl Grep {
     fn keeps(&self, record: &[u8], spans: &[Span], scratch: &mut Vec<u8>, caches: &mut [meta::Cache]) -> bool {
         // Rules by index, not zipped iterators: for one or two rules the
         // zips' set-up cost more than the rules' own tests.
-        let mut hit = |i: usize| self.rules[i].matches_at(record, spans[self.field_of[i]], scratch, &mut caches[i]);
+        let mut hit = |i: usize| self.rules[i].matches_at(record, spans, scratch, &mut caches[i]);
         let (regex, exclude) = (0..self.regex_rules, self.regex_rules..self.rules.len());
         let passes = regex.is_empty()
             || match self.regex_combine {

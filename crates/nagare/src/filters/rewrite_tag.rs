@@ -70,16 +70,13 @@ impl FilterPlugin for RewriteTagConfig {
         if self.rule.is_empty() {
             return Err(OptionError::new("rule", "needs at least one [[filter.rule]]"));
         }
-        let mut rules: Vec<Rule> = self
+        let mut fields = Fields::default();
+        let rules: Vec<Rule> = self
             .rule
             .iter()
             .enumerate()
-            .map(|(i, r)| Rule::new(r).map_err(|(k, e)| OptionError::new(format!("rule[{i}].{k}"), e)))
+            .map(|(i, r)| Rule::new(r, &mut fields).map_err(|(k, e)| OptionError::new(format!("rule[{i}].{k}"), e)))
             .collect::<Result<_, _>>()?;
-        let mut fields = Fields::default();
-        for r in &mut rules {
-            r.key_id = fields.add(&r.key);
-        }
         Ok(Box::new(RewriteTag {
             rules,
             fields,
@@ -98,7 +95,6 @@ pub(super) enum Part {
 }
 
 struct Rule {
-    key: FieldPath,
     /// The rule's field among `RewriteTag::fields` (rules on the same field share it).
     key_id: usize,
     /// The pattern, searched with a cache of the batch's own (see
@@ -110,7 +106,8 @@ struct Rule {
 }
 
 impl Rule {
-    fn new(r: &RewriteRule) -> Result<Rule, (&'static str, String)> {
+    /// The rule `r`; its field is added to `fields`.
+    fn new(r: &RewriteRule, fields: &mut Fields) -> Result<Rule, (&'static str, String)> {
         let key = FieldPath::parse(&r.key).map_err(|e| ("key", e))?;
         let test = Pattern::new(&r.pattern).map_err(|e| ("pattern", format!("bad regex: {e}")))?;
         let tag = tag_template(&r.tag).map_err(|e| ("tag", e))?;
@@ -134,8 +131,7 @@ impl Rule {
             return Err(("tag", "must not be empty".into()));
         }
         Ok(Rule {
-            key,
-            key_id: 0,
+            key_id: fields.add(&key),
             test,
             invert: r.invert,
             tag,

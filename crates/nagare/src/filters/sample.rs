@@ -93,9 +93,8 @@ impl SampleConfig {
                 Share::new(millionths, 1_000_000)
             }
         };
-        let exclude = rules("exclude", &self.exclude)?;
         let mut fields = Fields::default();
-        let exclude_fields = exclude.iter().map(|r| fields.add(r.key())).collect();
+        let exclude = rules("exclude", &self.exclude, &mut fields)?;
         let key = match &self.key {
             None => None,
             Some(k) => Some(fields.add(&FieldPath::parse(k).map_err(|e| OptionError::new("key", e))?)),
@@ -104,7 +103,6 @@ impl SampleConfig {
             share,
             key,
             exclude,
-            exclude_fields,
             fields,
             counted: AtomicU64::new(0),
             caches: CachePool::default(),
@@ -149,8 +147,6 @@ struct Sample {
     /// The `key` field among `fields`.
     key: Option<usize>,
     exclude: Vec<Rule>,
-    /// Each `exclude` rule's field among `fields`.
-    exclude_fields: Vec<usize>,
     /// The fields the rules and `key` read, found in the walk of each entry.
     fields: Fields,
     /// Events sampled by counting so far (shared by every input's task).
@@ -161,8 +157,8 @@ struct Sample {
 
 impl Sample {
     fn keeps(&self, record: &[u8], spans: &[Span], scratch: &mut Vec<u8>, caches: &mut [meta::Cache]) -> bool {
-        let mut rules = self.exclude.iter().zip(caches).zip(&self.exclude_fields);
-        if rules.any(|((r, cache), f)| r.matches_at(record, spans[*f], scratch, cache)) {
+        let mut rules = self.exclude.iter().zip(caches);
+        if rules.any(|(r, cache)| r.matches_at(record, spans, scratch, cache)) {
             return true;
         }
         match self.key.and_then(|k| spans[k]) {
