@@ -25,11 +25,17 @@ use regex_syntax::hir::{Hir, HirKind, Literal, Look};
 /// `memmem`, without the regex's search set-up at all.
 pub(super) struct Pattern {
     regex: meta::Regex,
-    /// Every match starts at the text's start with one of these; `None`:
-    /// no such list is known.
-    starts: Option<Vec<Vec<u8>>>,
+    quick: Quick,
+}
+
+/// What is known of a pattern's matches without searching its regex.
+enum Quick {
     /// The pattern is this literal: it matches where these bytes occur.
-    literal: Option<memmem::Finder<'static>>,
+    Literal(Box<memmem::Finder<'static>>),
+    /// Every match starts at the text's start with one of these.
+    Starts(Vec<Vec<u8>>),
+    /// Nothing: the regex is searched.
+    None,
 }
 
 impl Pattern {
@@ -53,30 +59,26 @@ impl Pattern {
                 (None, None) => e.to_string(),
             })?;
         // It parsed above, with the same syntax.
-        let hir = syntax::parse_with(pattern, &syntax).ok();
-        let starts = hir.as_ref().and_then(anchored_starts);
-        let literal = match hir.as_ref().map(Hir::kind) {
-            Some(HirKind::Literal(Literal(bytes))) => Some(memmem::Finder::new(bytes).into_owned()),
-            _ => None,
+        let quick = match syntax::parse_with(pattern, &syntax) {
+            Ok(hir) => match hir.kind() {
+                HirKind::Literal(Literal(bytes)) => {
+                    Quick::Literal(Box::new(memmem::Finder::new(bytes).into_owned()))
+                }
+                _ => anchored_starts(&hir).map_or(Quick::None, Quick::Starts),
+            },
+            Err(_) => Quick::None,
         };
-        Ok(Pattern {
-            regex,
-            starts,
-            literal,
-        })
+        Ok(Pattern { regex, quick })
     }
 
     /// Whether the pattern matches anywhere in `text` (`Regex::is_match`,
     /// with the caller's cache).
     #[inline]
     pub(super) fn is_match(&self, cache: &mut meta::Cache, text: &[u8]) -> bool {
-        if let Some(literal) = &self.literal {
-            return literal.find(text).is_some();
-        }
-        if let Some(starts) = &self.starts {
-            if !starts.iter().any(|s| text.starts_with(s)) {
-                return false;
-            }
+        match &self.quick {
+            Quick::Literal(literal) => return literal.find(text).is_some(),
+            Quick::Starts(starts) if !starts.iter().any(|s| text.starts_with(s)) => return false,
+            _ => {}
         }
         self.regex
             .search_half_with(cache, &Input::new(text).earliest(true))
@@ -160,7 +162,11 @@ mod tests {
         ];
         for (pattern, literal) in patterns {
             let ours = Pattern::new(pattern).unwrap();
-            assert_eq!(ours.literal.is_some(), literal, "{pattern}");
+            assert_eq!(
+                matches!(ours.quick, Quick::Literal(_)),
+                literal,
+                "{pattern}"
+            );
             agrees_with_regex(&ours, pattern, &texts);
         }
     }
@@ -206,12 +212,7 @@ mod tests {
         ];
         for (pattern, tested) in patterns {
             let ours = Pattern::new(pattern).unwrap();
-            assert_eq!(
-                ours.starts.is_some(),
-                tested,
-                "{pattern}: {:?}",
-                ours.starts
-            );
+            assert_eq!(matches!(ours.quick, Quick::Starts(_)), tested, "{pattern}");
             agrees_with_regex(&ours, pattern, &texts);
         }
         // A bad pattern's error reads as regex's own (a variable: clippy
