@@ -70,8 +70,9 @@ fn build<C: FilterPlugin + serde::de::DeserializeOwned>(toml_text: &str) -> Box<
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// This thread's CPU time: the machine's other load does not count.
-fn cpu_ns() -> f64 {
+/// This thread's CPU time: the machine's other load does not count
+/// (lua.rs's `lua_cost` uses it too).
+pub(super) fn cpu_ns() -> f64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -141,15 +142,17 @@ tag = "rewritten.${tag_parts[1]}"
             times[i + 1].push(per_event(cpu_ns() - t));
         }
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
-    };
     let names = std::iter::once("entries walk").chain(filters.iter().map(|(n, _)| *n));
-    for (name, t) in names.zip(&mut times) {
+    for (name, t) in names.zip(times) {
         println!(
             "{name}: {:.1} ns/event (CPU time of this thread, median of 11)",
             median(t)
         );
     }
+}
+
+/// The median of `v` (not empty).
+pub(super) fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
 }

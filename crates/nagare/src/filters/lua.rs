@@ -1334,6 +1334,7 @@ end
 #[cfg(test)]
 mod cost {
     use super::*;
+    use crate::filters::cost::{cpu_ns, median};
     use std::hint::black_box;
 
     const CODE: &str = "function add_source(tag, ts, record) record.source = tag return 1, ts, record end";
@@ -1385,11 +1386,6 @@ mod cost {
             ffi::lua_settop(l, top);
         }
         black_box(batch.len());
-    }
-
-    fn median(mut v: Vec<f64>) -> f64 {
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
     }
 
     #[test]
@@ -1460,13 +1456,5 @@ mod cost {
             ours / least,
             lazies / least
         );
-    }
-
-    /// This thread's CPU time: the machine's other load does not count.
-    fn cpu_ns() -> f64 {
-        let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-        // SAFETY: a valid timespec to fill.
-        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        ts.tv_sec as f64 * 1e9 + ts.tv_nsec as f64
     }
 }
