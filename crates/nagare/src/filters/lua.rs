@@ -344,7 +344,7 @@ impl Filter for LuaFilter {
         let lazy = script.lazy.as_ref().filter(|_| script.proxy).map(|z| z.0);
         let mut batch = Batch {
             lazy,
-            reuse: script.reuse.then_some(0),
+            reuse: None,
             clock: &script.clock,
             time_as_table: self.time_as_table,
             out: Vec::with_capacity(parts.iter().map(|p| p.len()).sum::<usize>() * 5 / 4 + 64),
@@ -361,7 +361,7 @@ impl Filter for LuaFilter {
             unsafe {
                 script
                     .lua
-                    .exec_raw::<()>((&script.func, tag), |l| batch.run(l, parts))
+                    .exec_raw::<()>((&script.func, tag), |l| batch.run(l, parts, script.reuse))
             }
         });
         if let Err(e) = ran {
@@ -399,8 +399,8 @@ const TIMED_OUT_MARK: &str = "timed out: the batch ran longer than the filter's 
 struct Batch<'a> {
     /// With `lazy_record`: the current event, for the proxies.
     lazy: Option<*mut lazy::Lazy>,
-    /// One proxy for every event (`Script::reuse`): its stack index, once
-    /// made.
+    /// With `Script::reuse`: the stack index of the one proxy every event
+    /// of the batch gets (made by `run`).
     reuse: Option<c_int>,
     clock: &'a Clock,
     time_as_table: bool,
@@ -425,8 +425,8 @@ enum Outcome {
 
 impl Batch<'_> {
     /// Filters every entry of `parts`; the stack holds the function and
-    /// the tag at its top.
-    unsafe fn run(&mut self, l: *mut lua_State, parts: &[Bytes]) {
+    /// the tag at its top. With `reuse`, one proxy serves every event.
+    unsafe fn run(&mut self, l: *mut lua_State, parts: &[Bytes], reuse: bool) {
         let (func, tag) = (ffi::lua_gettop(l) - 1, ffi::lua_gettop(l));
         // Lua strings are immutable and the tag's is pushed once: a value
         // that is this very string is the tag, which is UTF-8.
@@ -439,7 +439,7 @@ impl Batch<'_> {
             }
             None => 0,
         };
-        if self.reuse.is_some() {
+        if reuse {
             ffi::lua_createtable(l, 0, 4);
             ffi::lua_pushvalue(l, meta);
             ffi::lua_setmetatable(l, -2);
