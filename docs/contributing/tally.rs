@@ -7,9 +7,9 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
 
-use crate::buffer::Chunk;
-use crate::outputs::{FlushError, Output};
-use crate::plugin::{BuildContext, OptionError, OutputPlugin};
+use nagare_core::chunk::Chunk;
+use nagare_core::output::{FlushError, Output, OutputPlugin};
+use nagare_core::plugin::{BuildContext, OptionError};
 
 /// The options: one serde struct; its doc comments become the reference.
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]

@@ -8,9 +8,11 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use crate::config::Config;
-use crate::reload::Pipeline;
-use crate::stats::Registry;
-use crate::{logging, monitor, service};
+use crate::monitor;
+use crate::topology::service;
+use crate::topology::signals::{Signal, StopSignals};
+use crate::topology::Pipeline;
+use nagare_core::metrics::Registry;
 
 pub fn worker_count(cfg: &Config) -> usize {
     if cfg.system.workers > 0 {
@@ -100,41 +102,4 @@ async fn run_async(
     drained?;
     tracing::info!("stopped; every buffer drained");
     Ok(())
-}
-
-pub(crate) enum Signal {
-    Stop,
-    Hangup,
-}
-
-/// SIGTERM, SIGINT and SIGHUP, listened to from the start; SIGUSR1 (the log
-/// file is reopened) is handled inside `wait`.
-pub(crate) struct StopSignals {
-    term: tokio::signal::unix::Signal,
-    int: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-    usr1: tokio::signal::unix::Signal,
-}
-
-impl StopSignals {
-    fn install() -> anyhow::Result<StopSignals> {
-        use tokio::signal::unix::{signal, SignalKind};
-        Ok(StopSignals {
-            term: signal(SignalKind::terminate())?,
-            int: signal(SignalKind::interrupt())?,
-            hup: signal(SignalKind::hangup())?,
-            usr1: signal(SignalKind::user_defined1())?,
-        })
-    }
-
-    pub(crate) async fn wait(&mut self) -> Signal {
-        loop {
-            tokio::select! {
-                _ = self.term.recv() => return Signal::Stop,
-                _ = self.int.recv() => return Signal::Stop,
-                _ = self.hup.recv() => return Signal::Hangup,
-                _ = self.usr1.recv() => logging::reopen(),
-            }
-        }
-    }
 }

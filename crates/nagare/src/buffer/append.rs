@@ -26,7 +26,7 @@ enum ChunkIds<'a> {
     /// Chunks of their own, with ids derived from the sender's (`append_kept`).
     Derived(Origin<'a>),
 }
-use crate::stats::PluginStats;
+use nagare_core::metrics::PluginStats;
 
 /// Why an append was refused.
 #[derive(Debug, thiserror::Error)]
@@ -229,7 +229,7 @@ impl Buffer {
             st.disk_only -= old.len;
             self.show_disk_only(st);
         }
-        self.free_file(old.file.clone());
+        self.free_file(super::slot_of(&old));
         for w in st.waiters.remove(&old.id).unwrap_or_default() {
             let _ = w.send(false);
         }
@@ -407,7 +407,7 @@ impl Buffer {
             len,
             held,
             count,
-            file,
+            file: super::held(file),
         };
         if self.store.is_some() {
             keep_on_disk_if_over(st, &mut chunk, self.cfg.memory_limit_size.0 as usize);
@@ -487,7 +487,7 @@ mod tests {
     use super::super::testing::{buffer, drain};
     use super::*;
     use crate::buffer::BufferConfig;
-    use crate::config::units::Size;
+    use nagare_core::units::Size;
 
     #[tokio::test]
     async fn big_batches_are_shared_small_ones_copied_together() {

@@ -2,12 +2,12 @@
 //! closed chunk the flush workers hand to the output, and the cutting of a
 //! batch too big for one chunk.
 
-use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+pub use nagare_core::chunk::Chunk;
 
-use super::chunk_file::{ChunkFile, Slot};
+use super::chunk_file::ChunkFile;
 
 /// Batches at least this big are kept as they arrived (shared, not copied);
 /// smaller ones are copied together so a chunk does not become thousands of
@@ -19,98 +19,6 @@ pub const SHARE_THRESHOLD: usize = 32 * 1024;
 /// The first allocation for copied batches of a staged chunk; it doubles as
 /// it fills, up to the chunk's size limit.
 const FIRST_COPY_BLOCK: usize = 4 * 1024;
-
-/// A closed chunk: one tag and its events as PackedForward entries, held in
-/// one or more segments that together form the payload.
-#[derive(Debug, Clone)]
-pub struct Chunk {
-    /// Unique id, stable across retries (sent as the forward `chunk` option).
-    pub id: [u8; 16],
-    pub tag: Arc<str>,
-    pub segments: Vec<Bytes>,
-    /// Total payload bytes of all segments.
-    pub len: usize,
-    /// Bytes the chunk is charged against `total_limit_size`: the memory its
-    /// segments keep alive (payload plus spare capacity), or its payload
-    /// length once it is kept on disk only.
-    pub held: usize,
-    pub count: u32,
-    /// The chunk's file, for a file buffer: freed once the chunk is committed.
-    pub file: Option<Arc<Slot>>,
-}
-
-impl Chunk {
-    /// A chunk held in memory in one piece (no buffer file): a part of a
-    /// chunk cut for one server, or a test's chunk.
-    pub fn in_memory(id: [u8; 16], tag: Arc<str>, payload: Vec<u8>, count: u32) -> Chunk {
-        Chunk {
-            id,
-            tag,
-            len: payload.len(),
-            held: payload.len(),
-            count,
-            segments: vec![Bytes::from(payload)],
-            file: None,
-        }
-    }
-
-    /// A file buffer's chunk whose events are on disk only, read back before it is sent.
-    pub(super) fn on_disk_only(&self) -> bool {
-        self.segments.is_empty() && self.len > 0
-    }
-
-    pub fn id_hex(&self) -> String {
-        hex::encode(self.id)
-    }
-
-    /// Every event of the chunk: (time, record, whole entry).
-    pub fn entries(&self) -> impl Iterator<Item = (nagare_forward::EventTime, &[u8], &[u8])> {
-        self.segments
-            .iter()
-            .flat_map(|s| crate::formats::entries(s))
-    }
-
-    /// Each entry's record with the value of its top-level `key`, in one
-    /// walk (`formats::entries_with_field`).
-    pub fn entries_with_field<'a>(
-        &'a self,
-        key: &'a [u8],
-    ) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> {
-        self.segments
-            .iter()
-            .flat_map(move |s| crate::formats::entries_with_field(s, key))
-    }
-
-    /// Each entry's bytes whole (`[time, record]`), for outputs that pass
-    /// entries on as they are: one skip per entry, neither time nor record read.
-    pub fn raw_entries(&self) -> impl Iterator<Item = &[u8]> {
-        self.segments.iter().flat_map(|s| {
-            let mut p = 0;
-            std::iter::from_fn(move || {
-                // Entries were checked on the way in; a failure here would
-                // be a bug, and ending the iteration is the safe answer.
-                let end = nagare_forward::msgpack::skip_value(s, p).ok()?;
-                let entry = &s[p..end];
-                p = end;
-                Some(entry)
-            })
-        })
-    }
-
-    /// The payload in one piece (copies unless there is a single segment).
-    pub fn contiguous(&self) -> Bytes {
-        match self.segments.as_slice() {
-            [one] => one.clone(),
-            many => {
-                let mut b = BytesMut::with_capacity(self.len);
-                for s in many {
-                    b.extend_from_slice(s);
-                }
-                b.freeze()
-            }
-        }
-    }
-}
 
 /// The chunk of a tag that batches are being appended to.
 pub(super) struct Staging {

@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 
 use super::recovery::Recovered;
-use crate::holder::{LockError, PidLock};
+use nagare_core::holder::{LockError, PidLock};
 
 pub(super) const MAGIC: &[u8; 7] = b"NAGAREB";
 /// Replaces MAGIC in a slot whose chunk was delivered.

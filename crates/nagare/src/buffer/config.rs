@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::config::units::{Dur, Size};
+use nagare_core::units::{Dur, Size};
 
 /// When a file buffer fsyncs its chunk files.
 #[derive(

@@ -11,8 +11,8 @@ use bytes::Bytes;
 
 use super::chunk_file::{start_chunk, Slot};
 use super::{Buffer, Chunk};
-use crate::outputs::FlushError;
-use crate::stats::PluginStats;
+use nagare_core::metrics::PluginStats;
+use nagare_core::output::FlushError;
 
 impl Buffer {
     /// Hands over a chunk whose output gave up on it (retries exhausted, or

@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use tokio::task::JoinHandle;
 
 use super::{Buffer, Chunk};
-use crate::outputs::FlushError;
-use crate::stats::PluginStats;
+use nagare_core::metrics::PluginStats;
+use nagare_core::output::FlushError;
 
 impl Buffer {
     /// Starts the flush workers and the interval timer.
@@ -87,7 +87,7 @@ impl Buffer {
 
     /// Frees a chunk that was delivered or given up on.
     pub(super) fn commit(&self, chunk: &Chunk, delivered: bool) {
-        self.free_file(chunk.file.clone());
+        self.free_file(super::slot_of(chunk));
         self.forget(chunk, delivered);
     }
 

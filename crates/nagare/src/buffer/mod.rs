@@ -25,6 +25,18 @@ mod dead_letters;
 mod flush;
 mod paging;
 mod recovery;
+
+/// The file slot a chunk holds (`Chunk::file`, which the core keeps as an
+/// opaque handle: outputs never touch it).
+fn slot_of(chunk: &Chunk) -> Option<Arc<Slot>> {
+    chunk.file.clone()?.downcast::<Slot>().ok()
+}
+
+/// A slot as the chunk holds it.
+fn held(slot: Option<Arc<Slot>>) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+    slot.map(|s| s as Arc<dyn std::any::Any + Send + Sync>)
+}
+
 #[cfg(test)]
 mod testing;
 
@@ -41,10 +53,10 @@ pub use chunk_file::FileStore;
 pub use config::{BufferConfig, BufferType, OverflowAction, SyncMode};
 pub use recovery::read_chunk_file;
 
-use crate::outputs::Output;
-use crate::stats::PluginStats;
 use chunk::Staging;
 use chunk_file::Slot;
+use nagare_core::metrics::PluginStats;
+use nagare_core::output::Output;
 use recovery::Recovered;
 
 #[derive(Default)]

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use super::recovery::read_chunk_file;
 use super::{Buffer, Chunk, State};
-use crate::stats::PluginStats;
+use nagare_core::metrics::PluginStats;
 
 /// A file buffer keeps a queued chunk on disk only (its events are read back
 /// when it is sent) while the chunks held in memory pass `memory_limit`: so
@@ -33,8 +33,8 @@ impl Buffer {
     /// longer holds the chunk (damaged on disk) is quarantined and its events
     /// counted as lost: `None`.
     pub(super) async fn read_back(&self, mut chunk: Chunk) -> Option<Chunk> {
-        let slot = match &chunk.file {
-            Some(slot) if chunk.on_disk_only() => slot.clone(),
+        let slot = match super::slot_of(&chunk) {
+            Some(slot) if chunk.on_disk_only() => slot,
             _ => return Some(chunk),
         };
         let path = slot.path.clone();
@@ -84,7 +84,7 @@ mod tests {
     };
     use super::*;
     use crate::buffer::{BufferConfig, OverflowAction};
-    use crate::config::units::Size;
+    use nagare_core::units::Size;
 
     #[tokio::test]
     async fn a_file_buffer_keeps_chunks_past_its_memory_limit_on_disk_only() {
@@ -161,7 +161,7 @@ mod tests {
         let damaged = {
             let st = b.state.lock().unwrap();
             assert!(st.queue.iter().all(|c| c.on_disk_only()));
-            st.queue[1].file.as_ref().unwrap().path.clone()
+            super::super::slot_of(&st.queue[1]).unwrap().path.clone()
         };
         std::fs::OpenOptions::new()
             .write(true)

@@ -17,7 +17,7 @@ use super::chunk_file::{
     open_slot, FileStore, Slot, FREE_MAGIC, ID_LEN, MAGIC, RECORD_HEADER, VERSION,
 };
 use super::{Chunk, State};
-use crate::stats::PluginStats;
+use nagare_core::metrics::PluginStats;
 
 /// A chunk found on disk at start.
 pub struct Recovered {
@@ -60,7 +60,7 @@ pub(super) fn queue_recovered(
             held: r.len,
             segments,
             count: r.count,
-            file: r.slot,
+            file: super::held(r.slot),
         });
     }
     stats.buffer_bytes.store(state.bytes as u64, Relaxed);

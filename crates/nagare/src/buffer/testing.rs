@@ -6,9 +6,9 @@ use async_trait::async_trait;
 use bytes::Bytes;
 
 use super::{Buffer, BufferConfig, Chunk, FileStore};
-use crate::config::units::Size;
-use crate::outputs::{FlushError, Output};
-use crate::stats::PluginStats;
+use nagare_core::metrics::PluginStats;
+use nagare_core::output::{FlushError, Output};
+use nagare_core::units::Size;
 
 /// An entry `[i, {}]`.
 pub fn entry(i: u8) -> Bytes {

@@ -15,9 +15,9 @@ use nagare_forward::handshake::ClientHandshake;
 use nagare_forward::{encode_packed_forward, write_entry, Compression, EventTime};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use crate::forward_io::{self, ClientError};
-use crate::plugin::BuildContext;
-use crate::tls::{TlsClient, TlsOptions};
+use crate::net::tls::{TlsClient, TlsOptions};
+use crate::proto::forward_io::{self, ClientError};
+use nagare_core::plugin::BuildContext;
 
 /// Without acks, how long cat waits at the end for the server to close the
 /// connection (it has read everything then; a server that wanted a
@@ -48,7 +48,7 @@ pub struct CatArgs {
     pub batch: usize,
     /// How long to wait for each answer from the server: an ack, or the
     /// handshake's HELO and PONG.
-    #[arg(long, default_value = "30s", value_parser = crate::config::units::parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = nagare_core::units::parse_duration)]
     pub ack_timeout: Duration,
     /// Connect over TLS (implied by every other --tls-* option).
     #[arg(long)]
@@ -182,7 +182,7 @@ async fn run(a: &CatArgs) -> Result<u64, String> {
                     return Err(format!("stdin line {lineno}: expected a JSON object"));
                 }
                 let mut rec = Vec::new();
-                crate::formats::json::msgpack_from_json(&v, &mut rec);
+                nagare_core::json::msgpack_from_json(&v, &mut rec);
                 write_entry(&mut entries, EventTime::now(), &rec);
                 count += 1;
             }

@@ -3,8 +3,8 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use crate::plugin::Registration;
 use crate::{filters, inputs, outputs};
+use nagare_core::plugin::Registration;
 
 #[derive(clap::Args)]
 pub struct PluginsArgs {

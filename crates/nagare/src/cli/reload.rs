@@ -21,7 +21,7 @@ pub fn main(a: ReloadArgs) -> ExitCode {
         Ok(pid) => {
             eprintln!(
                 "sent SIGHUP to {}: it reloads its config; its log says \"configuration reloaded\" or \"reload failed\" with the errors",
-                crate::holder::describe(pid)
+                nagare_core::holder::describe(pid)
             );
             ExitCode::SUCCESS
         }
@@ -70,7 +70,7 @@ fn hangup(pid: u32) -> Result<u32, String> {
         let e = std::io::Error::last_os_error();
         return Err(format!(
             "cannot signal {}: {e}",
-            crate::holder::describe(pid)
+            nagare_core::holder::describe(pid)
         ));
     }
     Ok(pid)

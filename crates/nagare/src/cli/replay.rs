@@ -12,7 +12,7 @@ use nagare_forward::{encode_packed_forward, Compression};
 use tokio::io::AsyncWriteExt;
 
 use crate::buffer::read_chunk_file;
-use crate::forward_io::{self, ClientError};
+use crate::proto::forward_io::{self, ClientError};
 
 #[derive(clap::Args)]
 pub struct ReplayArgs {
@@ -29,7 +29,7 @@ pub struct ReplayArgs {
     pub keep: bool,
     /// How long to wait for each answer from the server: an ack, or the
     /// handshake's HELO and PONG.
-    #[arg(long, default_value = "30s", value_parser = crate::config::units::parse_duration)]
+    #[arg(long, default_value = "30s", value_parser = nagare_core::units::parse_duration)]
     pub ack_timeout: Duration,
 }
 

@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::holder::PidLock;
 use crate::{config, daemon, logging};
+use nagare_core::holder::PidLock;
 
 #[derive(clap::Args)]
 pub struct RunArgs {

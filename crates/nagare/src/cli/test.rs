@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::testing::run::run_files;
+use crate::test_tables::run::run_files;
 
 #[derive(clap::Args)]
 pub struct TestArgs {

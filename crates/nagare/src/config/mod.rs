@@ -10,14 +10,12 @@
 //! (config/checks.rs).
 
 mod checks;
-pub(crate) use checks::host_port;
-pub use checks::resolve;
+
 mod messages;
 pub use messages::closest;
 #[cfg(test)]
 mod reference;
 mod source;
-pub mod units;
 
 use std::fmt;
 use std::ops::Range;
@@ -27,12 +25,17 @@ use serde::de::DeserializeOwned;
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
+use nagare_core::filter::{Filter, FilterRegistration};
+use nagare_core::output::{Output, OutputRegistration};
+use nagare_core::pattern::Pattern;
+use nagare_core::plugin::{
+    self, read, BuildContext, Built, Listen, OptionError, Registration, Section, SectionError,
+};
+use std::sync::Arc;
+
 use crate::buffer::{BufferConfig, BufferType};
-use crate::filters::Filter;
-use crate::outputs::OutputTarget;
-use crate::plugin::{self, BuildContext, Input, Listen, OptionError, Registration, Registries};
-use crate::router::Pattern;
-use crate::testing::{Names, TestCase, TestSpec};
+use crate::inputs::{Input, InputRegistration};
+use crate::test_tables::{Names, TestCase, TestSpec};
 use source::{join, KeySpans, Lines};
 
 /// The embedded default configuration used by `nagare run` without `-c`.
@@ -84,7 +87,7 @@ pub struct SystemConfig {
     /// dropped: file buffers keep their chunks for the next start, memory
     /// buffers hand theirs to the secondary output or to `dead_letter_dir`.
     #[serde(default)]
-    pub shutdown_timeout: Option<units::Dur>,
+    pub shutdown_timeout: Option<nagare_core::units::Dur>,
     /// Where memory buffers without a secondary output write the chunks
     /// still undelivered when shutdown gives up, one folder per output, as
     /// files `nagare replay` sends (default: "nagare-dead-letters" in the
@@ -155,116 +158,30 @@ pub struct OutputSection {
     pub secondary: Option<Box<OutputSection>>,
 }
 
-/// The options of one plugin section, with where they were written; a
-/// registration reads its options struct from it.
-pub struct Section<'a, 'l> {
-    value: Spanned<DeValue<'a>>,
-    /// The key path of this section inside its `[[input]]`/`[[output]]`
-    /// section ("" at the top, "store[0]" in a copy output).
-    prefix: String,
-    loader: &'l mut Loader<'a>,
+/// What an output section sends its events to: one output, or (a `copy`
+/// output) several output sections that each get every event.
+pub enum OutputTarget {
+    One(Arc<dyn Output>),
+    Copy(Vec<OutputSection>),
 }
 
-/// Why a section could not be built.
-#[derive(Debug)]
-pub enum SectionError {
-    /// serde could not read the options: at `key` (a path inside the
-    /// section), `span` when the TOML parser knew the place.
-    Invalid {
-        key: String,
-        span: Option<Range<usize>>,
-        message: String,
-    },
-    /// The plugin refused its options.
-    Option(OptionError),
-    /// Already reported (an error inside a nested section).
-    Reported,
+/// The registries a config is loaded with.
+#[derive(Clone, Copy)]
+pub struct Registries {
+    pub inputs: &'static [InputRegistration],
+    pub filters: &'static [FilterRegistration],
+    pub outputs: &'static [OutputRegistration],
 }
 
-impl From<OptionError> for SectionError {
-    fn from(e: OptionError) -> Self {
-        SectionError::Option(e)
-    }
-}
-
-impl<'a> Section<'a, '_> {
-    /// Reads the options struct `T`; errors keep the key path and place.
-    pub fn options<T: DeserializeOwned>(self) -> Result<T, SectionError> {
-        read(self.value)
-    }
-
-    /// Removes `key` (an array of tables, e.g. a copy output's `store`)
-    /// and builds each element as an output section without `match`.
-    pub fn take_outputs(
-        &mut self,
-        key: &str,
-        name: &str,
-    ) -> Result<Vec<OutputSection>, SectionError> {
-        let what = format!("one or more [[output.{key}]] tables");
-        let DeValue::Table(t) = self.value.get_mut() else {
-            return Err(OptionError::new("", "expected a table").into());
-        };
-        let stores = match t.remove(key).map(Spanned::into_inner) {
-            Some(DeValue::Array(a)) if !a.is_empty() => a,
-            _ => return Err(OptionError::new(key, format!("expected {what}")).into()),
-        };
-        if let Some(other) = t.keys().next() {
-            let other = other.get_ref().to_string();
-            return Err(OptionError::new(
-                other.clone(),
-                format!("unknown key `{other}`; this output takes only `{key}`"),
-            )
-            .into());
-        }
-        let mut outs = Vec::new();
-        let mut failed = false;
-        for (j, s) in stores.into_iter().enumerate() {
-            let prefix = join(&self.prefix, &format!("{key}[{j}]"));
-            match self
-                .loader
-                .output(s, &prefix, &format!("{name}."), j, false)
-            {
-                Some(o) => outs.push(o),
-                None => failed = true,
-            }
-        }
-        if failed {
-            return Err(SectionError::Reported);
-        }
-        Ok(outs)
-    }
-}
-
-fn read<T: DeserializeOwned>(value: Spanned<DeValue<'_>>) -> Result<T, SectionError> {
-    let de = toml::de::ValueDeserializer::from(value);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let key = key_path(e.path());
-        let inner = e.into_inner();
-        SectionError::Invalid {
-            key,
-            span: inner.span(),
-            message: inner.message().to_string(),
-        }
-    })
-}
-
-/// serde_path_to_error's path as "a.b[0].c" ("" for the section itself).
-fn key_path(path: &serde_path_to_error::Path) -> String {
-    use serde_path_to_error::Segment;
-    let mut s = String::new();
-    for seg in path.iter() {
-        match seg {
-            Segment::Seq { index } => s.push_str(&format!("[{index}]")),
-            Segment::Map { key } => {
-                if !s.is_empty() {
-                    s.push('.');
-                }
-                s.push_str(key);
-            }
-            Segment::Enum { .. } | Segment::Unknown => {}
+impl Registries {
+    /// The plugins built into this binary.
+    pub fn builtin() -> Registries {
+        Registries {
+            inputs: crate::inputs::REGISTRY,
+            filters: crate::filters::REGISTRY,
+            outputs: crate::outputs::REGISTRY,
         }
     }
-    s
 }
 
 /// Reads and builds a config file.
@@ -842,15 +759,11 @@ impl<'a> Loader<'a> {
         name: &str,
         prefix: &str,
         hint: fn(SectionError, &str) -> SectionError,
-    ) -> Option<B> {
+    ) -> Option<Built<'a, B>> {
         let at = span.start;
         let mut cx = BuildContext::new(name);
         cx.failures_routed = self.failures_routed;
-        let section = Section {
-            value: Spanned::new(span, DeValue::Table(table)),
-            prefix: prefix.to_string(),
-            loader: self,
-        };
+        let section = Section::new(Spanned::new(span, DeValue::Table(table)), prefix);
         match (reg.build)(section, &mut cx) {
             Ok(built) => {
                 self.learned(cx, at, prefix);
@@ -870,7 +783,8 @@ impl<'a> Loader<'a> {
         let reg = self.registration(&mut table, at, "", "input", self.registries.inputs)?;
         let label = self.label(&mut table, "input", at).ok()?;
         let name = format!("{}#{index}", reg.type_name);
-        let input = self.build(reg, table, span, &name, "", |e, _| e)?;
+        let built = self.build(reg, table, span, &name, "", |e, _| e)?;
+        let input = self.one(built, at)?;
         Some(InputSection {
             name,
             label,
@@ -895,7 +809,9 @@ impl<'a> Loader<'a> {
             .error_label
             .as_ref()
             .is_some_and(|(e, _)| label.as_ref() != Some(e));
-        let filter = self.build(reg, table, span, &name, "", |e, _| e);
+        let filter = self
+            .build(reg, table, span, &name, "", |e, _| e)
+            .and_then(|b| self.one(b, at));
         self.failures_routed = false;
         Some(FilterSection {
             name,
@@ -986,7 +902,10 @@ impl<'a> Loader<'a> {
             }
             None => None,
         };
-        let target = self.build(reg, table, span, &name, prefix, buffer_key_hint)?;
+        let target = match self.build(reg, table, span, &name, prefix, buffer_key_hint)? {
+            Built::One(o) => OutputTarget::One(o),
+            Built::Fanout(stores) => OutputTarget::Copy(self.stores(stores, &name)?),
+        };
         ok.then(|| OutputSection {
             name,
             type_name: reg.type_name,
@@ -996,6 +915,42 @@ impl<'a> Loader<'a> {
             target,
             secondary,
         })
+    }
+
+    /// The plugin of a section that cannot fan out (an input or a filter).
+    fn one<B>(&mut self, built: Built<'a, B>, at: usize) -> Option<B> {
+        match built {
+            Built::One(b) => Some(b),
+            Built::Fanout(_) => {
+                self.error_at(at, "type", "only an output can fan out to other sections");
+                None
+            }
+        }
+    }
+
+    /// A copy output's stores (`prefix`, table), each built as an output
+    /// section without `match`; none may be a copy itself.
+    fn stores(
+        &mut self,
+        stores: Vec<(String, Spanned<DeValue<'a>>)>,
+        parent: &str,
+    ) -> Option<Vec<OutputSection>> {
+        let mut outs = Vec::new();
+        let mut failed = false;
+        for (j, (prefix, table)) in stores.into_iter().enumerate() {
+            let at = table.span().start;
+            match self.output(table, &prefix, &format!("{parent}."), j, false) {
+                Some(o) if matches!(o.target, OutputTarget::Copy(_)) => {
+                    let key = prefix.rsplit_once('[').map_or(prefix.as_str(), |(k, _)| k);
+                    let pos = self.keys.find(key).map_or(at, |s| s.start);
+                    self.error_at(pos, key, "a copy output cannot hold another copy");
+                    failed = true;
+                }
+                Some(o) => outs.push(o),
+                None => failed = true,
+            }
+        }
+        (!failed).then_some(outs)
     }
 
     fn output_secondary(
@@ -1075,7 +1030,7 @@ impl<'a> Loader<'a> {
     }
 
     fn listen_monitor(&mut self, bind: &str, at: usize) {
-        match checks::resolve(bind) {
+        match nagare_core::address::resolve(bind) {
             Ok(addr) => self.listens.push((
                 Place {
                     at,
@@ -1143,8 +1098,3 @@ fn into_table(v: Spanned<DeValue<'_>>) -> (DeTable<'_>, Range<usize>) {
 
 #[cfg(test)]
 mod tests;
-
-/// `#[serde(default = "crate::config::yes")]`: an option that is on unless turned off.
-pub(crate) fn yes() -> bool {
-    true
-}

@@ -8,8 +8,8 @@ use serde_json::Value;
 use crate::buffer::BufferConfig;
 use crate::config::{MonitorConfig, SystemConfig};
 use crate::parsers::options as parser;
-use crate::plugin::{type_list, Registration};
 use crate::{filters, inputs, outputs};
+use nagare_core::plugin::{type_list, Registration};
 
 pub const BEGIN: &str =
     "<!-- BEGIN GENERATED: option tables (cargo test regenerates with NAGARE_UPDATE_DOCS=1) -->";

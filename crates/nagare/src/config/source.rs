@@ -75,13 +75,7 @@ impl KeySpans {
     }
 }
 
-pub fn join(prefix: &str, key: &str) -> String {
-    if prefix.is_empty() {
-        key.to_string()
-    } else {
-        format!("{prefix}.{key}")
-    }
-}
+pub use nagare_core::plugin::join;
 
 /// An environment variable a string value names but the environment lacks.
 pub struct UnsetVar {

@@ -26,7 +26,7 @@ fn every_example_config_is_valid() {
             let c = load(&p).unwrap_or_else(|e| panic!("{}: {e:?}", p.display()));
             // An example with tests passes them (as `nagare test` runs them).
             if !c.tests.is_empty() {
-                let outcomes = crate::testing::run::run_files(&p, &[])
+                let outcomes = crate::test_tables::run::run_files(&p, &[])
                     .unwrap_or_else(|e| panic!("{}: {e:?}", p.display()));
                 for o in outcomes {
                     assert!(

@@ -16,8 +16,9 @@ use bytes::Bytes;
 use nagare_forward::msgpack::{write_map_len, write_str};
 use nagare_forward::EventTime;
 
-use super::Filter;
-use crate::plugin::{BuildContext, FilterPlugin};
+use nagare_core::filter::Filter;
+use nagare_core::filter::FilterPlugin;
+use nagare_core::plugin::BuildContext;
 
 const EVENTS: u32 = 200;
 
@@ -131,7 +132,7 @@ tag = "rewritten.${tag_parts[1]}"
     for _ in 0..11 {
         let t = cpu_ns();
         for _ in 0..batches {
-            black_box(super::record::entries(&parts[0]).count());
+            black_box(nagare_core::record::entries(&parts[0]).count());
         }
         times[0].push(per_event(cpu_ns() - t));
         for (i, (_, f)) in filters.iter().enumerate() {

@@ -12,10 +12,11 @@ use bytes::Bytes;
 use regex_automata::meta;
 use serde::Deserialize;
 
-use super::record::{value_text, FieldPath, Fields, Span};
+use nagare_core::record::{value_text, FieldPath, Fields, Span};
 use super::search::{CachePool, Pattern};
-use super::{Filter, Filtered};
-use crate::plugin::{BuildContext, FilterPlugin, OptionError};
+use nagare_core::filter::{Filter, Filtered};
+use nagare_core::filter::FilterPlugin;
+use nagare_core::plugin::{BuildContext, OptionError};
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -178,7 +179,7 @@ impl Filter for Grep {
         let make = || self.rules.iter().map(Rule::cache).collect();
         let mut scratch = Vec::new();
         self.caches.with(make, |caches: &mut Vec<meta::Cache>| Filtered {
-            batch: super::record::retain_with(parts, &self.fields, |record, _, spans| {
+            batch: nagare_core::record::retain_with(parts, &self.fields, |record, _, spans| {
                 self.keeps(record, spans, &mut scratch, caches)
             }),
             ..Filtered::default()
@@ -215,7 +216,7 @@ mod tests {
         }
         let out = f.filter("t", &[Bytes::from(a), Bytes::from(b)], records.len() as u32);
         let (bytes, n) = out.batch?;
-        let seqs: Vec<i64> = crate::formats::entries(&bytes)
+        let seqs: Vec<i64> = nagare_core::event::entries(&bytes)
             .map(|(_, r, _)| {
                 let v = rmpv::decode::read_value(&mut &r[..]).unwrap();
                 v.as_map().unwrap()[0].1.as_i64().unwrap()

@@ -35,9 +35,11 @@ use nagare_forward::msgpack::{write_map_len, write_str};
 use nagare_forward::EventTime;
 use serde::Deserialize;
 
-use super::{record, Filter, Filtered};
-use crate::config::units::Dur;
-use crate::plugin::{BuildContext, FilterPlugin, OptionError};
+use nagare_core::filter::{Filter, Filtered};
+use nagare_core::record;
+use nagare_core::units::Dur;
+use nagare_core::filter::FilterPlugin;
+use nagare_core::plugin::{BuildContext, OptionError};
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -815,7 +817,7 @@ mod tests {
     }
 
     fn decode(b: &[u8]) -> Vec<(EventTime, V)> {
-        crate::formats::entries(b)
+        nagare_core::event::entries(b)
             .map(|(t, r, _)| (t, rmpv::decode::read_value(&mut &r[..]).unwrap()))
             .collect()
     }

@@ -19,9 +19,10 @@ use chrono::format::Item;
 use nagare_forward::msgpack::{write_map_len, write_str};
 use serde::Deserialize;
 
-use super::record::{self, value_text, FieldPath, Fields, Span};
-use super::{Filter, Filtered};
-use crate::plugin::{BuildContext, FilterPlugin, OptionError};
+use nagare_core::record::{self, value_text, FieldPath, Fields, Span};
+use nagare_core::filter::{Filter, Filtered};
+use nagare_core::filter::FilterPlugin;
+use nagare_core::plugin::{BuildContext, OptionError};
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -249,7 +250,7 @@ impl Builder {
     fn value(&mut self, key: &str, v: &serde_json::Value) -> Result<Value, OptionError> {
         let Some(s) = v.as_str() else {
             let mut out = Vec::new();
-            crate::formats::json::msgpack_from_json(v, &mut out);
+            nagare_core::json::msgpack_from_json(v, &mut out);
             return Ok(Value::Fixed(out));
         };
         let parts = self.template(s).map_err(|e| OptionError::new(key, e))?;
@@ -534,19 +535,9 @@ fn tag_text<'a>(part: &'a Part, tag: &'a str) -> &'a [u8] {
     match part {
         Part::Text(t) => t,
         Part::Tag => tag.as_bytes(),
-        Part::TagIndex(n) => tag_part(tag, *n).as_bytes(),
+        Part::TagIndex(n) => nagare_core::pattern::tag_part(tag, *n).as_bytes(),
         Part::Time | Part::Field(_) => b"",
     }
-}
-
-/// Part `n` of the dotted tag (negative: from the end); "" past either end.
-pub(super) fn tag_part(tag: &str, n: i64) -> &str {
-    let count = tag.split('.').count() as i64;
-    let i = if n < 0 { count + n } else { n };
-    if i < 0 {
-        return "";
-    }
-    tag.split('.').nth(i as usize).unwrap_or("")
 }
 
 impl Filter for Modify {
@@ -654,7 +645,7 @@ mod tests {
         let out = f.filter(tag, &[Bytes::from(e)], 1);
         let (b, n) = out.batch.unwrap();
         assert_eq!(n, 1);
-        let (t, r, _) = crate::formats::entries(&b).next().unwrap();
+        let (t, r, _) = nagare_core::event::entries(&b).next().unwrap();
         assert_eq!(t, EventTime::new(1_795_309_323, 5));
         rmpv::decode::read_value(&mut &r[..]).unwrap()
     }
@@ -841,7 +832,7 @@ txt = "n=${record.n} m=${record.x.y} s=${record.s}"
         }
         let (out, n) = f.filter("app.web", &[Bytes::from(a), Bytes::from(b)], 3).batch.unwrap();
         assert_eq!(n, 3);
-        let got: Vec<V> = crate::formats::entries(&out)
+        let got: Vec<V> = nagare_core::event::entries(&out)
             .map(|(_, r, _)| rmpv::decode::read_value(&mut &r[..]).unwrap())
             .collect();
         let want = [

@@ -14,10 +14,11 @@ use regex_automata::util::captures::Captures;
 use regex_automata::Input;
 use serde::Deserialize;
 
-use super::record::{value_text, FieldPath, Fields, Span};
+use nagare_core::record::{value_text, FieldPath, Fields, Span};
 use super::search::{CachePool, Pattern};
-use super::{Filter, Filtered};
-use crate::plugin::{BuildContext, FilterPlugin, OptionError};
+use nagare_core::filter::{Filter, Filtered};
+use nagare_core::filter::FilterPlugin;
+use nagare_core::plugin::{BuildContext, OptionError};
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -184,7 +185,7 @@ pub(super) fn render(parts: &[Part], tag: &str, caps: Option<(&Captures, &[u8])>
         match p {
             Part::Text(t) => out.push_str(t),
             Part::Tag => out.push_str(tag),
-            Part::TagIndex(n) => out.push_str(super::modify::tag_part(tag, *n)),
+            Part::TagIndex(n) => out.push_str(nagare_core::pattern::tag_part(tag, *n)),
             Part::Capture(n) => {
                 if let Some((c, text)) = caps {
                     if let Some(span) = c.get_group(*n) {
@@ -440,7 +441,7 @@ mod tests {
     }
 
     fn seqs(entries: &[u8]) -> Vec<i64> {
-        crate::formats::entries(entries)
+        nagare_core::event::entries(entries)
             .map(|(_, r, _)| {
                 let v = rmpv::decode::read_value(&mut &r[..]).unwrap();
                 v.as_map().unwrap()[0].1.as_i64().unwrap()

@@ -18,10 +18,11 @@ use serde::Deserialize;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::grep::{rules, GrepRule, Rule};
-use super::record::{value_text, FieldPath, Fields, Span};
+use nagare_core::record::{value_text, FieldPath, Fields, Span};
 use super::search::CachePool;
-use super::{Filter, Filtered};
-use crate::plugin::{BuildContext, FilterPlugin, OptionError};
+use nagare_core::filter::{Filter, Filtered};
+use nagare_core::filter::FilterPlugin;
+use nagare_core::plugin::{BuildContext, OptionError};
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -173,7 +174,7 @@ impl Filter for Sample {
         let make = || self.exclude.iter().map(Rule::cache).collect();
         let mut scratch = Vec::new();
         self.caches.with(make, |caches: &mut Vec<meta::Cache>| Filtered {
-            batch: super::record::retain_with(parts, &self.fields, |record, _, spans| {
+            batch: nagare_core::record::retain_with(parts, &self.fields, |record, _, spans| {
                 self.keeps(record, spans, &mut scratch, caches)
             }),
             ..Filtered::default()
@@ -208,11 +209,11 @@ mod tests {
         let entries = match f.filter("t", std::slice::from_ref(&b), records.len() as u32).batch {
             None => b,
             Some((k, n)) => {
-                assert_eq!(crate::formats::entries(&k).count(), n as usize);
+                assert_eq!(nagare_core::event::entries(&k).count(), n as usize);
                 k
             }
         };
-        crate::formats::entries(&entries)
+        nagare_core::event::entries(&entries)
             .map(|(_, r, _)| {
                 let v = rmpv::decode::read_value(&mut &r[..]).unwrap();
                 v.as_map().unwrap()[0].1.as_i64().unwrap()

@@ -18,11 +18,12 @@ use bytes::Bytes;
 use lru::LruCache;
 use serde::Deserialize;
 
-use super::record::{value_text, FieldPath};
+use nagare_core::record::{value_text, FieldPath};
 use super::rewrite_tag::{render, tag_template, Part};
-use super::{Filter, Filtered};
-use crate::config::units::Dur;
-use crate::plugin::{BuildContext, FilterPlugin, OptionError};
+use nagare_core::filter::{Filter, Filtered};
+use nagare_core::units::Dur;
+use nagare_core::filter::FilterPlugin;
+use nagare_core::plugin::{BuildContext, OptionError};
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -63,7 +64,7 @@ pub struct ThrottleConfig {
     /// is back under it: at its first event after a whole `period` without
     /// any over the limit, with the number that were over. So a group
     /// logs at most two lines per period, and one that stays over logs one.
-    #[serde(default = "crate::config::yes")]
+    #[serde(default = "nagare_core::plugin::yes")]
     pub log: bool,
 }
 
@@ -292,7 +293,7 @@ impl Throttle {
         let mut over = 0u32;
         // A panic elsewhere cannot leave a bucket half-updated: go on with it.
         let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
-        let batch = super::record::retain(parts, |record, entry| {
+        let batch = nagare_core::record::retain(parts, |record, entry| {
             self.group_of(record, &mut key, &mut json);
             let passes = self.passes(&mut groups, &key, tag, now);
             if !passes {
@@ -353,7 +354,7 @@ mod tests {
     }
 
     fn seqs(entries: &[u8]) -> Vec<i64> {
-        crate::formats::entries(entries)
+        nagare_core::event::entries(entries)
             .map(|(_, r, _)| {
                 let v = rmpv::decode::read_value(&mut &r[..]).unwrap();
                 v.as_map().unwrap()[0].1.as_i64().unwrap()

@@ -7,7 +7,7 @@ use nagare_forward::EventTime;
 /// written raw with tabs and newlines escaped; other values as JSON.
 pub fn write_event(out: &mut Vec<u8>, tag: &str, time: EventTime, record: &[u8]) {
     out.extend_from_slice(b"time:");
-    super::write_rfc3339(out, time);
+    nagare_core::event::write_rfc3339(out, time);
     out.extend_from_slice(b"\ttag:");
     raw(out, tag.as_bytes());
     if let Ok((n, mut p)) = read_map_len(record, 0) {
@@ -18,7 +18,7 @@ pub fn write_event(out: &mut Vec<u8>, tag: &str, time: EventTime, record: &[u8])
                     raw(out, &record[s..e]);
                     e
                 }
-                _ => p + super::json::write_value(out, &record[p..]),
+                _ => p + nagare_core::json::write_value(out, &record[p..]),
             };
             out.push(b':');
             p = match read_str_or_bin(record, p) {
@@ -28,7 +28,7 @@ pub fn write_event(out: &mut Vec<u8>, tag: &str, time: EventTime, record: &[u8])
                 }
                 _ => {
                     let end = skip_value(record, p).unwrap_or(record.len());
-                    super::json::write_value(out, &record[p..end]);
+                    nagare_core::json::write_value(out, &record[p..end]);
                     end
                 }
             };

@@ -11,15 +11,16 @@ use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::tail::{
-    self, default_max_line, default_poll, default_refresh, default_watch, DirectoryMode, LongLines,
+use crate::inputs::common::follow::{
+    start_with, default_max_line, default_poll, default_refresh, default_watch, DirectoryMode, LongLines,
     OneOrMany, TailConfig,
 };
-use crate::config::units::{Dur, Size};
+use nagare_core::units::{Dur, Size};
 use crate::parsers::ParserConfig;
 use crate::router::LiveRouter;
-use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
-use crate::stats::PluginStats;
+use crate::inputs::{Input, InputContext, InputPlugin};
+use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::metrics::PluginStats;
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -97,7 +98,7 @@ pub async fn start(
         root,
         remove_after: cfg.remove_after.map(|d| d.0),
     };
-    tail::start_with(name, tail_cfg, Some(mode), router, stats, shutdown).await
+    start_with(name, tail_cfg, Some(mode), router, stats, shutdown).await
 }
 
 impl InputPlugin for DirectoryConfig {
@@ -105,7 +106,7 @@ impl InputPlugin for DirectoryConfig {
     const DOC: &'static str = "A drop box: every file created in the folder tree, or appended to, is shipped line by line from its start, tagged by its relative path; `remove_after` removes shipped files.";
 
     fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
-        tail::check_globs_and_parser("path", &[], &self.exclude, self.parser.as_deref())?;
+        crate::inputs::common::follow::check_globs_and_parser("path", &[], &self.exclude, self.parser.as_deref())?;
         // The folder is created at start; files are removed from it with remove_after.
         cx.writes_in("path", &self.path);
         if let Some(p) = &self.position_db {

@@ -17,19 +17,23 @@ use bytes::{Bytes, BytesMut};
 use nagare_forward::handshake::{ServerAuth, User};
 use nagare_forward::{encode_ack, scan_frame_resumed, EventFrame, EventTime, Limits};
 use serde::Deserialize;
+
+use crate::inputs::common::AckMode;
+use crate::net::listen::{remove_stale_socket, tcp_listener};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket, UnixListener};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::buffer::{Origin, SHARE_THRESHOLD};
-use crate::config::units::{Dur, Size};
-use crate::dedup::RecentIds;
-use crate::forward_io;
+use nagare_core::units::{Dur, Size};
+use crate::inputs::common::dedup::RecentIds;
+use crate::proto::forward_io;
 use crate::router::{LiveRouter, Route};
-use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, Listen, OptionError};
-use crate::stats::PluginStats;
-use crate::tls::{self, TlsOptions, TlsServer};
+use crate::inputs::{Input, InputContext, InputPlugin};
+use nagare_core::plugin::{BuildContext, Listen, OptionError};
+use nagare_core::metrics::PluginStats;
+use crate::net::tls::{self, TlsOptions, TlsServer};
 
 /// Users allowed by a forward input with `shared_key`.
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -69,7 +73,7 @@ pub struct ForwardInputConfig {
     #[serde(default = "default_idle")]
     pub idle_timeout: Dur,
     /// Answer UDP heartbeats on the same port (default true).
-    #[serde(default = "crate::config::yes")]
+    #[serde(default = "nagare_core::plugin::yes")]
     pub heartbeat: bool,
     /// Remember this many recently acked chunk ids, and ack a resent chunk
     /// again without storing it twice (default 10000; 0 turns it off).
@@ -105,16 +109,6 @@ impl ForwardInputConfig {
     fn keeps_chunks(&self) -> bool {
         self.keep_chunks.unwrap_or(self.ack == AckMode::Delivered)
     }
-}
-
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum AckMode {
-    #[default]
-    Buffered,
-    Delivered,
 }
 
 fn default_dedup_window() -> usize {
@@ -205,7 +199,7 @@ pub async fn start(
             // runtime spreads over its workers. (No SO_REUSEPORT: it would let
             // a second nagare bind the same port and take connections.)
             // The listener an input this reload replaced left open, else a new one.
-            let l = match crate::handover::take_tcp(addr) {
+            let l = match crate::topology::handover::take_tcp(addr) {
                 Some(l) => TcpListener::from_std(l),
                 None => tcp_listener(addr),
             };
@@ -220,7 +214,7 @@ pub async fn start(
             tracing::info!(input = %name, %addr, "forward input listening");
         }
         (None, Some(path)) => {
-            let l = match crate::handover::take_unix(Path::new(path)) {
+            let l = match crate::topology::handover::take_unix(Path::new(path)) {
                 Some(l) => UnixListener::from_std(l),
                 None => remove_stale_socket(Path::new(path)).and_then(|_| UnixListener::bind(path)),
             };
@@ -243,45 +237,6 @@ pub async fn start(
     };
     tasks.push(waiter);
     Ok(tasks)
-}
-
-pub(crate) fn tcp_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    use socket2::{Domain, Protocol, Socket, Type};
-    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
-    // Binds again at once after a restart (connections in TIME_WAIT).
-    s.set_reuse_address(true)?;
-    s.set_nonblocking(true)?;
-    if let Err(e) = s.bind(&addr.into()) {
-        if e.kind() == std::io::ErrorKind::AddrInUse {
-            if let Some(who) = crate::holder::tcp_listener(addr) {
-                return Err(std::io::Error::new(e.kind(), format!("address in use by {who}")));
-            }
-        }
-        return Err(e);
-    }
-    s.listen(1024)?;
-    TcpListener::from_std(s.into())
-}
-
-/// A socket file left by a process that is gone is removed; one that a
-/// process still listens on is an error naming it (replacing it would cut
-/// that process off from its clients).
-pub(crate) fn remove_stale_socket(path: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::FileTypeExt;
-    let Ok(meta) = std::fs::symlink_metadata(path) else {
-        return Ok(());
-    };
-    if !meta.file_type().is_socket() {
-        return Ok(());
-    }
-    if std::os::unix::net::UnixStream::connect(path).is_ok() {
-        let who = crate::holder::unix_listener(path).unwrap_or_else(|| "another process".into());
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::AddrInUse,
-            format!("socket in use by {who}"),
-        ));
-    }
-    std::fs::remove_file(path)
 }
 
 async fn answer_heartbeats(sock: UdpSocket, mut shutdown: watch::Receiver<bool>) {
@@ -317,7 +272,7 @@ async fn accept_tcp(
             _ = stopped(&mut sd) => {
                 // A reload passes the open listener to the input replacing this one.
                 if let Ok(l) = l.into_std() {
-                    drop(crate::handover::give_tcp(addr, l));
+                    drop(crate::topology::handover::give_tcp(addr, l));
                 }
                 return;
             }
@@ -342,7 +297,7 @@ async fn accept_unix(l: UnixListener, ctx: Arc<Ctx>, shutdown: watch::Receiver<b
             _ = stopped(&mut sd) => {
                 let path = ctx.cfg.path.clone().unwrap_or_default();
                 if let Ok(l) = l.into_std() {
-                    drop(crate::handover::give_unix(Path::new(&path), l));
+                    drop(crate::topology::handover::give_unix(Path::new(&path), l));
                 }
                 return;
             }
@@ -692,7 +647,7 @@ where
             PluginStats::add(&ctx.stats.errors, 1);
             tracing::warn!(input = %ctx.name, tag = %tag, events = count, "no output matches this tag; events discarded");
         }
-        crate::tap::offer(tag, parts, count);
+        crate::router::tap::offer(tag, parts, count);
         for out in outputs.iter().filter(|_| count > 0) {
             let appended = match kept {
                 // The filter chain's batches come in the same order from the
@@ -744,7 +699,7 @@ impl InputPlugin for ForwardInputConfig {
     fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
         match (&self.bind, &self.path) {
             (Some(bind), None) => {
-                let addr = crate::config::resolve(bind).map_err(|e| OptionError::new("bind", e))?;
+                let addr = nagare_core::address::resolve(bind).map_err(|e| OptionError::new("bind", e))?;
                 cx.listen("bind", Listen::Tcp(addr));
                 if self.heartbeat {
                     cx.listen("bind", Listen::Udp(addr));

@@ -31,10 +31,11 @@ use nagare_forward::msgpack::{read_array_len, read_map_len, read_str_or_bin, ski
 use nagare_forward::EventTime;
 use tokio::task::JoinHandle;
 
-use super::http_listener::{self, http_listener_options, Body, Decode, Events, Reject};
+use crate::inputs::common::http_listener::{self, http_listener_options, Body, Decode, Events, Reject};
 use crate::parsers::{Parser, ParserConfig, ParserType};
-use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
-use crate::tls::TlsServer;
+use crate::inputs::{Input, InputContext, InputPlugin};
+use nagare_core::plugin::{BuildContext, OptionError};
+use crate::net::tls::TlsServer;
 
 http_listener_options!(
     HttpInputConfig {
@@ -472,7 +473,7 @@ impl Batches {
             self.buf[at + 1..at + 11].copy_from_slice(&t.to_bytes());
         }
         let moved = self.tag_key.as_deref().and_then(|k| {
-            let tag = crate::formats::field(&self.buf[at + 11..], k)?;
+            let tag = nagare_core::event::field(&self.buf[at + 11..], k)?;
             let tag = std::str::from_utf8(tag).ok()?;
             (tag != self.tag && check_tag(tag).is_ok()).then(|| tag.to_string())
         });
@@ -549,10 +550,10 @@ mod tests {
     }
 
     fn records(e: &Events) -> Vec<(EventTime, serde_json::Value)> {
-        crate::formats::entries(&e.entries)
+        nagare_core::event::entries(&e.entries)
             .map(|(t, rec, _)| {
                 let mut j = Vec::new();
-                crate::formats::json::write_value(&mut j, rec);
+                nagare_core::json::write_value(&mut j, rec);
                 (t, serde_json::from_slice(&j).unwrap())
             })
             .collect()

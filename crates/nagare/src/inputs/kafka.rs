@@ -36,14 +36,15 @@ use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::append::append_batch;
-use super::redis::{decode_element, record_field, InputFormat};
-use crate::config::units::Dur;
-use crate::kafka_conn::kafka_options;
+use crate::inputs::common::append::append_batch;
+use crate::inputs::common::queue::{decode_element, record_field, InputFormat};
+use nagare_core::units::Dur;
+use crate::proto::kafka::kafka_options;
 use crate::parsers::{Parser, ParserConfig, ParserType};
-use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
-use crate::redis_conn::Backoff;
-use crate::stats::PluginStats;
+use crate::inputs::{Input, InputContext, InputPlugin};
+use nagare_core::plugin::{BuildContext, OptionError};
+use crate::proto::redis::conn::Backoff;
+use nagare_core::metrics::PluginStats;
 
 /// Where a new consumer group starts in a partition it has no offset for.
 #[derive(
@@ -212,7 +213,7 @@ impl OffsetState {
 
 impl ClientContext for Offsets {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, msg: &str) {
-        crate::kafka_conn::log(&self.name, level, fac, msg);
+        crate::proto::kafka::log(&self.name, level, fac, msg);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
@@ -385,7 +386,7 @@ impl Reader {
 
     async fn error(&self, e: &KafkaError, backoff: &mut Backoff, shutdown: &mut watch::Receiver<bool>) {
         PluginStats::add(&self.stats.errors, 1);
-        let wait = backoff.next();
+        let wait = backoff.next_wait();
         tracing::warn!(input = %self.name, error = %e, retry_in = ?wait, "kafka input: cannot read; trying again");
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}

@@ -21,9 +21,10 @@ use opentelemetry_proto::tonic::collector::logs::v1::{
 use prost::Message;
 use tokio::task::JoinHandle;
 
-use super::http_listener::{self, http_listener_options, Body, Decode, Events, Reject};
-use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
-use crate::tls::TlsServer;
+use crate::inputs::common::http_listener::{self, http_listener_options, Body, Decode, Events, Reject};
+use crate::inputs::{Input, InputContext, InputPlugin};
+use nagare_core::plugin::{BuildContext, OptionError};
+use crate::net::tls::TlsServer;
 
 http_listener_options!(
     OtlpInputConfig {

@@ -27,6 +27,7 @@
 //! `parse_error` field. A Redis error (the server down, a key of another
 //! type) is logged and the consumer tries again with backoff; it never stops.
 
+use crate::inputs::common::queue::{decode_element, record_field, InputFormat};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,22 +37,21 @@ use ::redis::{AsyncConnectionConfig, RedisError, Value};
 use anyhow::Context as _;
 use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
-use nagare_forward::msgpack::{read_array_len, skip_value, write_map_len, write_str};
 use nagare_forward::EventTime;
 use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::append::append_batch;
-use super::tail::encode_line;
-use crate::config::units::Dur;
+use crate::inputs::common::append::append_batch;
+use nagare_core::units::Dur;
 use crate::parsers::{Parser, ParserConfig, ParserType};
-use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
-use crate::redis_conn::{redis_options, Backoff, Server};
-use crate::redis_resp::RespConn;
-use crate::tls::TlsClient;
+use crate::inputs::{Input, InputContext, InputPlugin};
+use nagare_core::plugin::{BuildContext, OptionError};
+use crate::proto::redis::conn::{redis_options, Backoff, Server};
+use crate::proto::redis::resp::RespConn;
+use crate::net::tls::TlsClient;
 use crate::router::LiveRouter;
-use crate::stats::PluginStats;
+use nagare_core::metrics::PluginStats;
 
 /// Where the events are read from.
 #[derive(
@@ -68,22 +68,6 @@ pub enum DataType {
     PatternChannel,
     /// A stream, read in a consumer group (XREADGROUP); at least once.
     Stream,
-}
-
-/// How an element becomes an event.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum InputFormat {
-    /// A JSON object; its `@timestamp` (Logstash) is the event time.
-    #[default]
-    Json,
-    /// A msgpack map, or a `[time, record]` entry (the `redis` output's msgpack).
-    Msgpack,
-    /// Text, through `[input.parser]` (default type "none": `{"message": "<text>"}`).
-    #[serde(alias = "raw")]
-    Text,
 }
 
 redis_options!(
@@ -288,7 +272,7 @@ async fn consume(s: Arc<Shared>, consumer: String, mut shutdown: watch::Receiver
         };
         if let Err(e) = result {
             PluginStats::add(&s.stats.errors, 1);
-            let wait = backoff.next();
+            let wait = backoff.next_wait();
             tracing::warn!(input = %s.name, key = %s.cfg.key, error = %format_args!("{e:#}"), retry_in = ?wait,
                 "redis input: cannot read; trying again");
             reader.con = None;
@@ -394,7 +378,7 @@ impl Reader {
         con.call(&[b"BLMPOP", BLOCK_SECS, b"1", key.as_bytes(), b"LEFT", b"COUNT", count.as_bytes()])
             .await?;
         // [key, [element, …]], or nil when the list stayed empty.
-        if con.len() > 1 {
+        if con.reply_len() > 1 {
             s.dispatch(key, con.bulks(1)).await;
         }
         Ok(())
@@ -414,7 +398,7 @@ impl Reader {
         if !self.recovered {
             let last = itoa::Buffer::new().format(s.cfg.batch_count - 1).to_string();
             con.call(&[b"LRANGE", processing, b"0", last.as_bytes()]).await?;
-            got = con.len();
+            got = con.reply_len();
             if got > 0 {
                 tracing::info!(input = %s.name, list = %self.processing, events = got,
                     "redis input: reading again what an earlier run took but did not finish");
@@ -424,7 +408,7 @@ impl Reader {
         }
         if got == 0 {
             con.call(&[b"EVAL", MOVE_BATCH.as_bytes(), b"2", key, processing, count.as_bytes()]).await?;
-            got = con.len();
+            got = con.reply_len();
         }
         if got == 0 {
             // Empty: wait for one element, then take the rest at once next round.
@@ -643,91 +627,5 @@ impl Shared {
     /// not parse (the record then holds it and a `parse_error`).
     fn decode(&self, v: &[u8], now: EventTime, out: &mut Vec<u8>) -> bool {
         decode_element(self.cfg.format, &self.parser, v, now, out)
-    }
-}
-
-/// Appends the entry `[time, record]` of one queue element read in `format`
-/// (shared with the kafka input); `now` is the time of an element without
-/// its own. False when it did not parse (the record then holds it and a
-/// `parse_error`).
-pub(crate) fn decode_element(format: InputFormat, parser: &Parser, v: &[u8], now: EventTime, out: &mut Vec<u8>) -> bool {
-    if format != InputFormat::Msgpack {
-        return encode_line(out, now, v, parser, None);
-    }
-    match msgpack_event(v) {
-        Some(MsgpackEvent::Entry) => out.extend_from_slice(v),
-        Some(MsgpackEvent::Record) => {
-            out.push(0x92);
-            out.extend_from_slice(&now.to_bytes());
-            out.extend_from_slice(v);
-        }
-        None => {
-            out.push(0x92);
-            out.extend_from_slice(&now.to_bytes());
-            write_map_len(out, 2);
-            write_str(out, parser.message_key().as_bytes());
-            write_str(out, &String::from_utf8_lossy(v).into_owned().into_bytes());
-            write_str(out, b"parse_error");
-            write_str(out, b"not a msgpack map or [time, map] entry");
-            return false;
-        }
-    }
-    true
-}
-
-enum MsgpackEvent {
-    /// `[time, map]` with an EventTime or integer time.
-    Entry,
-    /// A map alone.
-    Record,
-}
-
-/// What a msgpack element is, when it is one whole value that makes an event.
-/// One walk of the element: the map (alone, or the entry's record) is the
-/// last value, so it must end where the element ends.
-fn msgpack_event(v: &[u8]) -> Option<MsgpackEvent> {
-    let is_map = |p| nagare_forward::msgpack::is_map(v, p).ok();
-    let whole_from = |p| (skip_value(v, p).ok()? == v.len()).then_some(());
-    if is_map(0)? {
-        whole_from(0)?;
-        return Some(MsgpackEvent::Record);
-    }
-    let (2, p) = read_array_len(v, 0).ok()? else {
-        return None;
-    };
-    let time_ok = v.get(p) == Some(&0xd7) && v.get(p + 1) == Some(&0x00)
-        || nagare_forward::msgpack::read_uint(v, p).ok()?.is_some();
-    let rec = skip_value(v, p).ok()?;
-    (time_ok && is_map(rec)?).then_some(())?;
-    whole_from(rec)?;
-    Some(MsgpackEvent::Entry)
-}
-
-/// A string field of the record of entry `[time, record]`.
-pub(crate) fn record_field<'a>(entry: &'a [u8], key: &str) -> Option<&'a str> {
-    let rec = skip_value(entry, 1).ok()?;
-    crate::formats::field(&entry[rec..], key.as_bytes()).and_then(|v| std::str::from_utf8(v).ok())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn msgpack_elements() {
-        let mut entry = vec![0x92];
-        entry.extend_from_slice(&EventTime::new(5, 6).to_bytes());
-        entry.push(0x80);
-        assert!(matches!(msgpack_event(&entry), Some(MsgpackEvent::Entry)));
-        assert!(matches!(msgpack_event(&[0x80]), Some(MsgpackEvent::Record)));
-        assert!(matches!(msgpack_event(&[0x92, 0x05, 0x80]), Some(MsgpackEvent::Entry)));
-        assert!(msgpack_event(b"{\"a\":1}").is_none());
-        assert!(msgpack_event(&[0x80, 0x80]).is_none());
-        assert!(msgpack_event(&[0x92, 0x05, 0x01]).is_none());
-        // Trailing bytes, a third item, a cut record: not one whole event.
-        assert!(msgpack_event(&[0x92, 0x05, 0x80, 0x01]).is_none());
-        assert!(msgpack_event(&[0x93, 0x05, 0x80, 0x80]).is_none());
-        assert!(msgpack_event(&[0x92, 0x05, 0x81, 0xa1]).is_none());
-        assert!(matches!(msgpack_event(&[0x92, 0x05, 0x81, 0xa1, b'a', 0x91, 0x01]), Some(MsgpackEvent::Entry)));
     }
 }

@@ -29,15 +29,16 @@ use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use super::append::append_batch;
-use super::tail::encode_line;
-use crate::config::units::{Dur, Size};
+use crate::inputs::common::append::append_batch;
+use crate::inputs::common::lines::encode_line;
+use nagare_core::units::{Dur, Size};
 use crate::parsers::{Parser, ParserConfig, ParserType};
-use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, Listen, OptionError};
+use crate::inputs::{Input, InputContext, InputPlugin};
+use nagare_core::plugin::{BuildContext, Listen, OptionError};
 use crate::router::LiveRouter;
-use crate::stats::PluginStats;
-use crate::thrift::{self, ResultCode};
-use crate::tls::{TlsOptions, TlsServer};
+use nagare_core::metrics::PluginStats;
+use crate::proto::thrift::{self, ResultCode};
+use crate::net::tls::{TlsOptions, TlsServer};
 
 /// How a Scribe message becomes a record.
 #[derive(
@@ -130,7 +131,7 @@ impl InputPlugin for ScribeInputConfig {
     const DOC: &'static str = "Receives Scribe `Log` calls (Thrift framed, binary protocol) and answers `OK`, or `TRY_LATER` while buffers are full (see [Scribe](scribe.md)).";
 
     fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
-        let addr = crate::config::resolve(&self.bind).map_err(|e| OptionError::new("bind", e))?;
+        let addr = nagare_core::address::resolve(&self.bind).map_err(|e| OptionError::new("bind", e))?;
         cx.listen("bind", Listen::Tcp(addr));
         if self.max_connections == 0 {
             return Err(OptionError::new("max_connections", "must be at least 1"));
@@ -242,7 +243,7 @@ async fn accept(l: TcpListener, ctx: Arc<Ctx>, shutdown: watch::Receiver<bool>) 
             let _slot = slot;
             let label = peer.to_string();
             let s = tokio::select! {
-                s = crate::tls::accept(&ctx.tls, s, &label) => s,
+                s = crate::net::tls::accept(&ctx.tls, s, &label) => s,
                 // Shutdown does not wait for a handshake.
                 _ = stopped(&mut sd) => return,
             };

@@ -20,14 +20,15 @@ use std::sync::Arc;
 use serde::Deserialize;
 use tokio::task::JoinHandle;
 
-use super::net::framing::Framing;
-use super::net::{self, Batches, Decoder, Endpoint, Peer, Settings};
-use super::tcp::{default_idle, default_max_connections};
-use super::unix::SocketType;
-use crate::config::units::{Dur, Size};
+use crate::inputs::common::sockets::framing::Framing;
+use crate::inputs::common::sockets::{self, Batches, Decoder, Endpoint, Peer, Settings};
+use crate::inputs::common::sockets::{default_idle, default_max_connections};
+use crate::inputs::common::SocketType;
+use nagare_core::units::{Dur, Size};
 use crate::parsers::{Parser, ParserConfig, ParserType, SyslogFormat};
-use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
-use crate::tls::{TlsOptions, TlsServer};
+use crate::inputs::{Input, InputContext, InputPlugin};
+use nagare_core::plugin::{BuildContext, OptionError};
+use crate::net::tls::{TlsOptions, TlsServer};
 use nagare_forward::msgpack::{write_map_len, write_str};
 use nagare_forward::EventTime;
 
@@ -115,7 +116,7 @@ impl SyslogInputConfig {
                         "is for a UNIX socket (`path`); with `bind` set `protocol`",
                     ));
                 }
-                let addr = crate::config::resolve(bind).map_err(|e| OptionError::new("bind", e))?;
+                let addr = nagare_core::address::resolve(bind).map_err(|e| OptionError::new("bind", e))?;
                 Ok(match self.protocol {
                     Protocol::Udp => Endpoint::Udp(addr),
                     Protocol::Tcp => Endpoint::Tcp(addr),
@@ -351,7 +352,7 @@ impl Input for SyslogInput {
             datagram_is_message: true,
             tls: self.tls.clone(),
         };
-        net::start(endpoint, settings, Box::new(cfg.decoder()?), cx).await
+        sockets::start(endpoint, settings, Box::new(cfg.decoder()?), cx).await
     }
 }
 

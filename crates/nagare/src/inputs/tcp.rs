@@ -2,18 +2,19 @@
 //! `{"message": "<line>"}`), like Fluentd's in_tcp (and its `<transport
 //! tls>` with `[input.tls]`). The shared socket code is in net/.
 
+use crate::inputs::common::sockets::{default_delimiter, default_idle, default_max_connections, default_max_line};
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::Deserialize;
 use tokio::task::JoinHandle;
 
-use super::net::lines::LineOptions;
-use super::net::{self, Endpoint, Settings};
-use crate::config::units::{Dur, Size};
+use crate::inputs::common::sockets::lines::LineOptions;
+use crate::inputs::common::sockets::{self, Endpoint, Settings};
+use nagare_core::units::{Dur, Size};
 use crate::parsers::ParserConfig;
-use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
-use crate::tls::{TlsOptions, TlsServer};
+use crate::inputs::{Input, InputContext, InputPlugin};
+use nagare_core::plugin::{BuildContext, OptionError};
+use crate::net::tls::{TlsOptions, TlsServer};
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -47,19 +48,6 @@ pub struct TcpInputConfig {
     pub tls: Option<TlsOptions>,
 }
 
-pub(super) fn default_delimiter() -> String {
-    "\n".into()
-}
-pub(super) fn default_max_line() -> Size {
-    Size(1 << 20)
-}
-pub(super) fn default_max_connections() -> usize {
-    1024
-}
-pub(super) fn default_idle() -> Dur {
-    Dur(Duration::from_secs(300))
-}
-
 impl TcpInputConfig {
     fn lines(&self) -> LineOptions<'_> {
         LineOptions {
@@ -76,7 +64,7 @@ impl InputPlugin for TcpInputConfig {
     const DOC: &'static str = "Receives lines over TCP; each line becomes an event through `[input.parser]` (see [Network inputs](network-inputs.md)).";
 
     fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
-        let addr = crate::config::resolve(&self.bind).map_err(|e| OptionError::new("bind", e))?;
+        let addr = nagare_core::address::resolve(&self.bind).map_err(|e| OptionError::new("bind", e))?;
         cx.listen("bind", Endpoint::Tcp(addr).listen());
         self.lines().check()?;
         if self.max_connections == 0 {
@@ -97,7 +85,7 @@ struct TcpInput {
 impl Input for TcpInput {
     async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
         let cfg = &self.cfg;
-        let addr = crate::config::resolve(&cfg.bind).map_err(anyhow::Error::msg)?;
+        let addr = nagare_core::address::resolve(&cfg.bind).map_err(anyhow::Error::msg)?;
         let settings = Settings {
             framing: cfg.lines().framing(),
             max_message: cfg.max_line_size.0 as usize,
@@ -106,6 +94,6 @@ impl Input for TcpInput {
             datagram_is_message: false,
             tls: self.tls.clone(),
         };
-        net::start(Endpoint::Tcp(addr), settings, cfg.lines().decoder()?, cx).await
+        sockets::start(Endpoint::Tcp(addr), settings, cfg.lines().decoder()?, cx).await
     }
 }

@@ -5,12 +5,13 @@
 use serde::Deserialize;
 use tokio::task::JoinHandle;
 
-use super::net::lines::LineOptions;
-use super::net::{self, Endpoint, Settings};
-use super::tcp::{default_delimiter, default_max_line};
-use crate::config::units::Size;
+use crate::inputs::common::sockets::lines::LineOptions;
+use crate::inputs::common::sockets::{self, Endpoint, Settings};
+use crate::inputs::common::sockets::{default_delimiter, default_max_line};
+use nagare_core::units::Size;
 use crate::parsers::ParserConfig;
-use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
+use crate::inputs::{Input, InputContext, InputPlugin};
+use nagare_core::plugin::{BuildContext, OptionError};
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -51,7 +52,7 @@ impl InputPlugin for UdpInputConfig {
     const DOC: &'static str = "Receives lines in UDP datagrams; each line becomes an event through `[input.parser]` (see [Network inputs](network-inputs.md)).";
 
     fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
-        let addr = crate::config::resolve(&self.bind).map_err(|e| OptionError::new("bind", e))?;
+        let addr = nagare_core::address::resolve(&self.bind).map_err(|e| OptionError::new("bind", e))?;
         cx.listen("bind", Endpoint::Udp(addr).listen());
         self.lines().check()?;
         Ok(Box::new(self))
@@ -61,7 +62,7 @@ impl InputPlugin for UdpInputConfig {
 #[async_trait::async_trait]
 impl Input for UdpInputConfig {
     async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
-        let addr = crate::config::resolve(&self.bind).map_err(anyhow::Error::msg)?;
+        let addr = nagare_core::address::resolve(&self.bind).map_err(anyhow::Error::msg)?;
         let settings = Settings {
             framing: self.lines().framing(),
             max_message: self.max_line_size.0 as usize,
@@ -71,6 +72,6 @@ impl Input for UdpInputConfig {
             datagram_is_message: false,
             tls: None,
         };
-        net::start(Endpoint::Udp(addr), settings, self.lines().decoder()?, cx).await
+        sockets::start(Endpoint::Udp(addr), settings, self.lines().decoder()?, cx).await
     }
 }

@@ -2,28 +2,17 @@
 //! datagram (like `udp`), each through the input's parser. The shared
 //! socket code is in net/.
 
+use crate::inputs::common::SocketType;
 use serde::Deserialize;
 use tokio::task::JoinHandle;
 
-use super::net::lines::LineOptions;
-use super::net::{self, Endpoint, Settings};
-use super::tcp::{default_delimiter, default_idle, default_max_connections, default_max_line};
-use crate::config::units::{Dur, Size};
+use crate::inputs::common::sockets::lines::LineOptions;
+use crate::inputs::common::sockets::{self, Endpoint, Settings};
+use crate::inputs::common::sockets::{default_delimiter, default_idle, default_max_connections, default_max_line};
+use nagare_core::units::{Dur, Size};
 use crate::parsers::ParserConfig;
-use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
-
-/// The kind of UNIX socket.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum SocketType {
-    /// Connections, each a stream of lines (default for `unix`).
-    #[default]
-    Stream,
-    /// Datagrams, each one line or several (as /dev/log).
-    Dgram,
-}
+use crate::inputs::{Input, InputContext, InputPlugin};
+use nagare_core::plugin::{BuildContext, OptionError};
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -103,6 +92,6 @@ impl Input for UnixInputConfig {
             datagram_is_message: false,
             tls: None,
         };
-        net::start(self.endpoint(), settings, self.lines().decoder()?, cx).await
+        sockets::start(self.endpoint(), settings, self.lines().decoder()?, cx).await
     }
 }

@@ -15,8 +15,8 @@ use axum::Extension;
 use axum::{Json, Router};
 use tokio::sync::watch;
 
-use crate::reload::Control;
-use crate::stats::{PluginStats, Registry};
+use crate::topology::Control;
+use nagare_core::metrics::{PluginStats, Registry};
 
 mod tap;
 
@@ -195,7 +195,7 @@ pub async fn serve(
             .with_graceful_shutdown(async move {
                 let _ = shutdown.wait_for(|v| *v).await;
                 // Taps stream forever: end them, or the shutdown waits.
-                crate::tap::close_all();
+                crate::router::tap::close_all();
             })
             .await;
     }))

@@ -11,8 +11,8 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 
-use crate::reload::Control;
-use crate::stats::Registry;
+use crate::topology::Control;
+use nagare_core::metrics::Registry;
 
 pub fn routes(control: Arc<Control>) -> Router<Arc<Registry>> {
     Router::new()

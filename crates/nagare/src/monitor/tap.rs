@@ -19,8 +19,8 @@ use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 
-use crate::router::Pattern;
-use crate::tap::{self, Limiter, Subscription, Tapped};
+use crate::router::tap::{self, Limiter, Subscription, Tapped};
+use nagare_core::pattern::Pattern;
 
 #[derive(serde::Deserialize)]
 pub struct TapQuery {
@@ -118,9 +118,9 @@ fn render(batch: &Tapped, limiter: &mut Limiter) -> Option<String> {
     }
     let mut out = Vec::new();
     for part in &batch.parts {
-        for (time, record, _) in crate::formats::entries(part) {
+        for (time, record, _) in nagare_core::event::entries(part) {
             if limiter.keep() {
-                crate::formats::json::write_event(&mut out, &batch.tag, time, record);
+                nagare_core::json::write_event(&mut out, &batch.tag, time, record);
             }
         }
     }

@@ -1,10 +1,8 @@
 //! `copy`: every event goes to each of its `[[output.store]]` outputs, each
 //! with its own buffer (Fluentd's out_copy).
 
-use crate::config::{Section, SectionError};
-use crate::plugin::{BuildContext, OutputRegistration};
-
-use super::OutputTarget;
+use nagare_core::output::OutputRegistration;
+use nagare_core::plugin::{BuildContext, Built, Section, SectionError};
 
 /// The documented options (the loader reads the stores as output sections).
 #[derive(schemars::JsonSchema)]
@@ -22,10 +20,11 @@ pub const REGISTRATION: OutputRegistration = OutputRegistration {
     build,
 };
 
-fn build(mut section: Section<'_, '_>, cx: &mut BuildContext) -> Result<OutputTarget, SectionError> {
-    let stores = section.take_outputs("store", &cx.name)?;
-    if stores.iter().any(|s| matches!(s.target, OutputTarget::Copy(_))) {
-        return Err(crate::plugin::OptionError::new("store", "a copy output cannot hold another copy").into());
-    }
-    Ok(OutputTarget::Copy(stores))
+/// The stores go back to the config loader, which builds each as an output
+/// section (and refuses a copy among them).
+fn build<'a>(
+    section: Section<'a>,
+    _cx: &mut BuildContext,
+) -> Result<Built<'a, std::sync::Arc<dyn nagare_core::output::Output>>, SectionError> {
+    Ok(Built::Fanout(section.take_tables("store")?))
 }

@@ -19,11 +19,12 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use serde::Deserialize;
 
-use super::stdout::{default_message_key, render_entry};
-use super::{FlushError, Output};
+use crate::formats::{default_message_key, render_entry};
+use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
 use crate::formats::Format;
-use crate::plugin::{BuildContext, OptionError, OutputPlugin};
+use nagare_core::output::OutputPlugin;
+use nagare_core::plugin::{BuildContext, OptionError};
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
@@ -45,7 +46,7 @@ pub struct FileConfig {
     #[serde(default = "default_message_key")]
     pub message_key: String,
     /// Append to the named file (default true); false gives each chunk its own file.
-    #[serde(default = "crate::config::yes")]
+    #[serde(default = "nagare_core::plugin::yes")]
     pub append: bool,
     /// "gzip" compresses each write as one gzip member (".gz" is added to the name).
     #[serde(default)]

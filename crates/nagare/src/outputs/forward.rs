@@ -33,13 +33,14 @@ use futures_util::FutureExt;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::{FlushError, Output};
+use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
-use crate::config::units::Dur;
-use crate::filters::record::{self, FieldPath};
-use crate::forward_io;
-use crate::plugin::{BuildContext, OptionError, OutputPlugin};
-use crate::tls::{self, MaybeTls, TlsClient, TlsOptions};
+use nagare_core::units::Dur;
+use nagare_core::record::{self, FieldPath};
+use crate::proto::forward_io;
+use nagare_core::output::OutputPlugin;
+use nagare_core::plugin::{BuildContext, OptionError};
+use crate::net::tls::{self, MaybeTls, TlsClient, TlsOptions};
 use hashing::HashKey;
 use phi::Phi;
 
@@ -171,7 +172,7 @@ pub struct ForwardOutputConfig {
     #[serde(default = "default_recover_wait")]
     pub recover_wait: Dur,
     /// Reuse connections between chunks (default true).
-    #[serde(default = "crate::config::yes")]
+    #[serde(default = "nagare_core::plugin::yes")]
     pub keepalive: bool,
     /// Shared key for the handshake; when set, the server's HELO is expected.
     #[serde(default)]
@@ -972,7 +973,7 @@ impl ForwardOutput {
 
 /// Checks a server's "HOST:PORT".
 fn check_address(address: &str) -> Result<(), String> {
-    crate::config::host_port(address, "aggregator.example:24224")
+    nagare_core::address::host_port(address, "aggregator.example:24224")
 }
 
 /// (seed, weight) of the servers `pool` names, for rendezvous hashing.

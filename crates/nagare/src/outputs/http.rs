@@ -10,6 +10,7 @@
 //! The client (keep-alive, connections, retry rules) is http_client.rs,
 //! shared with the `opentelemetry` output.
 
+use crate::net::http_client::Compress;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Arc;
@@ -23,11 +24,12 @@ use nagare_forward::msgpack::{read_map_len, write_array_len, write_map_len, writ
 use nagare_forward::EventTime;
 use serde::Deserialize;
 
-use super::http_client::{self, Client, Endpoint};
+use crate::net::http_client::{self, Client, Endpoint};
 use crate::buffer::Chunk;
-use crate::config::units::Dur;
-use crate::outputs::{FlushError, Output};
-use crate::plugin::{BuildContext, OptionError, OutputPlugin};
+use nagare_core::units::Dur;
+use nagare_core::output::{FlushError, Output};
+use nagare_core::output::OutputPlugin;
+use nagare_core::plugin::{BuildContext, OptionError};
 
 /// How a chunk's events are written in a request body.
 #[derive(
@@ -42,17 +44,6 @@ pub enum BodyFormat {
     JsonArray,
     /// One msgpack array of maps (application/msgpack).
     Msgpack,
-}
-
-/// The body's compression.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum Compress {
-    #[default]
-    None,
-    Gzip,
 }
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -92,7 +83,7 @@ pub struct HttpOutputConfig {
     /// `server_name`, and `cert` and `key` for a client certificate);
     /// `https://` alone uses the system's trust store. See docs/tls.md.
     #[serde(default)]
-    pub tls: Option<crate::tls::TlsOptions>,
+    pub tls: Option<crate::net::tls::TlsOptions>,
 }
 
 fn default_time_key() -> String {
@@ -177,7 +168,7 @@ impl HttpOutput {
         match self.cfg.format {
             BodyFormat::Ndjson => {
                 for seg in &chunk.segments {
-                    for (time, rec, _) in crate::formats::entries(seg) {
+                    for (time, rec, _) in nagare_core::event::entries(seg) {
                         fields.json(&mut out, time, rec);
                         out.push(b'\n');
                     }
@@ -186,7 +177,7 @@ impl HttpOutput {
             BodyFormat::JsonArray => {
                 out.push(b'[');
                 for seg in &chunk.segments {
-                    for (time, rec, _) in crate::formats::entries(seg) {
+                    for (time, rec, _) in nagare_core::event::entries(seg) {
                         if out.len() > 1 {
                             out.push(b',');
                         }
@@ -198,7 +189,7 @@ impl HttpOutput {
             BodyFormat::Msgpack => {
                 write_array_len(&mut out, chunk.count as usize);
                 for seg in &chunk.segments {
-                    for (time, rec, _) in crate::formats::entries(seg) {
+                    for (time, rec, _) in nagare_core::event::entries(seg) {
                         fields.msgpack(&mut out, time, rec);
                     }
                 }
@@ -218,7 +209,7 @@ struct Fields<'a> {
 impl Fields<'_> {
     /// `{"<time_key>":<secs.nanos>,"<tag_key>":"<tag>",<record's fields>}`
     fn json(&self, out: &mut Vec<u8>, time: EventTime, rec: &[u8]) {
-        use crate::formats::json::{write_string, write_value};
+        use nagare_core::json::{write_string, write_value};
         out.push(b'{');
         let mut first = true;
         if let Some(k) = self.time_key {
@@ -284,7 +275,7 @@ mod tests {
 
     fn json_of(f: &Fields, rec: serde_json::Value) -> serde_json::Value {
         let mut mp = Vec::new();
-        crate::formats::json::msgpack_from_json(&rec, &mut mp);
+        nagare_core::json::msgpack_from_json(&rec, &mut mp);
         let mut out = Vec::new();
         f.json(&mut out, EventTime::new(5, 7), &mp);
         serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)))

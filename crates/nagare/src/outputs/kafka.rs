@@ -29,13 +29,15 @@ use rdkafka::{ClientConfig, ClientContext};
 use serde::Deserialize;
 use tokio::sync::Notify;
 
-use super::redis::{write_logstash_json, RedisFormat};
-use super::{FlushError, Output};
+use crate::formats::logstash::{write_logstash_json, RedisFormat};
+use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
-use crate::config::units::{Dur, Size};
-use crate::formats::{self, json};
-use crate::kafka_conn::kafka_options;
-use crate::plugin::{BuildContext, OptionError, OutputPlugin};
+use nagare_core::units::{Dur, Size};
+use nagare_core::event::field;
+use nagare_core::json;
+use crate::proto::kafka::kafka_options;
+use nagare_core::output::OutputPlugin;
+use nagare_core::plugin::{BuildContext, OptionError};
 
 /// How many replicas must have a message before the broker confirms it.
 #[derive(
@@ -88,7 +90,7 @@ kafka_options!(
         #[serde(default)]
         format: RedisFormat,
         /// Format "single_value": the field written (default "message").
-        #[serde(default = "super::stdout::default_message_key")]
+        #[serde(default = "crate::formats::default_message_key")]
         message_key: String,
         /// Format "json": also write the event's tag in this field (none by
         /// default), so a `kafka` input can route by it (`tag_key`).
@@ -100,7 +102,7 @@ kafka_options!(
         /// The idempotent producer (default true, needs acks = "all"): a
         /// message librdkafka resends after a lost answer is stored once, and
         /// the order within a partition holds across resends.
-        #[serde(default = "crate::config::yes")]
+        #[serde(default = "nagare_core::plugin::yes")]
         idempotence: bool,
         /// "none" (default), "gzip", "snappy", "lz4" or "zstd".
         #[serde(default)]
@@ -227,7 +229,7 @@ struct Deliveries {
 
 impl ClientContext for Deliveries {
     fn log(&self, level: RDKafkaLogLevel, fac: &str, msg: &str) {
-        crate::kafka_conn::log(&self.name, level, fac, msg);
+        crate::proto::kafka::log(&self.name, level, fac, msg);
     }
 
     fn error(&self, error: KafkaError, reason: &str) {
@@ -271,7 +273,7 @@ impl KafkaOutput {
                 text
             }
             RedisFormat::SingleValue => {
-                formats::field(record, self.cfg.message_key.as_bytes()).unwrap_or_default()
+                field(record, self.cfg.message_key.as_bytes()).unwrap_or_default()
             }
         }
     }

@@ -3,9 +3,10 @@
 use async_trait::async_trait;
 use serde::Deserialize;
 
-use super::{FlushError, Output};
+use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
-use crate::plugin::{BuildContext, OptionError, OutputPlugin};
+use nagare_core::output::OutputPlugin;
+use nagare_core::plugin::{BuildContext, OptionError};
 use std::sync::Arc;
 
 /// `type = "null"` takes no options.

@@ -21,13 +21,14 @@ use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
 use prost::Message;
 use serde::Deserialize;
 
-use super::http::Compress;
-use super::http_client::{self, Client, Endpoint};
+use crate::net::http_client::Compress;
+use crate::net::http_client::{self, Client, Endpoint};
 use crate::buffer::Chunk;
-use crate::config::units::Dur;
+use nagare_core::units::Dur;
 use crate::formats::otlp::RequestBuilder;
-use crate::outputs::{FlushError, Output};
-use crate::plugin::{BuildContext, OptionError, OutputPlugin};
+use nagare_core::output::{FlushError, Output};
+use nagare_core::output::OutputPlugin;
+use nagare_core::plugin::{BuildContext, OptionError};
 
 /// The OTLP/HTTP body encoding.
 #[derive(
@@ -67,7 +68,7 @@ pub struct OtlpOutputConfig {
     /// `server_name`, and `cert` and `key` for a client certificate);
     /// `https://` alone uses the system's trust store. See docs/tls.md.
     #[serde(default)]
-    pub tls: Option<crate::tls::TlsOptions>,
+    pub tls: Option<crate::net::tls::TlsOptions>,
 }
 
 fn default_timeout() -> Dur {

@@ -14,6 +14,7 @@
 //! retried chunk may have been written before the connection broke, so
 //! delivery is at least once (see docs/queues.md).
 
+use crate::formats::logstash::{write_logstash_json, RedisFormat};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,19 +22,18 @@ use std::time::Duration;
 use ::redis::cluster::ClusterClient;
 use ::redis::cluster_async::ClusterConnection;
 use async_trait::async_trait;
-use nagare_forward::msgpack::{read_map_len, read_str_or_bin, skip_value};
-use nagare_forward::EventTime;
 use serde::Deserialize;
 use tokio::sync::{Mutex, MutexGuard};
 
-use super::{FlushError, Output};
+use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
-use crate::config::units::Dur;
-use crate::formats::{self, json};
-use crate::plugin::{BuildContext, OptionError, OutputPlugin};
-use crate::redis_conn::{is_permanent, is_permanent_code, redis_options, Server};
-use crate::redis_resp::{self as resp, RespConn};
-use crate::tls::TlsClient;
+use nagare_core::units::Dur;
+use nagare_core::event::field;
+use nagare_core::output::OutputPlugin;
+use nagare_core::plugin::{BuildContext, OptionError};
+use crate::proto::redis::conn::{is_permanent, is_permanent_code, redis_options, Server};
+use crate::proto::redis::resp::{self as resp, RespConn};
+use crate::net::tls::TlsClient;
 
 /// What the events are written to.
 #[derive(
@@ -63,21 +63,6 @@ pub enum Push {
     Lpush,
 }
 
-/// How each event is written.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum RedisFormat {
-    /// Logstash's layout: `{"@timestamp":"<RFC 3339, UTC>", <the record's fields>}`.
-    #[default]
-    Json,
-    /// The msgpack entry `[time, record]` (time as forward EventTime).
-    Msgpack,
-    /// One field of the record (`message_key`), as it is.
-    SingleValue,
-}
-
 redis_options!(
     RedisOutputConfig {
         /// "list" (default), "channel" or "stream".
@@ -99,7 +84,7 @@ redis_options!(
         #[serde(default)]
         format: RedisFormat,
         /// Format "single_value": the field written (default "message").
-        #[serde(default = "super::stdout::default_message_key")]
+        #[serde(default = "crate::formats::default_message_key")]
         message_key: String,
         /// Format "json": also write the event's tag in this field (none by
         /// default), so a `redis` input can route by it (`tag_key`).
@@ -268,7 +253,7 @@ impl RedisOutput {
                     write_logstash_json(&mut text, time, record, self.tag_field(&chunk.tag));
                     f(&text)
                 }
-                _ => f(formats::field(record, self.cfg.message_key.as_bytes()).unwrap_or_default()),
+                _ => f(field(record, self.cfg.message_key.as_bytes()).unwrap_or_default()),
             }
         }
     }
@@ -480,102 +465,5 @@ impl Output for RedisOutput {
             *slot = None;
         }
         result
-    }
-}
-
-/// Writes one event in Logstash's JSON layout: `@timestamp` first (RFC
-/// 3339, UTC, milliseconds when the time has no finer part, else
-/// nanoseconds), then the record's fields as they are (a `tags` field, when
-/// the record has one, is one of them), and `tag_field` when given.
-pub fn write_logstash_json(
-    out: &mut Vec<u8>,
-    time: EventTime,
-    record: &[u8],
-    tag_field: Option<(&str, &str)>,
-) {
-    out.extend_from_slice(b"{\"@timestamp\":\"");
-    write_timestamp(out, time);
-    out.push(b'"');
-    // Records are maps (checked on the way in); anything else is kept whole.
-    let Ok((n, mut p)) = read_map_len(record, 0) else {
-        out.extend_from_slice(b",\"message\":");
-        json::write_value(out, record);
-        return out.push(b'}');
-    };
-    for _ in 0..n {
-        let Ok(kend) = skip_value(record, p) else { break };
-        let Ok(vend) = skip_value(record, kend) else { break };
-        let key = match read_str_or_bin(record, p) {
-            Ok(Some((s, e))) => Some(&record[s..e]),
-            _ => None,
-        };
-        // The event's time is written above; a field of the same name would
-        // make a second key.
-        let skip = key.is_some_and(|k| k == b"@timestamp" || tag_field.is_some_and(|(t, _)| t.as_bytes() == k));
-        if !skip {
-            out.push(b',');
-            match key {
-                Some(k) => json::write_string(out, k),
-                None => {
-                    // JSON keys are strings: quote the key's JSON text.
-                    let mut k = Vec::new();
-                    json::write_value(&mut k, &record[p..kend]);
-                    json::write_string(out, &k);
-                }
-            }
-            out.push(b':');
-            json::write_value(out, &record[kend..vend]);
-        }
-        p = vend;
-    }
-    if let Some((k, tag)) = tag_field {
-        out.push(b',');
-        json::write_string(out, k.as_bytes());
-        out.push(b':');
-        json::write_string(out, tag.as_bytes());
-    }
-    out.push(b'}');
-}
-
-/// RFC 3339 in UTC; milliseconds unless the time has a finer part.
-fn write_timestamp(out: &mut Vec<u8>, time: EventTime) {
-    formats::write_rfc3339(out, time);
-    if time.nanos.is_multiple_of(1_000_000) {
-        // "…:SS.mmm000000Z" → "…:SS.mmmZ"
-        let z = out.len() - 1;
-        out.drain(z - 6..z);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn record() -> Vec<u8> {
-        let v = rmpv::Value::Map(vec![
-            ("message".into(), "hi \"there\"".into()),
-            ("tags".into(), rmpv::Value::Array(vec!["a".into()])),
-            ("@timestamp".into(), "stale".into()),
-            ("n".into(), 3.into()),
-        ]);
-        let mut b = Vec::new();
-        rmpv::encode::write_value(&mut b, &v).unwrap();
-        b
-    }
-
-    #[test]
-    fn logstash_layout() {
-        let mut out = Vec::new();
-        write_logstash_json(&mut out, EventTime::new(1_700_000_000, 123_000_000), &record(), None);
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            r#"{"@timestamp":"2023-11-14T22:13:20.123Z","message":"hi \"there\"","tags":["a"],"n":3}"#
-        );
-        let mut out = Vec::new();
-        write_logstash_json(&mut out, EventTime::new(1_700_000_000, 5), &[0x80], Some(("tag", "app.web")));
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            r#"{"@timestamp":"2023-11-14T22:13:20.000000005Z","tag":"app.web"}"#
-        );
     }
 }

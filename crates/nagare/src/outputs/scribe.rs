@@ -21,13 +21,14 @@ use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use super::{FlushError, Output};
+use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
-use crate::config::units::Dur;
-use crate::formats::json;
-use crate::plugin::{BuildContext, OptionError, OutputPlugin};
-use crate::thrift::{self, LogCall, ResultCode};
-use crate::tls::{MaybeTls, TlsClient, TlsOptions};
+use nagare_core::units::Dur;
+use nagare_core::json;
+use nagare_core::output::OutputPlugin;
+use nagare_core::plugin::{BuildContext, OptionError};
+use crate::proto::thrift::{self, LogCall, ResultCode};
+use crate::net::tls::{MaybeTls, TlsClient, TlsOptions};
 
 /// How a record becomes a Scribe message.
 #[derive(
@@ -107,7 +108,7 @@ impl OutputPlugin for ScribeOutputConfig {
     const DOC: &'static str = "Sends events to a Scribe server as `Log` calls; `TRY_LATER` is retried (see [Scribe](scribe.md)).";
 
     fn build(self, cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
-        crate::config::host_port(&self.address, "scribe.example:1463")
+        nagare_core::address::host_port(&self.address, "scribe.example:1463")
             .map_err(|e| OptionError::new("address", e))?;
         if self.default_category.is_empty() {
             return Err(OptionError::new("default_category", "must not be empty"));
@@ -192,7 +193,7 @@ impl ScribeOutput {
             .map_err(|_| format!("connecting to {}: timed out", self.cfg.address))?
             .map_err(|e| format!("connecting to {}: {e}", self.cfg.address))?;
         let _ = c.set_nodelay(true);
-        crate::tls::connect(&self.tls, c, &self.cfg.address)
+        crate::net::tls::connect(&self.tls, c, &self.cfg.address)
             .await
             .map_err(|e| format!("connecting to {}: {e}", self.cfg.address))
     }

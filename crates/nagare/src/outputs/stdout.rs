@@ -1,13 +1,15 @@
 //! `stdout`: one line per event (JSON or LTSV), or raw msgpack entries.
 
+use crate::formats::{default_message_key, render};
 use async_trait::async_trait;
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
 
-use super::{FlushError, Output};
+use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
-use crate::formats::{self, Format};
-use crate::plugin::{BuildContext, OptionError, OutputPlugin};
+use crate::formats::Format;
+use nagare_core::output::OutputPlugin;
+use nagare_core::plugin::{BuildContext, OptionError};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema, Default)]
@@ -21,10 +23,6 @@ pub struct StdoutConfig {
     pub message_key: String,
 }
 
-pub fn default_message_key() -> String {
-    "message".into()
-}
-
 pub struct Stdout {
     cfg: StdoutConfig,
 }
@@ -32,35 +30,6 @@ pub struct Stdout {
 impl Stdout {
     pub fn new(cfg: StdoutConfig) -> Self {
         Stdout { cfg }
-    }
-}
-
-/// Formats a chunk's events for line-oriented outputs (stdout, file).
-pub fn render(format: Format, message_key: &str, chunk: &Chunk, out: &mut Vec<u8>) {
-    for (time, record, entry) in chunk.entries() {
-        render_entry(format, message_key, &chunk.tag, time, record, entry, out);
-    }
-}
-
-pub fn render_entry(
-    format: Format,
-    message_key: &str,
-    tag: &str,
-    time: nagare_forward::EventTime,
-    record: &[u8],
-    entry: &[u8],
-    out: &mut Vec<u8>,
-) {
-    match format {
-        Format::Json => formats::json::write_event(out, tag, time, record),
-        Format::Ltsv => formats::ltsv::write_event(out, tag, time, record),
-        Format::Msgpack => out.extend_from_slice(entry),
-        Format::SingleValue => {
-            if let Some(v) = formats::field(record, message_key.as_bytes()) {
-                out.extend_from_slice(v);
-            }
-            out.push(b'\n');
-        }
     }
 }
 

@@ -17,14 +17,16 @@ use serde::Deserialize;
 use tokio::net::UdpSocket;
 use tokio::sync::OnceCell;
 
-use super::net::Connection;
-use super::tcp::{check_address, default_timeout};
-use super::{FlushError, Output};
+use crate::net::connection::Connection;
+use crate::net::connection::{check_address, default_timeout};
+use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
-use crate::config::units::Dur;
-use crate::formats::{self, field};
-use crate::plugin::{BuildContext, OptionError, OutputPlugin};
-use crate::tls::{TlsClient, TlsOptions};
+use nagare_core::units::Dur;
+use nagare_core::event::field;
+use nagare_core::json;
+use nagare_core::output::OutputPlugin;
+use nagare_core::plugin::{BuildContext, OptionError};
+use crate::net::tls::{TlsClient, TlsOptions};
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize, schemars::JsonSchema,
@@ -266,7 +268,7 @@ impl SyslogOutput {
         match get(&self.cfg.message_key) {
             Some(m) => out.extend_from_slice(m),
             None => {
-                formats::json::write_value(out, record);
+                json::write_value(out, record);
             }
         }
     }
@@ -377,7 +379,7 @@ mod tests {
 
     fn record(v: serde_json::Value) -> Vec<u8> {
         let mut out = Vec::new();
-        formats::json::msgpack_from_json(&v, &mut out);
+        json::msgpack_from_json(&v, &mut out);
         out
     }
 

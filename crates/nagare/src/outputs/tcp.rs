@@ -3,19 +3,21 @@
 //! and opened again after an error (the buffer retries with backoff);
 //! over TLS with `[output.tls]`.
 
+use crate::net::connection::{check_address, default_timeout};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::Deserialize;
 
-use super::net::Connection;
-use super::stdout::{default_message_key, render};
-use super::{FlushError, Output};
+use crate::net::connection::Connection;
+use crate::formats::{default_message_key, render};
+use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
-use crate::config::units::Dur;
+use nagare_core::units::Dur;
 use crate::formats::Format;
-use crate::plugin::{BuildContext, OptionError, OutputPlugin};
-use crate::tls::{TlsClient, TlsOptions};
+use nagare_core::output::OutputPlugin;
+use nagare_core::plugin::{BuildContext, OptionError};
+use crate::net::tls::{TlsClient, TlsOptions};
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -36,10 +38,6 @@ pub struct TcpOutputConfig {
     /// and `key` for a client certificate); see docs/tls.md.
     #[serde(default)]
     pub tls: Option<TlsOptions>,
-}
-
-pub(super) fn default_timeout() -> Dur {
-    Dur(std::time::Duration::from_secs(10))
 }
 
 struct TcpOutput {
@@ -68,8 +66,3 @@ impl OutputPlugin for TcpOutputConfig {
     }
 }
 
-/// "HOST:PORT" with a port (the host is resolved when connecting).
-pub(super) fn check_address(address: &str) -> Result<(), OptionError> {
-    crate::config::host_port(address, "127.0.0.1:5170")
-        .map_err(|e| OptionError::new("address", e))
-}

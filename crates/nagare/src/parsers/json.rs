@@ -71,7 +71,7 @@ fn parse_tree(
     write_map_len(out, map.len() + extra.len());
     for (k, v) in &map {
         write_str(out, k.as_bytes());
-        crate::formats::json::msgpack_from_json(v, out);
+        nagare_core::json::msgpack_from_json(v, out);
     }
     super::write_extra(extra, out);
     Ok(time)
@@ -178,7 +178,7 @@ fn write_pairs<'de, A: MapAccess<'de>>(
                     continue;
                 }
                 keys.note(out, key);
-                crate::formats::json::msgpack_from_json(&t, out);
+                nagare_core::json::msgpack_from_json(&t, out);
             }
             _ => {
                 if !keys.note(out, key) {

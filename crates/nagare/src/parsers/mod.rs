@@ -13,7 +13,7 @@ use nagare_forward::msgpack::{write_bool, write_map_len, write_str};
 use nagare_forward::EventTime;
 use serde::Deserialize;
 
-use crate::config::units::Dur;
+use nagare_core::units::Dur;
 
 mod apache2;
 mod apache_error;
@@ -546,7 +546,10 @@ fn one_line(message: &str) -> String {
 
 /// Builds the parser of an `[input.parser]` / `[filter.parser]` table
 /// (`key` names that table), as a check: the error names the option at fault.
-pub fn check_options(key: &str, cfg: &ParserConfig) -> Result<(), crate::plugin::OptionError> {
+pub fn check_options(
+    key: &str,
+    cfg: &ParserConfig,
+) -> Result<(), nagare_core::plugin::OptionError> {
     Parser::new(cfg).map(|_| ()).map_err(|e| {
         let message = one_line(&format!("{e:#}"));
         let option = match cfg.kind {
@@ -560,7 +563,7 @@ pub fn check_options(key: &str, cfg: &ParserConfig) -> Result<(), crate::plugin:
         } else {
             format!("{key}.{option}")
         };
-        crate::plugin::OptionError::new(key, message)
+        nagare_core::plugin::OptionError::new(key, message)
     })
 }
 

@@ -1,8 +1,6 @@
 //! Tag routing: Fluentd's match patterns and a per-tag route cache.
 //!
-//! Patterns: `*` matches one tag part, `**` zero or more parts (`a.**` matches
-//! `a` and `a.b.c`), `{x,y}` either alternative; a `match` string holds
-//! several patterns separated by spaces. An event goes to the first output
+//! Patterns (`nagare_core::pattern`): an event goes to the first output
 //! whose pattern matches (a `copy` output fans out inside itself), after the
 //! filters whose patterns match, in file order.
 //!
@@ -18,86 +16,20 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
-use regex::Regex;
 
-use crate::filters::Stage;
-use crate::outputs::OutputHandle;
-use crate::stats::PluginStats;
+use nagare_core::metrics::PluginStats;
+use nagare_core::pattern::Pattern;
+
+use crate::buffer::Buffer;
 
 mod live;
+mod stage;
+pub mod tap;
 pub use live::{LiveRouter, RouteSwitch};
+pub use stage::Stage;
 
-#[derive(Debug, Clone)]
-pub struct Pattern {
-    re: Regex,
-}
-
-impl Pattern {
-    pub fn parse(p: &str) -> Result<Pattern, String> {
-        // (?s): `**` matches any character, newlines included (a tail tag
-        // made from a file name may hold one).
-        let mut re = String::from("(?s)^");
-        let chars: Vec<char> = p.chars().collect();
-        let mut i = 0;
-        let mut depth = 0usize;
-        while i < chars.len() {
-            let c = chars[i];
-            match c {
-                '*' if chars.get(i + 1) == Some(&'*') => {
-                    let dot_after = chars.get(i + 2) == Some(&'.');
-                    let dot_before = re.ends_with("\\.");
-                    if dot_before && !dot_after {
-                        // "a.**": the dot and the rest are optional
-                        re.truncate(re.len() - 2);
-                        re.push_str("(?:\\..*)?");
-                        i += 2;
-                    } else if dot_after {
-                        // "**.b": any prefix ending in a dot, or none
-                        re.push_str("(?:.*\\.)?");
-                        i += 3;
-                    } else {
-                        re.push_str(".*");
-                        i += 2;
-                    }
-                    continue;
-                }
-                '*' => re.push_str("[^.]*"),
-                '{' => {
-                    depth += 1;
-                    re.push_str("(?:");
-                }
-                '}' if depth > 0 => {
-                    depth -= 1;
-                    re.push(')');
-                }
-                ',' if depth > 0 => re.push('|'),
-                c => re.push_str(&regex::escape(&c.to_string())),
-            }
-            i += 1;
-        }
-        if depth != 0 {
-            return Err(format!("unbalanced braces in tag pattern {p:?}"));
-        }
-        re.push('$');
-        Regex::new(&re)
-            .map(|re| Pattern { re })
-            .map_err(|e| format!("bad tag pattern {p:?}: {e}"))
-    }
-
-    /// Parses a space-separated list of patterns.
-    pub fn parse_list(s: &str) -> Result<Vec<Pattern>, String> {
-        let v: Result<Vec<_>, _> = s.split_whitespace().map(Pattern::parse).collect();
-        let v = v?;
-        if v.is_empty() {
-            return Err("empty match".into());
-        }
-        Ok(v)
-    }
-
-    pub fn matches(&self, tag: &str) -> bool {
-        self.re.is_match(tag)
-    }
-}
+/// An output as the router sees it: the buffer in front of it.
+pub type OutputHandle = Arc<Buffer>;
 
 /// The outputs a batch is appended to (more than one for copy).
 pub type Outputs = Arc<[OutputHandle]>;
@@ -411,37 +343,6 @@ impl Router {
 mod tests {
     use super::*;
 
-    fn m(p: &str, tag: &str) -> bool {
-        Pattern::parse_list(p)
-            .unwrap()
-            .iter()
-            .any(|x| x.matches(tag))
-    }
-
-    #[test]
-    fn fluentd_patterns() {
-        assert!(m("a.*", "a.b"));
-        assert!(!m("a.*", "a.b.c"));
-        assert!(!m("a.*", "a"));
-        assert!(m("a.**", "a"));
-        assert!(m("a.**", "a.b.c"));
-        assert!(!m("a.**", "ab"));
-        assert!(m("**", "anything.at.all"));
-        assert!(m("**.z", "z"));
-        assert!(m("**.z", "x.y.z"));
-        assert!(!m("**.z", "xz"));
-        assert!(m("a.**.z", "a.z"));
-        assert!(m("a.**.z", "a.b.c.z"));
-        assert!(m("{web,db}.log", "db.log"));
-        assert!(!m("{web,db}.log", "app.log"));
-        assert!(m("x.* y.**", "y.q.r"));
-        assert!(m("a.{b,c.*}", "a.c.d"));
-        assert!(Pattern::parse("a.{b").is_err());
-        // Tags from file names with a tab or a newline in them.
-        assert!(m("app.**", "app.logs.tab\tand\nnewline.log"));
-        assert!(m("app.*.log", "app.new\nline.log"));
-    }
-
     /// A test filter: appends its mark to every entry's bytes (so the test
     /// can see which filters ran, in order) and may retag or drop.
     struct Mark {
@@ -450,11 +351,11 @@ mod tests {
         drop: bool,
     }
 
-    impl crate::filters::Filter for Mark {
-        fn filter(&self, _tag: &str, parts: &[Bytes], count: u32) -> crate::filters::Filtered {
+    impl nagare_core::filter::Filter for Mark {
+        fn filter(&self, _tag: &str, parts: &[Bytes], count: u32) -> nagare_core::filter::Filtered {
             let mut v: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
             v.push(self.mark);
-            crate::filters::Filtered {
+            nagare_core::filter::Filtered {
                 batch: Some((Bytes::from(v), if self.drop { 0 } else { count })),
                 tag: self.retag.map(String::from),
                 errors: u64::from(self.mark == b'e'),
@@ -464,7 +365,7 @@ mod tests {
     }
 
     fn router(filters: &[(&str, u8, Option<&'static str>, bool)]) -> (Router, Vec<Arc<Stage>>) {
-        let reg = crate::stats::Registry::default();
+        let reg = nagare_core::metrics::Registry::default();
         let stages: Vec<Arc<Stage>> = filters
             .iter()
             .enumerate()
@@ -509,7 +410,7 @@ mod tests {
         assert!(run(&r2, "db").is_none());
         assert_eq!(run(&r, "app.x"), Some(("app.x".into(), b">ae".to_vec(), 3)));
         assert_eq!(run(&r, "web.y"), Some(("web.y".into(), b">we".to_vec(), 3)));
-        use crate::stats::PluginStats as S;
+        use nagare_core::metrics::PluginStats as S;
         assert_eq!(S::get(&stages[0].stats.events_in), 3);
         assert_eq!(S::get(&stages[1].stats.events_in), 3);
         assert_eq!(S::get(&stages[2].stats.errors), 2);
@@ -531,7 +432,7 @@ mod tests {
         let (r, stages) = router(&[("**", b'd', None, true), ("**", b'x', None, false)]);
         assert_eq!(run(&r, "t").map(|(_, _, n)| n), Some(0));
         assert_eq!(
-            crate::stats::PluginStats::get(&stages[1].stats.events_in),
+            nagare_core::metrics::PluginStats::get(&stages[1].stats.events_in),
             0
         );
     }
@@ -542,11 +443,11 @@ mod tests {
         to: &'static str,
     }
 
-    impl crate::filters::Filter for Move {
-        fn filter(&self, _tag: &str, parts: &[Bytes], count: u32) -> crate::filters::Filtered {
+    impl nagare_core::filter::Filter for Move {
+        fn filter(&self, _tag: &str, parts: &[Bytes], count: u32) -> nagare_core::filter::Filtered {
             let mut v: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
             v.push(b'm');
-            crate::filters::Filtered {
+            nagare_core::filter::Filtered {
                 batch: Some((Bytes::new(), 0)),
                 moved: vec![(self.to.to_string(), Bytes::from(v), count)],
                 ..Default::default()
@@ -556,15 +457,15 @@ mod tests {
 
     #[test]
     fn events_moved_to_other_tags_go_on_with_later_filters_only() {
-        let reg = crate::stats::Registry::default();
-        let mark = |m: u8| -> Box<dyn crate::filters::Filter> {
+        let reg = nagare_core::metrics::Registry::default();
+        let mark = |m: u8| -> Box<dyn nagare_core::filter::Filter> {
             Box::new(Mark {
                 mark: m,
                 retag: None,
                 drop: false,
             })
         };
-        let filters: Vec<(&str, Box<dyn crate::filters::Filter>)> = vec![
+        let filters: Vec<(&str, Box<dyn nagare_core::filter::Filter>)> = vec![
             ("in", Box::new(Move { to: "moved" })),
             ("in moved", mark(b'2')),
             // Would loop back to the first filter if earlier filters ran again.
@@ -605,7 +506,7 @@ mod tests {
                 ("in".to_string(), b">m2m4".to_vec(), 3)
             ]
         );
-        use crate::stats::PluginStats as S;
+        use nagare_core::metrics::PluginStats as S;
         for st in &stages {
             assert_eq!(S::get(&st.stats.events_in), 3, "{}", st.name);
             assert_eq!(S::get(&st.stats.events_out), 3, "{}", st.name);
@@ -617,15 +518,15 @@ mod tests {
     fn handle(name: &str) -> OutputHandle {
         struct Nowhere;
         #[async_trait::async_trait]
-        impl crate::outputs::Output for Nowhere {
+        impl nagare_core::output::Output for Nowhere {
             async fn write(
                 &self,
                 _: &crate::buffer::Chunk,
-            ) -> Result<(), crate::outputs::FlushError> {
+            ) -> Result<(), nagare_core::output::FlushError> {
                 Ok(())
             }
         }
-        let reg = crate::stats::Registry::default();
+        let reg = nagare_core::metrics::Registry::default();
         crate::buffer::Buffer::new(
             name,
             crate::buffer::BufferConfig::default(),
@@ -640,11 +541,11 @@ mod tests {
     /// marked with its mark.
     struct FailAll;
 
-    impl crate::filters::Filter for FailAll {
-        fn filter(&self, _tag: &str, parts: &[Bytes], count: u32) -> crate::filters::Filtered {
+    impl nagare_core::filter::Filter for FailAll {
+        fn filter(&self, _tag: &str, parts: &[Bytes], count: u32) -> nagare_core::filter::Filtered {
             let mut v: Vec<u8> = parts.iter().flat_map(|p| p.iter().copied()).collect();
             v.push(b'!');
-            crate::filters::Filtered {
+            nagare_core::filter::Filtered {
                 batch: Some((Bytes::new(), 0)),
                 errors: u64::from(count),
                 failed: Some((Bytes::from(v), count)),
@@ -655,7 +556,7 @@ mod tests {
 
     #[test]
     fn labels_keep_their_events_apart_and_failures_go_to_the_error_label() {
-        let reg = crate::stats::Registry::default();
+        let reg = nagare_core::metrics::Registry::default();
         let (plain, audit, errors) = (handle("plain"), handle("audit"), handle("errors"));
         let rule = |p: &str, h: &OutputHandle| {
             (
@@ -663,7 +564,7 @@ mod tests {
                 Outputs::from(vec![h.clone()]),
             )
         };
-        let stage = |index: usize, p: &str, filter: Box<dyn crate::filters::Filter>| {
+        let stage = |index: usize, p: &str, filter: Box<dyn nagare_core::filter::Filter>| {
             Arc::new(Stage {
                 index,
                 name: format!("f#{index}"),
@@ -672,7 +573,7 @@ mod tests {
                 stats: reg.register("filter", &format!("f#{index}"), "f"),
             })
         };
-        let mark = |m: u8| -> Box<dyn crate::filters::Filter> {
+        let mark = |m: u8| -> Box<dyn nagare_core::filter::Filter> {
             Box::new(Mark {
                 mark: m,
                 retag: None,

@@ -29,9 +29,10 @@ use serde::Deserialize;
 
 use self::child::Running;
 pub use self::protocol::ExecFormat;
-use super::{Filter, Filtered};
-use crate::config::units::Dur;
-use crate::plugin::{BuildContext, FilterPlugin, OptionError};
+use nagare_core::filter::{Filter, Filtered};
+use nagare_core::units::Dur;
+use nagare_core::filter::FilterPlugin;
+use nagare_core::plugin::{BuildContext, OptionError};
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -431,7 +432,7 @@ mod tests {
                 kept
             };
             assert_eq!(marked.1, 4);
-            let records: Vec<_> = crate::formats::entries(&marked.0).collect();
+            let records: Vec<_> = nagare_core::event::entries(&marked.0).collect();
             assert_eq!(records.len(), 4);
             assert!(records.iter().all(|(_, r, _)| r.windows(10).any(|w| w == b"exec_error")));
         }

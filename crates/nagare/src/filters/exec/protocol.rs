@@ -22,8 +22,8 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::filters::record;
-use crate::formats::json;
+use nagare_core::record;
+use nagare_core::json;
 use crate::parsers::json::{Emit, REPEATED_KEY};
 
 #[derive(
@@ -47,7 +47,7 @@ pub fn encode(format: ExecFormat, tag: &str, parts: &[Bytes], out: &mut Vec<u8>)
     let mut tag_json = Vec::with_capacity(tag.len() + 2);
     json::write_string(&mut tag_json, tag.as_bytes());
     for part in parts {
-        for (time, rec, entry) in crate::formats::entries(part) {
+        for (time, rec, entry) in nagare_core::event::entries(part) {
             match format {
                 ExecFormat::Json => {
                     out.extend_from_slice(b"{\"tag\":");
@@ -505,7 +505,7 @@ mod tests {
         ];
         let mut out = Vec::new();
         mark(&[batch(&[t, t], &recs)], "it hung", &mut out);
-        let got: Vec<Value> = crate::formats::entries(&out)
+        let got: Vec<Value> = nagare_core::event::entries(&out)
             .map(|(time, r, _)| {
                 assert_eq!(time, t);
                 rmpv::decode::read_value(&mut &r[..]).unwrap()

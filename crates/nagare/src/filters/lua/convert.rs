@@ -35,7 +35,7 @@ use nagare_forward::msgpack::{
 };
 
 use super::lazy::{self, Lazy};
-use crate::filters::record;
+use nagare_core::record;
 
 /// Deeper values are refused (in both directions): a cycle such as
 /// `t.self = t` would otherwise never end.

@@ -33,7 +33,7 @@ use std::ffi::{c_int, CStr};
 use mlua::ffi::{self, lua_State};
 
 use super::convert;
-use crate::filters::record;
+use nagare_core::record;
 
 /// The proxies' metatable, in the registry.
 pub const META: &CStr = c"nagare.lazy_record";

@@ -10,11 +10,12 @@ use nagare_forward::EventTime;
 use tokio::sync::{mpsc, oneshot};
 
 use super::{FuseConfig, Msg};
-use crate::inputs::append::append_batch;
-use crate::inputs::tail::{encode_line, LongLines};
+use crate::inputs::common::append::append_batch;
+use crate::inputs::common::follow::LongLines;
+use crate::inputs::common::lines::encode_line;
 use crate::parsers::Parser;
 use crate::router::LiveRouter;
-use crate::stats::PluginStats;
+use nagare_core::metrics::PluginStats;
 
 /// A tag's batch is appended at once when it holds this many bytes or lines.
 const BATCH_BYTES: usize = 1 << 20;

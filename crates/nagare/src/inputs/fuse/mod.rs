@@ -43,12 +43,13 @@ use tokio::task::JoinHandle;
 use self::fs::DropFs;
 use self::lines::Lines;
 use self::tree::Tree;
-use super::tail::{default_max_line, LongLines};
-use crate::config::units::{Dur, Size};
+use crate::inputs::common::follow::{default_max_line, LongLines};
+use nagare_core::units::{Dur, Size};
 use crate::parsers::{Parser, ParserConfig};
 use crate::router::LiveRouter;
-use crate::plugin::{BuildContext, Input, InputContext, InputPlugin, OptionError};
-use crate::stats::PluginStats;
+use crate::inputs::{Input, InputContext, InputPlugin};
+use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::metrics::PluginStats;
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -208,7 +209,7 @@ impl InputPlugin for FuseConfig {
     const DOC: &'static str = "Mounts a folder through FUSE: every line applications write into files there is an event (nothing is stored on disk), tagged by the file's path relative to the mountpoint; each writing process has its own partial line, so concurrent appenders never interleave inside a line.";
 
     fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
-        super::tail::check_globs_and_parser("", &[], &[], self.parser.as_deref())?;
+        crate::inputs::common::follow::check_globs_and_parser("", &[], &[], self.parser.as_deref())?;
         if self
             .parser
             .as_deref()

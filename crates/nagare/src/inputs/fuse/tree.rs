@@ -11,7 +11,7 @@ use std::time::SystemTime;
 use fuser::{Errno, FileAttr, FileType, INodeNo};
 
 use super::MAX_WRITE;
-use crate::inputs::tail::tag_for;
+use crate::inputs::common::lines::tag_for;
 
 struct Node {
     parent: u64,

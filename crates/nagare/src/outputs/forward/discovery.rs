@@ -15,7 +15,7 @@ use hickory_resolver::TokioResolver;
 use serde::Deserialize;
 
 use super::{check_address, Pool, ServerConfig};
-use crate::config::units::Dur;
+use nagare_core::units::Dur;
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,

@@ -13,7 +13,7 @@
 
 use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64, xxh3_64_with_seed};
 
-use crate::filters::record::{value_text, FieldPath};
+use nagare_core::record::{value_text, FieldPath};
 
 /// What an event's key is.
 #[derive(Debug, Clone, PartialEq, Eq)]
