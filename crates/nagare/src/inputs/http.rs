@@ -108,7 +108,7 @@ impl Input for HttpInput {
         });
         http_listener::start(
             &cx.name,
-            "http",
+            <HttpInputConfig as InputPlugin>::TYPE,
             cfg.listener(),
             self.tls,
             decode,

@@ -68,7 +68,7 @@ impl Input for OtlpInput {
         });
         http_listener::start(
             &cx.name,
-            "opentelemetry",
+            <OtlpInputConfig as InputPlugin>::TYPE,
             self.cfg.listener(),
             self.tls,
             decode,

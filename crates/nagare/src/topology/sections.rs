@@ -50,7 +50,7 @@ impl Sections {
         for (i, t) in tables(&root, "output").enumerate() {
             let top = name("", t, i);
             match t.get("store").and_then(toml::Value::as_array) {
-                Some(stores) if type_of(t) == "copy" => {
+                Some(stores) if type_of(t) == crate::outputs::copy::REGISTRATION.type_name => {
                     let prefix = format!("{top}.");
                     for (j, st) in stores.iter().filter_map(toml::Value::as_table).enumerate() {
                         s.outputs.insert(name(&prefix, st, j), output_text(st));
