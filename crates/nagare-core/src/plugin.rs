@@ -244,6 +244,25 @@ pub fn yes() -> bool {
     true
 }
 
+/// Option defaults written as literals next to their fields:
+///
+/// ```ignore
+/// #[serde_inline_default]
+/// #[derive(Deserialize, Serialize, JsonSchema)]
+/// #[serde(deny_unknown_fields)]
+/// pub struct Options {
+///     /// ... (default "5s").
+///     #[serde_inline_default(Dur::secs(5))]
+///     pub timeout: Dur,
+/// }
+/// ```
+///
+/// The attribute goes above the derives: it turns each field's default into
+/// the `#[serde(default = "...")]` function serde calls and schemars shows
+/// in the generated reference. A default several plugins share is a named
+/// `const` in the module they share, written in the attribute by name.
+pub use serde_inline_default::serde_inline_default;
+
 /// One plugin type in a registry: how to document it and how to build it.
 pub struct Registration<B> {
     pub type_name: &'static str,

@@ -10,6 +10,7 @@
 //! monotonic clock, once per batch; `Throttle::filter_at` takes it as an
 //! argument so the unit tests drive the clock themselves.
 
+use nagare_core::plugin::serde_inline_default;
 use std::num::NonZeroUsize;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -25,6 +26,7 @@ use nagare_core::units::Dur;
 use nagare_core::filter::FilterPlugin;
 use nagare_core::plugin::{BuildContext, OptionError};
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ThrottleConfig {
@@ -41,7 +43,7 @@ pub struct ThrottleConfig {
     /// 0.6 s). Required, at least 1.
     pub rate: u64,
     /// The time `rate` is counted over.
-    #[serde(default = "one_second")]
+    #[serde_inline_default(Dur::secs(1))]
     pub period: Dur,
     /// The most events a group may pass at once after a quiet time: its
     /// bucket's size, full when the group is first seen. Default: `rate`.
@@ -51,7 +53,7 @@ pub struct ThrottleConfig {
     /// the least recently seen one, so memory stays bounded whatever the
     /// fields hold. An evicted group that comes back starts with a full
     /// bucket.
-    #[serde(default = "default_max_groups")]
+    #[serde_inline_default(10_000)]
     pub max_groups: usize,
     /// Instead of dropping the events over the limit, give them this tag
     /// (`${tag}` and `${tag_parts[N]}` are the event's tag and its parts,
@@ -64,16 +66,8 @@ pub struct ThrottleConfig {
     /// is back under it: at its first event after a whole `period` without
     /// any over the limit, with the number that were over. So a group
     /// logs at most two lines per period, and one that stays over logs one.
-    #[serde(default = "nagare_core::plugin::yes")]
+    #[serde_inline_default(true)]
     pub log: bool,
-}
-
-fn one_second() -> Dur {
-    Dur(Duration::from_secs(1))
-}
-
-fn default_max_groups() -> usize {
-    10_000
 }
 
 

@@ -15,6 +15,7 @@
 //! octet-counted messages inside TLS, as rsyslog's and syslog-ng's TLS
 //! senders write them).
 
+use nagare_core::plugin::serde_inline_default;
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -22,7 +23,7 @@ use tokio::task::JoinHandle;
 
 use crate::inputs::common::sockets::framing::Framing;
 use crate::inputs::common::sockets::{self, Batches, Decoder, Endpoint, Peer, Settings};
-use crate::inputs::common::sockets::{default_idle, default_max_connections};
+use crate::inputs::common::{DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
 use crate::inputs::common::SocketType;
 use nagare_core::units::{Dur, Size};
 use crate::parsers::{Parser, ParserConfig, ParserType, SyslogFormat};
@@ -45,6 +46,7 @@ pub enum Protocol {
     Tcp,
 }
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SyslogInputConfig {
@@ -68,7 +70,7 @@ pub struct SyslogInputConfig {
     pub message_format: SyslogFormat,
     /// Longest message kept whole (default "64KiB"); a longer one is cut
     /// to this size (then parsed), and counted as an error.
-    #[serde(default = "default_max_message")]
+    #[serde_inline_default(Size::kib(64))]
     pub max_message_size: Size,
     /// Add the facility's name (e.g. "auth") to each record under this key.
     #[serde(default)]
@@ -80,19 +82,15 @@ pub struct SyslogInputConfig {
     #[serde(default)]
     pub source_address_key: Option<String>,
     /// Streams: open connections at most (default 1024); more are closed at once.
-    #[serde(default = "default_max_connections")]
+    #[serde_inline_default(DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
     /// Streams: a connection that completes no message for this long is closed (default "5m").
-    #[serde(default = "default_idle")]
+    #[serde_inline_default(DEFAULT_IDLE_TIMEOUT)]
     pub idle_timeout: Dur,
     /// TLS with `protocol = "tcp"` (RFC 5425; `[input.tls]`: `cert`, `key`,
     /// and `ca` to require client certificates); see docs/tls.md.
     #[serde(default)]
     pub tls: Option<TlsOptions>,
-}
-
-fn default_max_message() -> Size {
-    Size(64 << 10)
 }
 
 /// Facility names by number, as Fluentd's in_syslog names them.

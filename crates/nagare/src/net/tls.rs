@@ -22,6 +22,7 @@
 //! let s = crate::net::tls::connect(&tls, tcp, &address).await?;
 //! ```
 
+use nagare_core::plugin::serde_inline_default;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -48,11 +49,12 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// `tls`: TLS on a listener or a client, with the same keys in every
 /// plugin. Writing the table turns TLS on (Fluent Bit's `tls on`, Fluentd's
 /// `<transport tls>`); `enable = false` turns it off and keeps the rest.
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TlsOptions {
     /// Use TLS (default true: the table's presence turns it on).
-    #[serde(default = "nagare_core::plugin::yes")]
+    #[serde_inline_default(true)]
     pub enable: bool,
     /// PEM file of this side's certificate chain, leaf first. Required on a
     /// listener; on a client, sent to servers that ask for one (mTLS).
@@ -69,7 +71,7 @@ pub struct TlsOptions {
     /// Check the peer's certificate (default true). On a client, false
     /// accepts any server certificate and name; on a listener with `ca`,
     /// false makes client certificates optional (checked when presented).
-    #[serde(default = "nagare_core::plugin::yes")]
+    #[serde_inline_default(true)]
     pub verify: bool,
     /// A client: the name the server's certificate must hold, and the SNI
     /// sent (default: the host of the address).

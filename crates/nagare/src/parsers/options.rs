@@ -10,6 +10,7 @@
 //! the front of every table) and hands the rest of the table straight to the
 //! type's struct, so every error keeps its key and line.
 
+use nagare_core::plugin::serde_inline_default;
 use std::collections::BTreeMap;
 
 use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, Visitor};
@@ -24,13 +25,14 @@ use nagare_core::units::Dur;
 macro_rules! parser_options {
     ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident : $ty:ty,)* }) => {
         $(#[$m])*
+        #[serde_inline_default]
         #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
         #[serde(deny_unknown_fields)]
         pub struct $name {
             $($(#[$fm])* pub $field: $ty,)*
             /// The field the whole line goes to with "none", and where a line
             /// that does not parse is kept (next to "parse_error") (default "message").
-            #[serde(default = "default_message_key")]
+            #[serde_inline_default(super::DEFAULT_MESSAGE_KEY.into())]
             pub message_key: String,
             /// The field holding the event's time (default "time", as in
             /// Fluentd). Without such a field the event gets the time of
@@ -150,18 +152,10 @@ parser_options!(
         #[serde(default)]
         expression: Option<String>,
         /// The last event of a file is emitted when no line came for this long (default "2s").
-        #[serde(default = "default_multiline_flush")]
+        #[serde_inline_default(super::DEFAULT_MULTILINE_FLUSH)]
         multiline_flush_interval: Dur,
     }
 );
-
-fn default_message_key() -> String {
-    "message".into()
-}
-
-fn default_multiline_flush() -> Dur {
-    Dur(std::time::Duration::from_secs(2))
-}
 
 impl<'de> Deserialize<'de> for ParserConfig {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

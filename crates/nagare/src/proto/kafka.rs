@@ -6,6 +6,7 @@
 //! plugin's own options struct (as `redis_options!` does: serde's `flatten`
 //! would lose the line numbers of errors and cannot deny unknown keys).
 
+use nagare_core::plugin::serde_inline_default;
 use std::collections::BTreeMap;
 
 use rdkafka::ClientConfig;
@@ -14,6 +15,7 @@ use serde::Deserialize;
 use nagare_core::plugin::OptionError;
 
 /// `tls`: the keys every client shares that librdkafka supports.
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaTls {
@@ -28,7 +30,7 @@ pub struct KafkaTls {
     #[serde(default)]
     pub key: Option<String>,
     /// Check the brokers' certificates and names (default true).
-    #[serde(default = "nagare_core::plugin::yes")]
+    #[serde_inline_default(true)]
     pub verify: bool,
 }
 
@@ -57,14 +59,11 @@ pub struct KafkaSasl {
     pub password: String,
 }
 
-pub fn default_brokers() -> Vec<String> {
-    vec!["127.0.0.1:9092".into()]
-}
-
 /// Declares a kafka plugin's options struct with the connection options
 /// appended, and `connection()` to read them.
 macro_rules! kafka_options {
     ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident : $ty:ty,)* }) => {
+        #[nagare_core::plugin::serde_inline_default]
         $(#[$m])*
         #[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
         #[serde(deny_unknown_fields)]
@@ -72,7 +71,7 @@ macro_rules! kafka_options {
             $($(#[$fm])* pub $field: $ty,)*
             /// Bootstrap brokers, "HOST:PORT" (default ["127.0.0.1:9092"]);
             /// the client learns the rest of the cluster from them.
-            #[serde(default = "crate::proto::kafka::default_brokers")]
+            #[serde_inline_default(vec!["127.0.0.1:9092".into()])]
             pub addresses: Vec<String>,
             /// SASL authentication: a table of `mechanism` ("PLAIN",
             /// "SCRAM-SHA-256" or "SCRAM-SHA-512"), `username` and `password`

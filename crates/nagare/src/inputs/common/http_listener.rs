@@ -40,7 +40,6 @@ use crate::net::tls::{TlsOptions, TlsServer};
 use crate::router::LiveRouter;
 use nagare_core::metrics::PluginStats;
 use nagare_core::plugin::{BuildContext, Listen, OptionError};
-use nagare_core::units::{Dur, Size};
 
 /// A user allowed by HTTP basic authentication.
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -50,29 +49,11 @@ pub struct BasicUser {
     pub password: String,
 }
 
-pub fn default_max_body() -> Size {
-    Size(32 << 20)
-}
-pub fn default_max_connections() -> usize {
-    1024
-}
-pub fn default_header_timeout() -> Dur {
-    Dur(Duration::from_secs(10))
-}
-pub fn default_body_timeout() -> Dur {
-    Dur(Duration::from_secs(60))
-}
-pub fn default_retry_after() -> Dur {
-    Dur(Duration::from_secs(1))
-}
-pub fn default_wait_for_room() -> Dur {
-    Dur(Duration::from_secs(1))
-}
-
 /// Declares an HTTP input's options struct with the listener options
 /// appended, and `listener()` to read them.
 macro_rules! http_listener_options {
     ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident : $ty:ty,)* }) => {
+        #[nagare_core::plugin::serde_inline_default]
         $(#[$m])*
         #[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
         #[serde(deny_unknown_fields)]
@@ -82,19 +63,19 @@ macro_rules! http_listener_options {
             pub bind: String,
             /// Largest request body, before and after decompression; a
             /// larger one is answered 413 (default "32MiB").
-            #[serde(default = "crate::inputs::common::http_listener::default_max_body")]
+            #[serde_inline_default(nagare_core::units::Size::mib(32))]
             pub max_body_size: nagare_core::units::Size,
             /// Connections open at once; more are closed at accept, with a
             /// log line (default 1024).
-            #[serde(default = "crate::inputs::common::http_listener::default_max_connections")]
+            #[serde_inline_default(crate::inputs::common::DEFAULT_MAX_CONNECTIONS)]
             pub max_connections: usize,
             /// A client must send a request's headers within this time, or
             /// its connection is closed (slow clients) (default "10s").
-            #[serde(default = "crate::inputs::common::http_listener::default_header_timeout")]
+            #[serde_inline_default(nagare_core::units::Dur::secs(10))]
             pub header_timeout: nagare_core::units::Dur,
             /// A client must send a request's body within this time, or it is
             /// answered 408 (default "60s").
-            #[serde(default = "crate::inputs::common::http_listener::default_body_timeout")]
+            #[serde_inline_default(nagare_core::units::Dur::mins(1))]
             pub body_timeout: nagare_core::units::Dur,
             /// Require `Authorization: Bearer <token>`.
             #[serde(default)]
@@ -109,7 +90,7 @@ macro_rules! http_listener_options {
             #[serde(default)]
             pub ack: crate::inputs::common::AckMode,
             /// The `Retry-After` of a 503 while a buffer is full (default "1s").
-            #[serde(default = "crate::inputs::common::http_listener::default_retry_after")]
+            #[serde_inline_default(nagare_core::units::Dur::secs(1))]
             pub retry_after: nagare_core::units::Dur,
             /// While a matched output's buffer is full, a request waits this
             /// long for room before its body is decoded (default "1s"; "0s"
@@ -117,7 +98,7 @@ macro_rules! http_listener_options {
             /// output's next delivery then costs the client a short wait,
             /// not a 503, a back-off and the whole body sent and decoded
             /// again (as the forward input stops reading meanwhile).
-            #[serde(default = "crate::inputs::common::http_listener::default_wait_for_room")]
+            #[serde_inline_default(nagare_core::units::Dur::secs(1))]
             pub wait_for_room: nagare_core::units::Dur,
             /// HTTPS (`[input.tls]`: `cert`, `key`, and `ca` to require
             /// client certificates); see docs/tls.md.

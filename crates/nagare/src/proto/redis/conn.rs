@@ -15,18 +15,11 @@ use ::redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError};
 use crate::net::tls::{TlsOptions, TlsVersion};
 use nagare_core::plugin::OptionError;
 
-pub fn default_address() -> String {
-    "127.0.0.1:6379".into()
-}
-
-pub fn default_master_name() -> String {
-    "mymaster".into()
-}
-
 /// Declares a redis plugin's options struct with the connection options
 /// appended, and `connection()` to read them.
 macro_rules! redis_options {
     ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident : $ty:ty,)* }) => {
+        #[nagare_core::plugin::serde_inline_default]
         $(#[$m])*
         #[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
         #[serde(deny_unknown_fields)]
@@ -34,7 +27,7 @@ macro_rules! redis_options {
             $($(#[$fm])* pub $field: $ty,)*
             /// The server: "HOST:PORT", "redis://HOST:PORT/DB" or
             /// "rediss://HOST:PORT" (TLS) (default "127.0.0.1:6379").
-            #[serde(default = "crate::proto::redis::conn::default_address")]
+            #[serde_inline_default("127.0.0.1:6379".into())]
             pub address: String,
             /// A UNIX socket of the server, instead of `address`.
             #[serde(default)]
@@ -53,7 +46,7 @@ macro_rules! redis_options {
             pub sentinels: Vec<String>,
             /// Redis Sentinel: the name the sentinels know the master by
             /// (their `sentinel monitor NAME …`) (default "mymaster").
-            #[serde(default = "crate::proto::redis::conn::default_master_name")]
+            #[serde_inline_default("mymaster".into())]
             pub master_name: String,
             /// The ACL user (Redis 6 and later); without one, `password` is
             /// checked against the default user.
