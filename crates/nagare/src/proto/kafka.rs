@@ -62,38 +62,35 @@ pub struct KafkaSasl {
 /// Declares a kafka plugin's options struct with the connection options
 /// appended, and `connection()` to read them.
 macro_rules! kafka_options {
-    ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident : $ty:ty,)* }) => {
-        #[nagare_core::plugin::serde_inline_default]
-        $(#[$m])*
-        #[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
-        #[serde(deny_unknown_fields)]
-        pub struct $name {
-            $($(#[$fm])* pub $field: $ty,)*
-            /// Bootstrap brokers, "HOST:PORT" (default ["127.0.0.1:9092"]);
-            /// the client learns the rest of the cluster from them.
-            #[serde_inline_default(vec!["127.0.0.1:9092".into()])]
-            pub addresses: Vec<String>,
-            /// SASL authentication: a table of `mechanism` ("PLAIN",
-            /// "SCRAM-SHA-256" or "SCRAM-SHA-512"), `username` and `password`
-            /// (none by default).
-            #[serde(default)]
-            pub sasl: Option<crate::proto::kafka::KafkaSasl>,
-            /// TLS settings (`ca`, `cert`, `key`, `verify`); setting this table turns TLS on.
-            #[serde(default)]
-            pub tls: Option<crate::proto::kafka::KafkaTls>,
-            /// More librdkafka properties, passed as they are and applied
-            /// last, e.g. { "socket.keepalive.enable" = "true" }.
-            #[serde(default)]
-            pub properties: std::collections::BTreeMap<String, String>,
-        }
-
-        impl $name {
-            fn connection(&self) -> crate::proto::kafka::Connection<'_> {
-                crate::proto::kafka::Connection {
-                    addresses: &self.addresses,
-                    sasl: self.sasl.as_ref(),
-                    tls: self.tls.as_ref(),
-                    properties: &self.properties,
+    ($($plugin:tt)*) => {
+        nagare_core::option_group! {
+            [$($plugin)*]
+            fields {
+                /// Bootstrap brokers, "HOST:PORT" (default ["127.0.0.1:9092"]);
+                /// the client learns the rest of the cluster from them.
+                #[serde_inline_default(vec!["127.0.0.1:9092".into()])]
+                pub addresses: Vec<String>,
+                /// SASL authentication: a table of `mechanism` ("PLAIN",
+                /// "SCRAM-SHA-256" or "SCRAM-SHA-512"), `username` and `password`
+                /// (none by default).
+                #[serde(default)]
+                pub sasl: Option<crate::proto::kafka::KafkaSasl>,
+                /// TLS settings (`ca`, `cert`, `key`, `verify`); setting this table turns TLS on.
+                #[serde(default)]
+                pub tls: Option<crate::proto::kafka::KafkaTls>,
+                /// More librdkafka properties, passed as they are and applied
+                /// last, e.g. { "socket.keepalive.enable" = "true" }.
+                #[serde(default)]
+                pub properties: std::collections::BTreeMap<String, String>,
+            }
+            impl {
+                fn connection(&self) -> crate::proto::kafka::Connection<'_> {
+                    crate::proto::kafka::Connection {
+                        addresses: &self.addresses,
+                        sasl: self.sasl.as_ref(),
+                        tls: self.tls.as_ref(),
+                        properties: &self.properties,
+                    }
                 }
             }
         }
