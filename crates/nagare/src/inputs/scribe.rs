@@ -32,7 +32,7 @@ use tokio::time::Instant;
 
 use crate::inputs::common::append::append_batch;
 use crate::inputs::common::lines::encode_line;
-use crate::inputs::common::{DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
+use crate::inputs::common::{check_max_connections, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
 use nagare_core::units::{Dur, Size};
 use crate::parsers::{Parser, ParserConfig, ParserType};
 use crate::inputs::{Input, InputContext, InputPlugin};
@@ -114,9 +114,7 @@ impl InputPlugin for ScribeInputConfig {
     fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
         let addr = nagare_core::address::resolve(&self.bind).map_err(|e| OptionError::new("bind", e))?;
         cx.listen("bind", Listen::Tcp(addr));
-        if self.max_connections == 0 {
-            return Err(OptionError::new("max_connections", "must be at least 1"));
-        }
+        check_max_connections(self.max_connections)?;
         if self.max_frame_size.0 < 64 || self.max_frame_size.0 > i32::MAX as u64 {
             return Err(OptionError::new(
                 "max_frame_size",

@@ -23,7 +23,7 @@ use tokio::task::JoinHandle;
 
 use crate::inputs::common::sockets::framing::Framing;
 use crate::inputs::common::sockets::{self, Batches, Decoder, Endpoint, Peer, Settings};
-use crate::inputs::common::{DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
+use crate::inputs::common::{check_max_connections, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
 use crate::inputs::common::SocketType;
 use nagare_core::units::{Dur, Size};
 use crate::parsers::{Parser, ParserConfig, ParserType, SyslogFormat};
@@ -316,9 +316,7 @@ impl InputPlugin for SyslogInputConfig {
         if self.tag.trim().is_empty() {
             return Err(OptionError::new("tag", "must not be empty"));
         }
-        if self.max_connections == 0 {
-            return Err(OptionError::new("max_connections", "must be at least 1"));
-        }
+        check_max_connections(self.max_connections)?;
         let on = self.tls.as_ref().is_some_and(|t| t.enable);
         if on && !matches!(endpoint, Endpoint::Tcp(_)) {
             return Err(OptionError::new(

@@ -2,7 +2,7 @@
 //! `{"message": "<line>"}`), like Fluentd's in_tcp (and its `<transport
 //! tls>` with `[input.tls]`). The shared socket code is in net/.
 
-use crate::inputs::common::{DEFAULT_DELIMITER, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_LINE};
+use crate::inputs::common::{check_max_connections, DEFAULT_DELIMITER, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_LINE};
 use nagare_core::plugin::serde_inline_default;
 use std::sync::Arc;
 
@@ -69,9 +69,7 @@ impl InputPlugin for TcpInputConfig {
         let addr = nagare_core::address::resolve(&self.bind).map_err(|e| OptionError::new("bind", e))?;
         cx.listen("bind", Endpoint::Tcp(addr).listen());
         self.lines().check()?;
-        if self.max_connections == 0 {
-            return Err(OptionError::new("max_connections", "must be at least 1"));
-        }
+        check_max_connections(self.max_connections)?;
         let tls = TlsServer::build(self.tls.as_ref(), cx)?;
         Ok(Box::new(TcpInput { cfg: self, tls }))
     }

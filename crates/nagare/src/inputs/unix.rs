@@ -8,7 +8,7 @@ use tokio::task::JoinHandle;
 
 use crate::inputs::common::sockets::lines::LineOptions;
 use crate::inputs::common::sockets::{self, Endpoint, Settings};
-use crate::inputs::common::{DEFAULT_DELIMITER, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_LINE};
+use crate::inputs::common::{check_max_connections, DEFAULT_DELIMITER, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_LINE};
 use nagare_core::plugin::serde_inline_default;
 use nagare_core::units::{Dur, Size};
 use crate::parsers::ParserConfig;
@@ -76,9 +76,7 @@ impl InputPlugin for UnixInputConfig {
         cx.listen("path", self.endpoint().listen());
         cx.writes_file("path", &self.path);
         self.lines().check()?;
-        if self.max_connections == 0 {
-            return Err(OptionError::new("max_connections", "must be at least 1"));
-        }
+        check_max_connections(self.max_connections)?;
         Ok(Box::new(self))
     }
 }

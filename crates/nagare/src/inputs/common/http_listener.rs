@@ -147,9 +147,7 @@ impl ListenerOptions {
         let addr =
             nagare_core::address::resolve(&self.bind).map_err(|e| OptionError::new("bind", e))?;
         cx.listen("bind", Listen::Tcp(addr));
-        if self.max_connections == 0 {
-            return Err(OptionError::new("max_connections", "must be at least 1"));
-        }
+        super::check_max_connections(self.max_connections)?;
         if self.max_body_size == 0 {
             return Err(OptionError::new("max_body_size", "must be at least 1 byte"));
         }

@@ -11,6 +11,7 @@ pub mod lines;
 pub mod queue;
 pub mod sockets;
 
+use nagare_core::plugin::OptionError;
 use nagare_core::units::{Dur, Size};
 use serde::Deserialize;
 
@@ -25,6 +26,14 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// A listener's connection that brings nothing for this long is closed
 /// (tcp, unix, syslog, scribe): "5m".
 pub const DEFAULT_IDLE_TIMEOUT: Dur = Dur::mins(5);
+
+/// A listener's `max_connections` (the check every listener makes).
+pub fn check_max_connections(max_connections: usize) -> Result<(), OptionError> {
+    if max_connections == 0 {
+        return Err(OptionError::new("max_connections", "must be at least 1"));
+    }
+    Ok(())
+}
 
 /// When a forward (or HTTP) input acknowledges a batch.
 #[derive(
