@@ -8,7 +8,6 @@
 //! copy); otherwise the events that pass are copied, entry by entry, into
 //! one new batch.
 
-use nagare_core::plugin::serde_inline_default;
 use bytes::Bytes;
 use regex_automata::meta;
 use serde::Deserialize;
@@ -17,7 +16,7 @@ use nagare_core::record::{value_text, FieldPath, Fields, Span};
 use super::search::{CachePool, Pattern};
 use nagare_core::filter::{Filter, Filtered};
 use nagare_core::filter::FilterPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
 #[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]

@@ -23,7 +23,6 @@ mod convert;
 mod escape;
 mod lazy;
 
-use nagare_core::plugin::serde_inline_default;
 use std::ffi::{c_int, CStr};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -40,7 +39,7 @@ use nagare_core::filter::{Filter, Filtered};
 use nagare_core::record;
 use nagare_core::units::Dur;
 use nagare_core::filter::FilterPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
 #[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]

@@ -14,7 +14,6 @@
 //! under a new map header, with the new pairs (written once per batch)
 //! appended.
 
-use nagare_core::plugin::serde_inline_default;
 use bytes::Bytes;
 use chrono::format::Item;
 use nagare_forward::msgpack::{write_map_len, write_str};
@@ -23,7 +22,7 @@ use serde::Deserialize;
 use nagare_core::record::{self, value_text, FieldPath, Fields, Span};
 use nagare_core::filter::{Filter, Filtered};
 use nagare_core::filter::FilterPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
 #[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]

@@ -10,7 +10,6 @@
 //! monotonic clock, once per batch; `Throttle::filter_at` takes it as an
 //! argument so the unit tests drive the clock themselves.
 
-use nagare_core::plugin::serde_inline_default;
 use std::num::NonZeroUsize;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -24,7 +23,7 @@ use super::rewrite_tag::{render, tag_template, Part};
 use nagare_core::filter::{Filter, Filtered};
 use nagare_core::units::Dur;
 use nagare_core::filter::FilterPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
 #[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]

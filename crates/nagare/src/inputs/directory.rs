@@ -4,7 +4,6 @@
 //! shipped and has stayed unchanged that long (`cat data > dir/x` and forget
 //! it). Built on the tail input's machinery (positions, rotation, parsers).
 
-use nagare_core::plugin::serde_inline_default;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -21,7 +20,7 @@ use nagare_core::units::{Dur, Size};
 use crate::parsers::ParserConfig;
 use crate::router::LiveRouter;
 use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use nagare_core::metrics::PluginStats;
 
 #[serde_inline_default]

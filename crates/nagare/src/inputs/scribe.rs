@@ -16,7 +16,6 @@
 //! With `[input.tls]` the framed transport runs inside TLS (Thrift's
 //! `TSSLSocket`/`TSSLTransport` clients).
 
-use nagare_core::plugin::serde_inline_default;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,7 +35,7 @@ use crate::inputs::common::{check_max_connections, DEFAULT_IDLE_TIMEOUT, DEFAULT
 use nagare_core::units::{Dur, Size};
 use crate::parsers::{Parser, ParserConfig, ParserType};
 use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{BuildContext, Listen, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, Listen, OptionError};
 use crate::router::LiveRouter;
 use nagare_core::metrics::PluginStats;
 use crate::proto::thrift::{self, ResultCode};

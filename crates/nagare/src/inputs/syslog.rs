@@ -15,7 +15,6 @@
 //! octet-counted messages inside TLS, as rsyslog's and syslog-ng's TLS
 //! senders write them).
 
-use nagare_core::plugin::serde_inline_default;
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -28,7 +27,7 @@ use crate::inputs::common::SocketType;
 use nagare_core::units::{Dur, Size};
 use crate::parsers::{Parser, ParserConfig, ParserType, SyslogFormat};
 use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use crate::net::tls::{TlsOptions, TlsServer};
 use nagare_forward::msgpack::{write_map_len, write_str};
 use nagare_forward::EventTime;

@@ -3,7 +3,6 @@
 //! tls>` with `[input.tls]`). The shared socket code is in net/.
 
 use crate::inputs::common::{check_max_connections, DEFAULT_DELIMITER, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_LINE};
-use nagare_core::plugin::serde_inline_default;
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -14,7 +13,7 @@ use crate::inputs::common::sockets::{self, Endpoint, Settings};
 use nagare_core::units::{Dur, Size};
 use crate::parsers::ParserConfig;
 use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use crate::net::tls::{TlsOptions, TlsServer};
 
 #[serde_inline_default]

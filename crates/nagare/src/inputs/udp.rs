@@ -8,11 +8,10 @@ use tokio::task::JoinHandle;
 use crate::inputs::common::sockets::lines::LineOptions;
 use crate::inputs::common::sockets::{self, Endpoint, Settings};
 use crate::inputs::common::{DEFAULT_DELIMITER, DEFAULT_MAX_LINE};
-use nagare_core::plugin::serde_inline_default;
 use nagare_core::units::Size;
 use crate::parsers::ParserConfig;
 use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
 #[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]

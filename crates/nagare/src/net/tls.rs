@@ -22,7 +22,6 @@
 //! let s = crate::net::tls::connect(&tls, tcp, &address).await?;
 //! ```
 
-use nagare_core::plugin::serde_inline_default;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -41,7 +40,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
 /// A TLS handshake that takes longer fails that connection.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -10,7 +10,6 @@
 //! back off its file, and the groups (one per file) that an earlier attempt
 //! wrote whole are not written again (see `Appends`).
 
-use nagare_core::plugin::serde_inline_default;
 use std::collections::VecDeque;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
@@ -25,7 +24,7 @@ use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
 use crate::formats::Format;
 use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,

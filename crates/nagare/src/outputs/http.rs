@@ -10,7 +10,6 @@
 //! The client (keep-alive, connections, retry rules) is http_client.rs,
 //! shared with the `opentelemetry` output.
 
-use nagare_core::plugin::serde_inline_default;
 use crate::net::http_client::Compress;
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -29,7 +28,7 @@ use crate::buffer::Chunk;
 use nagare_core::units::Dur;
 use nagare_core::output::{FlushError, Output};
 use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
 /// How a chunk's events are written in a request body.
 #[derive(

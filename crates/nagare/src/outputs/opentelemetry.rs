@@ -8,7 +8,6 @@
 //! and 429 with Retry-After; other statuses permanent) is http_client.rs,
 //! shared with the `http` output.
 
-use nagare_core::plugin::serde_inline_default;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Arc;
@@ -28,7 +27,7 @@ use nagare_core::units::Dur;
 use crate::formats::otlp::RequestBuilder;
 use nagare_core::output::{FlushError, Output};
 use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
 /// The OTLP/HTTP body encoding.
 #[derive(

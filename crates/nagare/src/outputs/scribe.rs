@@ -11,7 +11,6 @@
 //! runs inside TLS (as Thrift's `TSSLSocket`).
 
 use crate::formats::DEFAULT_MESSAGE_KEY;
-use nagare_core::plugin::serde_inline_default;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -27,7 +26,7 @@ use crate::buffer::Chunk;
 use nagare_core::units::Dur;
 use nagare_core::json;
 use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use crate::proto::thrift::{self, LogCall, ResultCode};
 use crate::net::tls::{MaybeTls, TlsClient, TlsOptions};
 

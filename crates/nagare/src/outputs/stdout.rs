@@ -1,6 +1,5 @@
 //! `stdout`: one line per event (JSON or LTSV), or raw msgpack entries.
 
-use nagare_core::plugin::serde_inline_default;
 use crate::formats::{render, DEFAULT_MESSAGE_KEY};
 use async_trait::async_trait;
 use serde::Deserialize;
@@ -10,7 +9,7 @@ use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
 use crate::formats::Format;
 use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use std::sync::Arc;
 
 #[serde_inline_default]

@@ -11,7 +11,6 @@
 //! The time is the event's.
 
 use crate::formats::DEFAULT_MESSAGE_KEY;
-use nagare_core::plugin::serde_inline_default;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -27,7 +26,7 @@ use nagare_core::units::Dur;
 use nagare_core::event::field;
 use nagare_core::json;
 use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use crate::net::tls::{TlsClient, TlsOptions};
 
 #[derive(

@@ -3,7 +3,6 @@
 //! and opened again after an error (the buffer retries with backoff);
 //! over TLS with `[output.tls]`.
 
-use nagare_core::plugin::serde_inline_default;
 use crate::net::connection::{check_address, DEFAULT_TIMEOUT};
 use std::sync::Arc;
 
@@ -17,7 +16,7 @@ use crate::buffer::Chunk;
 use nagare_core::units::Dur;
 use crate::formats::Format;
 use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use crate::net::tls::{TlsClient, TlsOptions};
 
 #[serde_inline_default]

@@ -6,13 +6,12 @@
 //! plugin's own options struct (as `redis_options!` does: serde's `flatten`
 //! would lose the line numbers of errors and cannot deny unknown keys).
 
-use nagare_core::plugin::serde_inline_default;
 use std::collections::BTreeMap;
 
 use rdkafka::ClientConfig;
 use serde::Deserialize;
 
-use nagare_core::plugin::OptionError;
+use nagare_core::plugin::{serde_inline_default, OptionError};
 
 /// `tls`: the keys every client shares that librdkafka supports.
 #[serde_inline_default]

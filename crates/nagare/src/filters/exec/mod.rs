@@ -19,7 +19,6 @@
 mod child;
 mod protocol;
 
-use nagare_core::plugin::serde_inline_default;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
@@ -33,7 +32,7 @@ pub use self::protocol::ExecFormat;
 use nagare_core::filter::{Filter, Filtered};
 use nagare_core::units::Dur;
 use nagare_core::filter::FilterPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
 #[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]

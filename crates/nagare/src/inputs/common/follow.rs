@@ -16,7 +16,6 @@
 mod fswatch;
 mod positions;
 
-use nagare_core::plugin::serde_inline_default;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -37,7 +36,7 @@ use super::lines::{encode_line, tag_for};
 use crate::parsers::{Parser, ParserConfig};
 use crate::router::LiveRouter;
 use nagare_core::metrics::PluginStats;
-use nagare_core::plugin::OptionError;
+use nagare_core::plugin::{serde_inline_default, OptionError};
 use nagare_core::units::{Dur, Size};
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]

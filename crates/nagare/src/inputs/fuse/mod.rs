@@ -32,7 +32,6 @@ mod lines;
 mod mount;
 mod tree;
 
-use nagare_core::plugin::serde_inline_default;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -50,7 +49,7 @@ use nagare_core::units::{Dur, Size};
 use crate::parsers::{Parser, ParserConfig};
 use crate::router::LiveRouter;
 use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use nagare_core::metrics::PluginStats;
 
 #[serde_inline_default]
