@@ -111,7 +111,7 @@ redis_options!(
         group: String,
         /// Streams: the entry field holding the event (default "message");
         /// an entry without it becomes a record of all its fields.
-        #[serde_inline_default("message".into())]
+        #[serde_inline_default(crate::proto::redis::DEFAULT_STREAM_FIELD.into())]
         stream_field: String,
         /// Streams: take over entries another consumer of the group left
         /// unacknowledged this long (XAUTOCLAIM) (default "1m").

@@ -31,7 +31,9 @@ use tokio::time::Instant;
 
 use crate::inputs::common::append::append_batch;
 use crate::inputs::common::lines::encode_line;
-use crate::inputs::common::{check_max_connections, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
+use crate::inputs::common::{
+    check_max_connections, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_WAIT_FOR_ROOM,
+};
 use nagare_core::units::{Dur, Size};
 use crate::parsers::{Parser, ParserConfig, ParserType};
 use crate::inputs::{Input, InputContext, InputPlugin};
@@ -95,7 +97,7 @@ pub struct ScribeInputConfig {
     /// once). A chunk delivered meanwhile lets the call in: a Scribe client
     /// told TRY_LATER backs off (Scribe's own network store for
     /// `retry_interval`, 300 s by default) and sends the whole call again.
-    #[serde_inline_default(Dur::secs(1))]
+    #[serde_inline_default(DEFAULT_WAIT_FOR_ROOM)]
     pub wait_for_room: Dur,
     /// TLS (`[input.tls]`: `cert`, `key`, and `ca` to require client
     /// certificates); see docs/tls.md.

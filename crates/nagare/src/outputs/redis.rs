@@ -77,7 +77,7 @@ redis_options!(
         #[serde(default)]
         maxlen: Option<u64>,
         /// Streams: the entry field that holds the event (default "message").
-        #[serde_inline_default("message".into())]
+        #[serde_inline_default(crate::proto::redis::DEFAULT_STREAM_FIELD.into())]
         stream_field: String,
         /// "json" (default, Logstash's layout), "msgpack" or "single_value".
         #[serde(default)]

@@ -95,7 +95,7 @@ macro_rules! http_listener_options {
                 /// output's next delivery then costs the client a short wait,
                 /// not a 503, a back-off and the whole body sent and decoded
                 /// again (as the forward input stops reading meanwhile).
-                #[serde_inline_default(nagare_core::units::Dur::secs(1))]
+                #[serde_inline_default(crate::inputs::common::DEFAULT_WAIT_FOR_ROOM)]
                 pub wait_for_room: nagare_core::units::Dur,
                 /// HTTPS (`[input.tls]`: `cert`, `key`, and `ca` to require
                 /// client certificates); see docs/tls.md.

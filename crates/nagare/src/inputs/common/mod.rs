@@ -26,6 +26,9 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// A listener's connection that brings nothing for this long is closed
 /// (tcp, unix, syslog, scribe): "5m".
 pub const DEFAULT_IDLE_TIMEOUT: Dur = Dur::mins(5);
+/// How long a request waits for room in a full buffer before it is refused
+/// (`wait_for_room` of scribe, http, opentelemetry): "1s".
+pub const DEFAULT_WAIT_FOR_ROOM: Dur = Dur::secs(1);
 
 /// A listener's `max_connections` (the check every listener makes).
 pub fn check_max_connections(max_connections: usize) -> Result<(), OptionError> {
