@@ -244,6 +244,78 @@ pub fn yes() -> bool {
     true
 }
 
+/// Option defaults written as literals next to their fields:
+///
+/// ```ignore
+/// #[serde_inline_default]
+/// #[derive(Deserialize, Serialize, JsonSchema)]
+/// #[serde(deny_unknown_fields)]
+/// pub struct Options {
+///     /// ... (default "5s").
+///     #[serde_inline_default(Dur::secs(5))]
+///     pub timeout: Dur,
+/// }
+/// ```
+///
+/// The attribute goes above the derives: it turns each field's default into
+/// the `#[serde(default = "...")]` function serde calls and schemars shows
+/// in the generated reference. A default several plugins share is a named
+/// `const` in the module they share, written in the attribute by name.
+pub use serde_inline_default::serde_inline_default;
+
+/// Declares a plugin's options struct with a group of options that several
+/// plugins share (a protocol's connection options, an HTTP listener's, the
+/// options every parser takes) appended to its own, and the methods that
+/// read the group. The group is written once, in a macro of its own module
+/// that calls this one; a plugin then writes only its own fields:
+///
+/// ```ignore
+/// // proto/redis/conn.rs
+/// macro_rules! redis_options {
+///     ($($plugin:tt)*) => {
+///         nagare_core::option_group! {
+///             [$($plugin)*]
+///             fields { /// The server (default "127.0.0.1:6379").
+///                      #[serde_inline_default("127.0.0.1:6379".into())]
+///                      pub address: String, }
+///             impl { fn connection(&self) -> Connection<'_> { /* ... */ } }
+///         }
+///     };
+/// }
+/// // outputs/redis.rs
+/// redis_options!(
+///     /// The `redis` output.
+///     RedisOutputConfig {
+///         /// The list, channel or stream. Required.
+///         key: String,
+///     }
+/// );
+/// ```
+///
+/// One flat struct, not serde's `flatten`: `flatten` loses the line of an
+/// error and cannot deny unknown keys, and every options struct denies them.
+#[macro_export]
+macro_rules! option_group {
+    (
+        [$(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident : $ty:ty,)* }]
+        fields { $($group:tt)* }
+        impl { $($methods:tt)* }
+    ) => {
+        #[$crate::plugin::serde_inline_default]
+        $(#[$m])*
+        #[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $($(#[$fm])* pub $field: $ty,)*
+            $($group)*
+        }
+
+        impl $name {
+            $($methods)*
+        }
+    };
+}
+
 /// One plugin type in a registry: how to document it and how to build it.
 pub struct Registration<B> {
     pub type_name: &'static str,

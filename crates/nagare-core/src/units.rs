@@ -10,6 +10,21 @@ use serde::{Deserialize, Deserializer};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dur(pub Duration);
 
+impl Dur {
+    /// `Dur::millis(100)`: "100ms", for defaults written as literals.
+    pub const fn millis(n: u64) -> Dur {
+        Dur(Duration::from_millis(n))
+    }
+    /// `Dur::secs(10)`: "10s".
+    pub const fn secs(n: u64) -> Dur {
+        Dur(Duration::from_secs(n))
+    }
+    /// `Dur::mins(5)`: "5m".
+    pub const fn mins(n: u64) -> Dur {
+        Dur(Duration::from_secs(n * 60))
+    }
+}
+
 impl<'de> Deserialize<'de> for Dur {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         struct V;
@@ -72,6 +87,17 @@ impl fmt::Display for Dur {
 /// A size in bytes written as a string such as "512KiB", "8MiB" or "1000".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Size(pub u64);
+
+impl Size {
+    /// `Size::kib(64)`: "64KiB", for defaults written as literals.
+    pub const fn kib(n: u64) -> Size {
+        Size(n << 10)
+    }
+    /// `Size::mib(32)`: "32MiB".
+    pub const fn mib(n: u64) -> Size {
+        Size(n << 20)
+    }
+}
 
 impl<'de> Deserialize<'de> for Size {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

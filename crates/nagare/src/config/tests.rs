@@ -239,3 +239,22 @@ fn test_tables_are_checked_with_the_config() {
         "{e:?}"
     );
 }
+
+/// Options a group appends (`nagare_core::option_group!`: a Redis or Kafka
+/// connection, an HTTP listener, the keys of every parser) keep their line
+/// and their key like the plugin's own, and unknown keys next to them are
+/// still denied.
+#[test]
+fn option_groups_keep_lines_and_keys() {
+    for (text, line, key) in [
+        ("[[output]]\ntype = \"redis\"\nmatch = \"**\"\nkey = \"k\"\n\nmaster_name = 3\n", 6, "master_name"),
+        ("[[output]]\ntype = \"redis\"\nmatch = \"**\"\nkey = \"k\"\nmaster_nam = \"m\"\n", 5, "master_nam"),
+        ("[[input]]\ntype = \"kafka\"\ntopics = [\"t\"]\naddresses = \"x\"\n", 4, "addresses"),
+        ("[[input]]\ntype = \"http\"\nbind = \"127.0.0.1:1\"\nheader_timeout = \"soon\"\n", 4, "header_timeout"),
+        ("[[input]]\ntype = \"http\"\nbind = \"127.0.0.1:1\"\nmax_conections = 3\n", 4, "max_conections"),
+        ("[[input]]\ntype = \"tail\"\npath = \"/x\"\ntag = \"t\"\n[input.parser]\ntype = \"json\"\nmesage_key = \"m\"\n", 7, "parser.mesage_key"),
+    ] {
+        let e = errors(text, "g.toml");
+        assert_eq!((e[0].line, e[0].key.as_str()), (line, key), "{e:?}\n{text}");
+    }
+}

@@ -16,8 +16,9 @@ use nagare_core::record::{value_text, FieldPath, Fields, Span};
 use super::search::{CachePool, Pattern};
 use nagare_core::filter::{Filter, Filtered};
 use nagare_core::filter::FilterPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrepConfig {
@@ -33,12 +34,12 @@ pub struct GrepConfig {
     pub exclude: Vec<GrepRule>,
     /// How the `regex` rules combine: "and" (every rule passes; Fluentd's
     /// default and its `<and>`) or "or" (one rule is enough; Fluentd's `<or>`).
-    #[serde(default = "Combine::and")]
+    #[serde_inline_default(Combine::And)]
     pub regex_combine: Combine,
     /// How the `exclude` rules combine: "or" (one matching rule drops the
     /// event; Fluentd's default and its `<or>`) or "and" (every rule must
     /// match; Fluentd's `<and>`).
-    #[serde(default = "Combine::or")]
+    #[serde_inline_default(Combine::Or)]
     pub exclude_combine: Combine,
 }
 
@@ -62,15 +63,6 @@ pub enum Combine {
     And,
     /// At least one rule.
     Or,
-}
-
-impl Combine {
-    fn and() -> Combine {
-        Combine::And
-    }
-    fn or() -> Combine {
-        Combine::Or
-    }
 }
 
 impl FilterPlugin for GrepConfig {

@@ -39,8 +39,9 @@ use nagare_core::filter::{Filter, Filtered};
 use nagare_core::record;
 use nagare_core::units::Dur;
 use nagare_core::filter::FilterPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LuaConfig {
@@ -70,7 +71,7 @@ pub struct LuaConfig {
     /// stopped; the event being filtered and the rest of the batch are kept
     /// as they came, with `lua_error` saying so. Lua's C functions (a huge
     /// `string.rep`, a pattern match) are not interrupted.
-    #[serde(default = "default_timeout")]
+    #[serde_inline_default(Dur::secs(1))]
     pub timeout: Dur,
     /// How the record reaches the script. Unset (the default): as a lazy
     /// record when the function's bytecode shows it only reads and sets
@@ -84,10 +85,6 @@ pub struct LuaConfig {
     /// `false`: a whole table always. See docs/lua.md.
     #[serde(default)]
     pub lazy_record: Option<bool>,
-}
-
-fn default_timeout() -> Dur {
-    Dur(Duration::from_secs(1))
 }
 
 impl FilterPlugin for LuaConfig {
@@ -1399,7 +1396,7 @@ mod cost {
                 code: Some(CODE.into()),
                 call: "add_source".into(),
                 time_as_table: false,
-                timeout: default_timeout(),
+                timeout: Dur::secs(1),
                 lazy_record,
             }
             .build(&mut BuildContext::new("lua#0"))

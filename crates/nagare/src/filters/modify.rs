@@ -22,8 +22,9 @@ use serde::Deserialize;
 use nagare_core::record::{self, value_text, FieldPath, Fields, Span};
 use nagare_core::filter::{Filter, Filtered};
 use nagare_core::filter::FilterPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ModifyConfig {
@@ -54,12 +55,8 @@ pub struct ModifyConfig {
     #[serde(default)]
     pub keep: Vec<String>,
     /// The strftime format of `${time}` (the event's time, UTC).
-    #[serde(default = "default_time_format")]
+    #[serde_inline_default("%Y-%m-%dT%H:%M:%S%.9fZ".into())]
     pub time_format: String,
-}
-
-fn default_time_format() -> String {
-    "%Y-%m-%dT%H:%M:%S%.9fZ".into()
 }
 
 impl FilterPlugin for ModifyConfig {

@@ -23,8 +23,9 @@ use super::rewrite_tag::{render, tag_template, Part};
 use nagare_core::filter::{Filter, Filtered};
 use nagare_core::units::Dur;
 use nagare_core::filter::FilterPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ThrottleConfig {
@@ -41,7 +42,7 @@ pub struct ThrottleConfig {
     /// 0.6 s). Required, at least 1.
     pub rate: u64,
     /// The time `rate` is counted over.
-    #[serde(default = "one_second")]
+    #[serde_inline_default(Dur::secs(1))]
     pub period: Dur,
     /// The most events a group may pass at once after a quiet time: its
     /// bucket's size, full when the group is first seen. Default: `rate`.
@@ -51,7 +52,7 @@ pub struct ThrottleConfig {
     /// the least recently seen one, so memory stays bounded whatever the
     /// fields hold. An evicted group that comes back starts with a full
     /// bucket.
-    #[serde(default = "default_max_groups")]
+    #[serde_inline_default(10_000)]
     pub max_groups: usize,
     /// Instead of dropping the events over the limit, give them this tag
     /// (`${tag}` and `${tag_parts[N]}` are the event's tag and its parts,
@@ -64,16 +65,8 @@ pub struct ThrottleConfig {
     /// is back under it: at its first event after a whole `period` without
     /// any over the limit, with the number that were over. So a group
     /// logs at most two lines per period, and one that stays over logs one.
-    #[serde(default = "nagare_core::plugin::yes")]
+    #[serde_inline_default(true)]
     pub log: bool,
-}
-
-fn one_second() -> Dur {
-    Dur(Duration::from_secs(1))
-}
-
-fn default_max_groups() -> usize {
-    10_000
 }
 
 

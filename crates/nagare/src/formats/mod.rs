@@ -29,9 +29,7 @@ pub enum Format {
 }
 
 /// The record key outputs read a line from by default (`message_key`).
-pub fn default_message_key() -> String {
-    "message".into()
-}
+pub const DEFAULT_MESSAGE_KEY: &str = "message";
 
 /// Writes every event of the chunk in `format`, one line each.
 /// Formats a chunk's events for line-oriented outputs (stdout, file).

@@ -11,17 +11,19 @@ use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::inputs::common::DEFAULT_MAX_LINE;
 use crate::inputs::common::follow::{
-    start_with, default_max_line, default_poll, default_refresh, default_watch, DirectoryMode, LongLines,
+    start_with, DEFAULT_POLL, DEFAULT_REFRESH, DirectoryMode, LongLines,
     OneOrMany, TailConfig,
 };
 use nagare_core::units::{Dur, Size};
 use crate::parsers::ParserConfig;
 use crate::router::LiveRouter;
 use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use nagare_core::metrics::PluginStats;
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DirectoryConfig {
@@ -29,7 +31,7 @@ pub struct DirectoryConfig {
     pub path: String,
     /// The events' tag; a `*` is replaced by the file's path relative to the
     /// folder, `/` as `.` (`drop.*` + `app/x.log` = `drop.app.x.log`).
-    #[serde(default = "default_tag")]
+    #[serde_inline_default("dir.*".into())]
     pub tag: String,
     /// Globs (matched against the whole path or the file name) to leave out.
     #[serde(default)]
@@ -41,17 +43,17 @@ pub struct DirectoryConfig {
     #[serde(default)]
     pub position_db: Option<String>,
     /// How often the folder is scanned for new files (default "1s").
-    #[serde(default = "default_refresh")]
+    #[serde_inline_default(DEFAULT_REFRESH)]
     pub refresh_interval: Dur,
     /// How often files are checked for new lines (default "100ms").
-    #[serde(default = "default_poll")]
+    #[serde_inline_default(DEFAULT_POLL)]
     pub poll_interval: Dur,
     /// Watch the folder tree with inotify: new files and lines are read at
     /// once, the timers above are only the fallback (default true).
-    #[serde(default = "default_watch")]
+    #[serde_inline_default(true)]
     pub watch: bool,
     /// Longest line kept whole (default "1MiB").
-    #[serde(default = "default_max_line")]
+    #[serde_inline_default(DEFAULT_MAX_LINE)]
     pub max_line_size: Size,
     /// What happens to a longer line: "split" (default) or "skip".
     #[serde(default)]
@@ -64,9 +66,6 @@ pub struct DirectoryConfig {
     pub parser: Option<Box<ParserConfig>>,
 }
 
-fn default_tag() -> String {
-    "dir.*".into()
-}
 pub async fn start(
     name: &str,
     cfg: DirectoryConfig,

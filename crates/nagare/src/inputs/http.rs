@@ -49,17 +49,13 @@ http_listener_options!(
         tag_key: Option<String>,
         /// The record field holding the event time (epoch seconds or a
         /// time string) (default "time", as Fluentd's in_http).
-        #[serde(default = "default_time_key")]
+        #[serde_inline_default("time".into())]
         time_key: String,
         /// Keep `time_key` in the record (default false: removed once read).
         #[serde(default)]
         keep_time_key: bool,
     }
 );
-
-fn default_time_key() -> String {
-    "time".into()
-}
 
 impl InputPlugin for HttpInputConfig {
     const TYPE: &'static str = "http";

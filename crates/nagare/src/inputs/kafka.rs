@@ -22,7 +22,6 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::FutureExt;
@@ -67,11 +66,11 @@ kafka_options!(
         topics: Vec<String>,
         /// The consumer group (default "nagare"): the group's consumers
         /// share the partitions, each read by one of them.
-        #[serde(default = "default_group")]
+        #[serde_inline_default("nagare".into())]
         group: String,
         /// The tag of the events; `${topic}` is replaced by the message's
         /// topic (default "${topic}").
-        #[serde(default = "default_tag")]
+        #[serde_inline_default("${topic}".into())]
         tag: String,
         /// Take the tag from this field of each record when it holds a
         /// string (the field stays in the record); else `tag` applies.
@@ -89,27 +88,14 @@ kafka_options!(
         #[serde(default)]
         start_from: StartFrom,
         /// The most messages in one batch handed to the outputs (default 1000).
-        #[serde(default = "default_batch_count")]
+        #[serde_inline_default(1000)]
         batch_count: usize,
         /// How often buffered messages' offsets are committed (default "1s");
         /// also before a rebalance takes partitions away, and at shutdown.
-        #[serde(default = "default_commit_interval")]
+        #[serde_inline_default(Dur::secs(1))]
         commit_interval: Dur,
     }
 );
-
-fn default_group() -> String {
-    "nagare".into()
-}
-fn default_tag() -> String {
-    "${topic}".into()
-}
-fn default_batch_count() -> usize {
-    1000
-}
-fn default_commit_interval() -> Dur {
-    Dur(Duration::from_secs(1))
-}
 
 impl InputPlugin for KafkaInputConfig {
     const TYPE: &'static str = "kafka";

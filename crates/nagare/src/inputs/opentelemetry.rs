@@ -29,14 +29,10 @@ use crate::net::tls::TlsServer;
 http_listener_options!(
     OtlpInputConfig {
         /// The tag of the events (default "otlp.logs").
-        #[serde(default = "default_tag")]
+        #[serde_inline_default("otlp.logs".into())]
         tag: String,
     }
 );
-
-fn default_tag() -> String {
-    "otlp.logs".into()
-}
 
 /// The path OTLP/HTTP exporters post logs to.
 const LOGS_PATH: &str = "/v1/logs";

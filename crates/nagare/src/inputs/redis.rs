@@ -92,10 +92,10 @@ redis_options!(
         #[serde(default)]
         parser: Option<Box<ParserConfig>>,
         /// Elements read per command, and the largest batch (default 125, as Logstash).
-        #[serde(default = "default_batch_count")]
+        #[serde_inline_default(125)]
         batch_count: usize,
         /// Lists and streams: parallel consumers, each with its own connection (default 1).
-        #[serde(default = "one")]
+        #[serde_inline_default(1)]
         threads: usize,
         /// Lists: move each element to the consumer's processing list and
         /// remove it only once buffered, so a crash loses nothing (default false).
@@ -107,34 +107,18 @@ redis_options!(
         #[serde(default)]
         consumer: Option<String>,
         /// Streams: the consumer group, created at the stream's start if missing (default "nagare").
-        #[serde(default = "default_group")]
+        #[serde_inline_default("nagare".into())]
         group: String,
         /// Streams: the entry field holding the event (default "message");
         /// an entry without it becomes a record of all its fields.
-        #[serde(default = "default_stream_field")]
+        #[serde_inline_default(crate::proto::redis::DEFAULT_STREAM_FIELD.into())]
         stream_field: String,
         /// Streams: take over entries another consumer of the group left
         /// unacknowledged this long (XAUTOCLAIM) (default "1m").
-        #[serde(default = "default_claim_idle")]
+        #[serde_inline_default(Dur::mins(1))]
         claim_idle: Dur,
     }
 );
-
-fn default_batch_count() -> usize {
-    125
-}
-fn one() -> usize {
-    1
-}
-fn default_group() -> String {
-    "nagare".into()
-}
-fn default_stream_field() -> String {
-    "message".into()
-}
-fn default_claim_idle() -> Dur {
-    Dur(Duration::from_secs(60))
-}
 
 /// How long a blocking read waits before the consumer looks at shutdown again.
 const BLOCK: Duration = Duration::from_secs(1);

@@ -22,12 +22,12 @@ use tokio::task::JoinHandle;
 
 use crate::inputs::common::sockets::framing::Framing;
 use crate::inputs::common::sockets::{self, Batches, Decoder, Endpoint, Peer, Settings};
-use crate::inputs::common::sockets::{default_idle, default_max_connections};
+use crate::inputs::common::{check_max_connections, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
 use crate::inputs::common::SocketType;
 use nagare_core::units::{Dur, Size};
 use crate::parsers::{Parser, ParserConfig, ParserType, SyslogFormat};
 use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use crate::net::tls::{TlsOptions, TlsServer};
 use nagare_forward::msgpack::{write_map_len, write_str};
 use nagare_forward::EventTime;
@@ -45,6 +45,7 @@ pub enum Protocol {
     Tcp,
 }
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SyslogInputConfig {
@@ -68,7 +69,7 @@ pub struct SyslogInputConfig {
     pub message_format: SyslogFormat,
     /// Longest message kept whole (default "64KiB"); a longer one is cut
     /// to this size (then parsed), and counted as an error.
-    #[serde(default = "default_max_message")]
+    #[serde_inline_default(Size::kib(64))]
     pub max_message_size: Size,
     /// Add the facility's name (e.g. "auth") to each record under this key.
     #[serde(default)]
@@ -80,19 +81,15 @@ pub struct SyslogInputConfig {
     #[serde(default)]
     pub source_address_key: Option<String>,
     /// Streams: open connections at most (default 1024); more are closed at once.
-    #[serde(default = "default_max_connections")]
+    #[serde_inline_default(DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
     /// Streams: a connection that completes no message for this long is closed (default "5m").
-    #[serde(default = "default_idle")]
+    #[serde_inline_default(DEFAULT_IDLE_TIMEOUT)]
     pub idle_timeout: Dur,
     /// TLS with `protocol = "tcp"` (RFC 5425; `[input.tls]`: `cert`, `key`,
     /// and `ca` to require client certificates); see docs/tls.md.
     #[serde(default)]
     pub tls: Option<TlsOptions>,
-}
-
-fn default_max_message() -> Size {
-    Size(64 << 10)
 }
 
 /// Facility names by number, as Fluentd's in_syslog names them.
@@ -318,9 +315,7 @@ impl InputPlugin for SyslogInputConfig {
         if self.tag.trim().is_empty() {
             return Err(OptionError::new("tag", "must not be empty"));
         }
-        if self.max_connections == 0 {
-            return Err(OptionError::new("max_connections", "must be at least 1"));
-        }
+        check_max_connections(self.max_connections)?;
         let on = self.tls.as_ref().is_some_and(|t| t.enable);
         if on && !matches!(endpoint, Endpoint::Tcp(_)) {
             return Err(OptionError::new(

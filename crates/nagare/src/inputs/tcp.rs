@@ -2,7 +2,7 @@
 //! `{"message": "<line>"}`), like Fluentd's in_tcp (and its `<transport
 //! tls>` with `[input.tls]`). The shared socket code is in net/.
 
-use crate::inputs::common::sockets::{default_delimiter, default_idle, default_max_connections, default_max_line};
+use crate::inputs::common::{check_max_connections, DEFAULT_DELIMITER, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_LINE};
 use std::sync::Arc;
 
 use serde::Deserialize;
@@ -13,9 +13,10 @@ use crate::inputs::common::sockets::{self, Endpoint, Settings};
 use nagare_core::units::{Dur, Size};
 use crate::parsers::ParserConfig;
 use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use crate::net::tls::{TlsOptions, TlsServer};
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TcpInputConfig {
@@ -24,20 +25,20 @@ pub struct TcpInputConfig {
     /// The events' tag. Required.
     pub tag: String,
     /// What ends a line (default "\n"; e.g. "\r\n" or "\u0000").
-    #[serde(default = "default_delimiter")]
+    #[serde_inline_default(DEFAULT_DELIMITER.into())]
     pub delimiter: String,
     /// Longest line kept whole (default "1MiB"); a longer line is cut to
     /// this size, the rest of it skipped, and counted as an error.
-    #[serde(default = "default_max_line")]
+    #[serde_inline_default(DEFAULT_MAX_LINE)]
     pub max_line_size: Size,
     /// Add the sender's IP address to each record under this key.
     #[serde(default)]
     pub source_address_key: Option<String>,
     /// Open connections at most (default 1024); more are closed at once.
-    #[serde(default = "default_max_connections")]
+    #[serde_inline_default(DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
     /// A connection that completes no line for this long is closed (default "5m").
-    #[serde(default = "default_idle")]
+    #[serde_inline_default(DEFAULT_IDLE_TIMEOUT)]
     pub idle_timeout: Dur,
     /// `[input.parser]`: how a line becomes a record (default type "none").
     #[serde(default)]
@@ -67,9 +68,7 @@ impl InputPlugin for TcpInputConfig {
         let addr = nagare_core::address::resolve(&self.bind).map_err(|e| OptionError::new("bind", e))?;
         cx.listen("bind", Endpoint::Tcp(addr).listen());
         self.lines().check()?;
-        if self.max_connections == 0 {
-            return Err(OptionError::new("max_connections", "must be at least 1"));
-        }
+        check_max_connections(self.max_connections)?;
         let tls = TlsServer::build(self.tls.as_ref(), cx)?;
         Ok(Box::new(TcpInput { cfg: self, tls }))
     }

@@ -7,12 +7,13 @@ use tokio::task::JoinHandle;
 
 use crate::inputs::common::sockets::lines::LineOptions;
 use crate::inputs::common::sockets::{self, Endpoint, Settings};
-use crate::inputs::common::sockets::{default_delimiter, default_max_line};
+use crate::inputs::common::{DEFAULT_DELIMITER, DEFAULT_MAX_LINE};
 use nagare_core::units::Size;
 use crate::parsers::ParserConfig;
 use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UdpInputConfig {
@@ -22,11 +23,11 @@ pub struct UdpInputConfig {
     pub tag: String,
     /// What ends a line inside a datagram (default "\n"); the end of the
     /// datagram ends its last line.
-    #[serde(default = "default_delimiter")]
+    #[serde_inline_default(DEFAULT_DELIMITER.into())]
     pub delimiter: String,
     /// Longest line kept whole (default "1MiB"; a datagram is at most
     /// 64 KiB); a longer line is cut to this size and counted as an error.
-    #[serde(default = "default_max_line")]
+    #[serde_inline_default(DEFAULT_MAX_LINE)]
     pub max_line_size: Size,
     /// Add the sender's IP address to each record under this key.
     #[serde(default)]

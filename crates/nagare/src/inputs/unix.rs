@@ -8,12 +8,13 @@ use tokio::task::JoinHandle;
 
 use crate::inputs::common::sockets::lines::LineOptions;
 use crate::inputs::common::sockets::{self, Endpoint, Settings};
-use crate::inputs::common::sockets::{default_delimiter, default_idle, default_max_connections, default_max_line};
+use crate::inputs::common::{check_max_connections, DEFAULT_DELIMITER, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_LINE};
 use nagare_core::units::{Dur, Size};
 use crate::parsers::ParserConfig;
 use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UnixInputConfig {
@@ -25,20 +26,20 @@ pub struct UnixInputConfig {
     /// The events' tag. Required.
     pub tag: String,
     /// What ends a line (default "\n").
-    #[serde(default = "default_delimiter")]
+    #[serde_inline_default(DEFAULT_DELIMITER.into())]
     pub delimiter: String,
     /// Longest line kept whole (default "1MiB"); a longer line is cut to
     /// this size, the rest of it skipped, and counted as an error.
-    #[serde(default = "default_max_line")]
+    #[serde_inline_default(DEFAULT_MAX_LINE)]
     pub max_line_size: Size,
     /// Add the socket's path to each record under this key.
     #[serde(default)]
     pub source_address_key: Option<String>,
     /// Stream: open connections at most (default 1024); more are closed at once.
-    #[serde(default = "default_max_connections")]
+    #[serde_inline_default(DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
     /// Stream: a connection that completes no line for this long is closed (default "5m").
-    #[serde(default = "default_idle")]
+    #[serde_inline_default(DEFAULT_IDLE_TIMEOUT)]
     pub idle_timeout: Dur,
     /// `[input.parser]`: how a line becomes a record (default type "none").
     #[serde(default)]
@@ -74,9 +75,7 @@ impl InputPlugin for UnixInputConfig {
         cx.listen("path", self.endpoint().listen());
         cx.writes_file("path", &self.path);
         self.lines().check()?;
-        if self.max_connections == 0 {
-            return Err(OptionError::new("max_connections", "must be at least 1"));
-        }
+        check_max_connections(self.max_connections)?;
         Ok(Box::new(self))
     }
 }

@@ -11,6 +11,7 @@
 //! `sample`: keep one event in N (default 1); `rate`: at most R events per
 //! second (default 0: no limit).
 
+use nagare_core::plugin::serde_inline_default;
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
@@ -22,22 +23,15 @@ use axum::response::{IntoResponse, Response};
 use crate::router::tap::{self, Limiter, Subscription, Tapped};
 use nagare_core::pattern::Pattern;
 
+#[serde_inline_default]
 #[derive(serde::Deserialize)]
 pub struct TapQuery {
-    #[serde(default = "all_tags")]
+    #[serde_inline_default("**".into())]
     pattern: String,
     #[serde(default)]
     rate: f64,
-    #[serde(default = "every_event")]
+    #[serde_inline_default(1)]
     sample: u64,
-}
-
-fn all_tags() -> String {
-    "**".into()
-}
-
-fn every_event() -> u64 {
-    1
 }
 
 /// How often skipped counts are reported.

@@ -97,9 +97,9 @@ impl Connection {
     }
 }
 
-pub fn default_timeout() -> Dur {
-    Dur(std::time::Duration::from_secs(10))
-}
+/// How long the line outputs (tcp, syslog) may take to connect and to write
+/// a chunk before it is retried: "10s".
+pub const DEFAULT_TIMEOUT: Dur = Dur::secs(10);
 
 /// "HOST:PORT" with a port (the host is resolved when connecting).
 pub fn check_address(address: &str) -> Result<(), OptionError> {

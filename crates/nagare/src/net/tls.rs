@@ -40,7 +40,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
 /// A TLS handshake that takes longer fails that connection.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -48,11 +48,12 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// `tls`: TLS on a listener or a client, with the same keys in every
 /// plugin. Writing the table turns TLS on (Fluent Bit's `tls on`, Fluentd's
 /// `<transport tls>`); `enable = false` turns it off and keeps the rest.
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TlsOptions {
     /// Use TLS (default true: the table's presence turns it on).
-    #[serde(default = "nagare_core::plugin::yes")]
+    #[serde_inline_default(true)]
     pub enable: bool,
     /// PEM file of this side's certificate chain, leaf first. Required on a
     /// listener; on a client, sent to servers that ask for one (mTLS).
@@ -69,7 +70,7 @@ pub struct TlsOptions {
     /// Check the peer's certificate (default true). On a client, false
     /// accepts any server certificate and name; on a listener with `ca`,
     /// false makes client certificates optional (checked when presented).
-    #[serde(default = "nagare_core::plugin::yes")]
+    #[serde_inline_default(true)]
     pub verify: bool,
     /// A client: the name the server's certificate must hold, and the SNI
     /// sent (default: the host of the address).

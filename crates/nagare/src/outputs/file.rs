@@ -19,12 +19,12 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use serde::Deserialize;
 
-use crate::formats::{default_message_key, render_entry};
+use crate::formats::{render_entry, DEFAULT_MESSAGE_KEY};
 use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
 use crate::formats::Format;
 use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
@@ -34,6 +34,7 @@ pub enum FileCompression {
     Gzip,
 }
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FileConfig {
@@ -43,10 +44,10 @@ pub struct FileConfig {
     #[serde(default)]
     pub format: Format,
     /// The field written by format "single_value" (default "message").
-    #[serde(default = "default_message_key")]
+    #[serde_inline_default(DEFAULT_MESSAGE_KEY.into())]
     pub message_key: String,
     /// Append to the named file (default true); false gives each chunk its own file.
-    #[serde(default = "nagare_core::plugin::yes")]
+    #[serde_inline_default(true)]
     pub append: bool,
     /// "gzip" compresses each write as one gzip member (".gz" is added to the name).
     #[serde(default)]

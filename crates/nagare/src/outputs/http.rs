@@ -14,7 +14,6 @@ use crate::net::http_client::Compress;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -29,7 +28,7 @@ use crate::buffer::Chunk;
 use nagare_core::units::Dur;
 use nagare_core::output::{FlushError, Output};
 use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
 /// How a chunk's events are written in a request body.
 #[derive(
@@ -46,6 +45,7 @@ pub enum BodyFormat {
     Msgpack,
 }
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpOutputConfig {
@@ -60,7 +60,7 @@ pub struct HttpOutputConfig {
     pub compress: Compress,
     /// The record field the event time is written to, as epoch seconds
     /// with nanoseconds (default "time"; "" writes no time).
-    #[serde(default = "default_time_key")]
+    #[serde_inline_default("time".into())]
     pub time_key: String,
     /// The record field the tag is written to (default: none).
     #[serde(default)]
@@ -77,20 +77,13 @@ pub struct HttpOutputConfig {
     #[serde(default)]
     pub password: Option<String>,
     /// A request without an answer for this long is retried (default "30s").
-    #[serde(default = "default_timeout")]
+    #[serde_inline_default(Dur::secs(30))]
     pub timeout: Dur,
     /// TLS settings of an `https://` endpoint (`[output.tls]`: `ca`,
     /// `server_name`, and `cert` and `key` for a client certificate);
     /// `https://` alone uses the system's trust store. See docs/tls.md.
     #[serde(default)]
     pub tls: Option<crate::net::tls::TlsOptions>,
-}
-
-fn default_time_key() -> String {
-    "time".into()
-}
-fn default_timeout() -> Dur {
-    Dur(Duration::from_secs(30))
 }
 
 impl OutputPlugin for HttpOutputConfig {

@@ -90,7 +90,7 @@ kafka_options!(
         #[serde(default)]
         format: RedisFormat,
         /// Format "single_value": the field written (default "message").
-        #[serde(default = "crate::formats::default_message_key")]
+        #[serde_inline_default(crate::formats::DEFAULT_MESSAGE_KEY.into())]
         message_key: String,
         /// Format "json": also write the event's tag in this field (none by
         /// default), so a `kafka` input can route by it (`tag_key`).
@@ -102,35 +102,23 @@ kafka_options!(
         /// The idempotent producer (default true, needs acks = "all"): a
         /// message librdkafka resends after a lost answer is stored once, and
         /// the order within a partition holds across resends.
-        #[serde(default = "nagare_core::plugin::yes")]
+        #[serde_inline_default(true)]
         idempotence: bool,
         /// "none" (default), "gzip", "snappy", "lz4" or "zstd".
         #[serde(default)]
         compression: Compression,
         /// The most bytes of one partition's message batch (default "1MiB").
-        #[serde(default = "default_batch_size")]
+        #[serde_inline_default(Size::mib(1))]
         batch_size: Size,
         /// How long librdkafka waits for more messages to fill a batch (default "5ms").
-        #[serde(default = "default_linger")]
+        #[serde_inline_default(Dur::millis(5))]
         linger: Dur,
         /// A chunk whose messages are not all confirmed within this time is
         /// retried (default "30s").
-        #[serde(default = "default_timeout")]
+        #[serde_inline_default(Dur::secs(30))]
         timeout: Dur,
     }
 );
-
-fn default_batch_size() -> Size {
-    Size(1 << 20)
-}
-
-fn default_linger() -> Dur {
-    Dur(Duration::from_millis(5))
-}
-
-fn default_timeout() -> Dur {
-    Dur(Duration::from_secs(30))
-}
 
 impl OutputPlugin for KafkaOutputConfig {
     const TYPE: &'static str = "kafka";

@@ -11,7 +11,6 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -28,7 +27,7 @@ use nagare_core::units::Dur;
 use crate::formats::otlp::RequestBuilder;
 use nagare_core::output::{FlushError, Output};
 use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
 /// The OTLP/HTTP body encoding.
 #[derive(
@@ -43,6 +42,7 @@ pub enum Encoding {
     Json,
 }
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OtlpOutputConfig {
@@ -62,17 +62,13 @@ pub struct OtlpOutputConfig {
     #[serde(default)]
     pub bearer_token: Option<String>,
     /// A request without an answer for this long is retried (default "30s").
-    #[serde(default = "default_timeout")]
+    #[serde_inline_default(Dur::secs(30))]
     pub timeout: Dur,
     /// TLS settings of an `https://` endpoint (`[output.tls]`: `ca`,
     /// `server_name`, and `cert` and `key` for a client certificate);
     /// `https://` alone uses the system's trust store. See docs/tls.md.
     #[serde(default)]
     pub tls: Option<crate::net::tls::TlsOptions>,
-}
-
-fn default_timeout() -> Dur {
-    Dur(Duration::from_secs(30))
 }
 
 impl OutputPlugin for OtlpOutputConfig {

@@ -17,7 +17,6 @@
 use crate::formats::logstash::{write_logstash_json, RedisFormat};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Duration;
 
 use ::redis::cluster::ClusterClient;
 use ::redis::cluster_async::ClusterConnection;
@@ -78,20 +77,20 @@ redis_options!(
         #[serde(default)]
         maxlen: Option<u64>,
         /// Streams: the entry field that holds the event (default "message").
-        #[serde(default = "default_stream_field")]
+        #[serde_inline_default(crate::proto::redis::DEFAULT_STREAM_FIELD.into())]
         stream_field: String,
         /// "json" (default, Logstash's layout), "msgpack" or "single_value".
         #[serde(default)]
         format: RedisFormat,
         /// Format "single_value": the field written (default "message").
-        #[serde(default = "crate::formats::default_message_key")]
+        #[serde_inline_default(crate::formats::DEFAULT_MESSAGE_KEY.into())]
         message_key: String,
         /// Format "json": also write the event's tag in this field (none by
         /// default), so a `redis` input can route by it (`tag_key`).
         #[serde(default)]
         tag_key: Option<String>,
         /// Connections to Redis; the buffer's flush workers share them (default 1).
-        #[serde(default = "one")]
+        #[serde_inline_default(1)]
         workers: usize,
         /// Commit a chunk only when this many replicas confirmed it too (WAIT
         /// after the writes; 0, the default, does not wait). Redis replicates
@@ -101,22 +100,10 @@ redis_options!(
         #[serde(default)]
         wait_replicas: u32,
         /// A chunk that Redis has not answered within this time is retried (default "10s").
-        #[serde(default = "default_timeout")]
+        #[serde_inline_default(Dur::secs(10))]
         timeout: Dur,
     }
 );
-
-fn default_stream_field() -> String {
-    "message".into()
-}
-
-fn one() -> usize {
-    1
-}
-
-fn default_timeout() -> Dur {
-    Dur(Duration::from_secs(10))
-}
 
 pub struct RedisOutput {
     cfg: RedisOutputConfig,

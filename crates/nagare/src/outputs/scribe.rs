@@ -10,10 +10,10 @@
 //! a chunk duplicates nothing. With `[output.tls]` the framed transport
 //! runs inside TLS (as Thrift's `TSSLSocket`).
 
+use crate::formats::DEFAULT_MESSAGE_KEY;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::FutureExt;
@@ -26,7 +26,7 @@ use crate::buffer::Chunk;
 use nagare_core::units::Dur;
 use nagare_core::json;
 use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use crate::proto::thrift::{self, LogCall, ResultCode};
 use crate::net::tls::{MaybeTls, TlsClient, TlsOptions};
 
@@ -45,6 +45,7 @@ pub enum MessageFormat {
     Json,
 }
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScribeOutputConfig {
@@ -55,13 +56,13 @@ pub struct ScribeOutputConfig {
     #[serde(default)]
     pub remove_prefix: Option<String>,
     /// The category when nothing of the tag is left (default "unknown").
-    #[serde(default = "default_category")]
+    #[serde_inline_default("unknown".into())]
     pub default_category: String,
     /// "text" (default) or "json".
     #[serde(default)]
     pub format: MessageFormat,
     /// Format "text": the record field sent as the message (default "message").
-    #[serde(default = "default_message_key")]
+    #[serde_inline_default(DEFAULT_MESSAGE_KEY.into())]
     pub message_key: String,
     /// Append a newline to each message (default false).
     #[serde(default)]
@@ -70,28 +71,15 @@ pub struct ScribeOutputConfig {
     #[serde(default)]
     pub entries_per_call: usize,
     /// Default "5s".
-    #[serde(default = "default_connect_timeout")]
+    #[serde_inline_default(Dur::secs(5))]
     pub connect_timeout: Dur,
     /// Sending a call and receiving its answer must take less (default "30s").
-    #[serde(default = "default_timeout")]
+    #[serde_inline_default(Dur::secs(30))]
     pub timeout: Dur,
     /// TLS to the server (`[output.tls]`: `ca`, `server_name`, and `cert`
     /// and `key` for a client certificate); see docs/tls.md.
     #[serde(default)]
     pub tls: Option<TlsOptions>,
-}
-
-fn default_category() -> String {
-    "unknown".into()
-}
-fn default_message_key() -> String {
-    "message".into()
-}
-fn default_connect_timeout() -> Dur {
-    Dur(Duration::from_secs(5))
-}
-fn default_timeout() -> Dur {
-    Dur(Duration::from_secs(30))
 }
 
 /// The largest answer read from a server (a Log reply is a few dozen bytes;

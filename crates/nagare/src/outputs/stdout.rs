@@ -1,6 +1,6 @@
 //! `stdout`: one line per event (JSON or LTSV), or raw msgpack entries.
 
-use crate::formats::{default_message_key, render};
+use crate::formats::{render, DEFAULT_MESSAGE_KEY};
 use async_trait::async_trait;
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
@@ -9,9 +9,10 @@ use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
 use crate::formats::Format;
 use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use std::sync::Arc;
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema, Default)]
 #[serde(deny_unknown_fields)]
 pub struct StdoutConfig {
@@ -19,7 +20,7 @@ pub struct StdoutConfig {
     #[serde(default)]
     pub format: Format,
     /// The field written by format "single_value" (default "message").
-    #[serde(default = "default_message_key")]
+    #[serde_inline_default(DEFAULT_MESSAGE_KEY.into())]
     pub message_key: String,
 }
 

@@ -10,6 +10,7 @@
 //! `message_key`, or the whole record as JSON when it has no such field.
 //! The time is the event's.
 
+use crate::formats::DEFAULT_MESSAGE_KEY;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -18,14 +19,14 @@ use tokio::net::UdpSocket;
 use tokio::sync::OnceCell;
 
 use crate::net::connection::Connection;
-use crate::net::connection::{check_address, default_timeout};
+use crate::net::connection::{check_address, DEFAULT_TIMEOUT};
 use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
 use nagare_core::units::Dur;
 use nagare_core::event::field;
 use nagare_core::json;
 use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use crate::net::tls::{TlsClient, TlsOptions};
 
 #[derive(
@@ -64,6 +65,7 @@ pub enum TcpFraming {
     Newline,
 }
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SyslogOutputConfig {
@@ -79,10 +81,10 @@ pub struct SyslogOutputConfig {
     #[serde(default)]
     pub framing: TcpFraming,
     /// The facility when the record has none (default "user").
-    #[serde(default = "default_facility")]
+    #[serde_inline_default("user".into())]
     pub facility: String,
     /// The severity when the record has none (default "info").
-    #[serde(default = "default_severity")]
+    #[serde_inline_default("info".into())]
     pub severity: String,
     /// The record field holding the facility (a name or number), if any.
     #[serde(default)]
@@ -91,64 +93,36 @@ pub struct SyslogOutputConfig {
     #[serde(default)]
     pub severity_key: Option<String>,
     /// The record field of HOSTNAME (default "host"; missing: this machine's name).
-    #[serde(default = "default_host_key")]
+    #[serde_inline_default("host".into())]
     pub hostname_key: String,
     /// The record field of APP-NAME / the 3164 TAG (default "ident"; missing: `app_name`).
-    #[serde(default = "default_ident_key")]
+    #[serde_inline_default("ident".into())]
     pub app_name_key: String,
     /// APP-NAME when the record has none (default "nagare").
-    #[serde(default = "default_app_name")]
+    #[serde_inline_default("nagare".into())]
     pub app_name: String,
     /// The record field of PROCID (default "pid").
-    #[serde(default = "default_pid_key")]
+    #[serde_inline_default("pid".into())]
     pub procid_key: String,
     /// The record field of MSGID (default "msgid"; RFC 5424 only).
-    #[serde(default = "default_msgid_key")]
+    #[serde_inline_default("msgid".into())]
     pub msgid_key: String,
     /// The record field of STRUCTURED-DATA, sent as is when it is `[…]`
     /// (default "extradata"; RFC 5424 only).
-    #[serde(default = "default_sd_key")]
+    #[serde_inline_default("extradata".into())]
     pub structured_data_key: String,
     /// The record field of MSG (default "message"; missing: the record as JSON).
-    #[serde(default = "default_message_key")]
+    #[serde_inline_default(DEFAULT_MESSAGE_KEY.into())]
     pub message_key: String,
     /// TCP: connecting, and writing a chunk, may take this long before the
     /// chunk is retried (default "10s").
-    #[serde(default = "default_timeout")]
+    #[serde_inline_default(DEFAULT_TIMEOUT)]
     pub timeout: Dur,
     /// TLS with `protocol = "tcp"` (RFC 5425; `[output.tls]`: `ca`,
     /// `server_name`, and `cert` and `key` for a client certificate); see
     /// docs/tls.md.
     #[serde(default)]
     pub tls: Option<TlsOptions>,
-}
-
-fn default_facility() -> String {
-    "user".into()
-}
-fn default_severity() -> String {
-    "info".into()
-}
-fn default_host_key() -> String {
-    "host".into()
-}
-fn default_ident_key() -> String {
-    "ident".into()
-}
-fn default_app_name() -> String {
-    "nagare".into()
-}
-fn default_pid_key() -> String {
-    "pid".into()
-}
-fn default_msgid_key() -> String {
-    "msgid".into()
-}
-fn default_sd_key() -> String {
-    "extradata".into()
-}
-fn default_message_key() -> String {
-    "message".into()
 }
 
 /// Facility names by number (with the common aliases below).

@@ -3,22 +3,23 @@
 //! and opened again after an error (the buffer retries with backoff);
 //! over TLS with `[output.tls]`.
 
-use crate::net::connection::{check_address, default_timeout};
+use crate::net::connection::{check_address, DEFAULT_TIMEOUT};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::Deserialize;
 
 use crate::net::connection::Connection;
-use crate::formats::{default_message_key, render};
+use crate::formats::{render, DEFAULT_MESSAGE_KEY};
 use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
 use nagare_core::units::Dur;
 use crate::formats::Format;
 use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use crate::net::tls::{TlsClient, TlsOptions};
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TcpOutputConfig {
@@ -28,11 +29,11 @@ pub struct TcpOutputConfig {
     #[serde(default)]
     pub format: Format,
     /// The field written by format "single_value" (default "message").
-    #[serde(default = "default_message_key")]
+    #[serde_inline_default(DEFAULT_MESSAGE_KEY.into())]
     pub message_key: String,
     /// Connecting, and writing a chunk, may take this long before the
     /// chunk is retried (default "10s").
-    #[serde(default = "default_timeout")]
+    #[serde_inline_default(DEFAULT_TIMEOUT)]
     pub timeout: Dur,
     /// TLS to the server (`[output.tls]`: `ca`, `server_name`, and `cert`
     /// and `key` for a client certificate); see docs/tls.md.

@@ -111,19 +111,18 @@ pub struct ParserConfig {
     pub multiline_flush_interval: Dur,
 }
 
-fn default_multiline_flush() -> Dur {
-    Dur(std::time::Duration::from_secs(2))
-}
-
-fn default_message_key() -> String {
-    "message".into()
-}
+/// The field a parser puts the whole line in ("none"), or keeps a line
+/// that does not parse in: "message".
+pub const DEFAULT_MESSAGE_KEY: &str = "message";
+/// A multiline parser emits the last event of a file after this long without
+/// a line: "2s".
+pub const DEFAULT_MULTILINE_FLUSH: Dur = Dur::secs(2);
 
 impl Default for ParserConfig {
     fn default() -> Self {
         ParserConfig {
             kind: ParserType::None,
-            message_key: default_message_key(),
+            message_key: DEFAULT_MESSAGE_KEY.into(),
             expression: None,
             time_key: None,
             time_format: None,
@@ -134,7 +133,7 @@ impl Default for ParserConfig {
             label_delimiter: None,
             message_format: SyslogFormat::Auto,
             format_firstline: None,
-            multiline_flush_interval: default_multiline_flush(),
+            multiline_flush_interval: DEFAULT_MULTILINE_FLUSH,
         }
     }
 }

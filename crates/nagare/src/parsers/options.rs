@@ -23,48 +23,46 @@ use nagare_core::units::Dur;
 /// unknown keys).
 macro_rules! parser_options {
     ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident : $ty:ty,)* }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
-        #[serde(deny_unknown_fields)]
-        pub struct $name {
-            $($(#[$fm])* pub $field: $ty,)*
-            /// The field the whole line goes to with "none", and where a line
-            /// that does not parse is kept (next to "parse_error") (default "message").
-            #[serde(default = "default_message_key")]
-            pub message_key: String,
-            /// The field holding the event's time (default "time", as in
-            /// Fluentd). Without such a field the event gets the time of
-            /// reading; a time that does not match `time_format` makes the
-            /// line a parse error.
-            #[serde(default)]
-            pub time_key: Option<String>,
-            /// strftime format of the time field (chrono syntax; Ruby's `%L`
-            /// and `%N` are understood). Without one: RFC 3339 or seconds
-            /// since the epoch. Times without a zone are local time.
-            #[serde(default)]
-            pub time_format: Option<String>,
-            /// Keep the time field in the record (default false: it becomes the event's time).
-            #[serde(default)]
-            pub keep_time_key: bool,
-            /// Field conversions: `{ code = "integer", ratio = "float", ok = "bool" }`.
-            #[serde(default)]
-            pub types: BTreeMap<String, FieldType>,
-        }
-
-        impl $name {
-            fn into_config(self, kind: ParserType) -> ParserConfig {
-                #[allow(unused_mut)]
-                let mut c = ParserConfig {
-                    kind,
-                    message_key: self.message_key,
-                    time_key: self.time_key,
-                    time_format: self.time_format,
-                    keep_time_key: self.keep_time_key,
-                    types: self.types,
-                    ..ParserConfig::default()
-                };
-                $(parser_options!(@set c, self, $field);)*
-                c
+        nagare_core::option_group! {
+            [$(#[$m])* $name { $($(#[$fm])* $field: $ty,)* }]
+            fields {
+                /// The field the whole line goes to with "none", and where a line
+                /// that does not parse is kept (next to "parse_error") (default "message").
+                #[serde_inline_default(super::DEFAULT_MESSAGE_KEY.into())]
+                pub message_key: String,
+                /// The field holding the event's time (default "time", as in
+                /// Fluentd). Without such a field the event gets the time of
+                /// reading; a time that does not match `time_format` makes the
+                /// line a parse error.
+                #[serde(default)]
+                pub time_key: Option<String>,
+                /// strftime format of the time field (chrono syntax; Ruby's `%L`
+                /// and `%N` are understood). Without one: RFC 3339 or seconds
+                /// since the epoch. Times without a zone are local time.
+                #[serde(default)]
+                pub time_format: Option<String>,
+                /// Keep the time field in the record (default false: it becomes the event's time).
+                #[serde(default)]
+                pub keep_time_key: bool,
+                /// Field conversions: `{ code = "integer", ratio = "float", ok = "bool" }`.
+                #[serde(default)]
+                pub types: BTreeMap<String, FieldType>,
+            }
+            impl {
+                fn into_config(self, kind: ParserType) -> ParserConfig {
+                    #[allow(unused_mut)]
+                    let mut c = ParserConfig {
+                        kind,
+                        message_key: self.message_key,
+                        time_key: self.time_key,
+                        time_format: self.time_format,
+                        keep_time_key: self.keep_time_key,
+                        types: self.types,
+                        ..ParserConfig::default()
+                    };
+                    $(parser_options!(@set c, self, $field);)*
+                    c
+                }
             }
         }
     };
@@ -150,18 +148,10 @@ parser_options!(
         #[serde(default)]
         expression: Option<String>,
         /// The last event of a file is emitted when no line came for this long (default "2s").
-        #[serde(default = "default_multiline_flush")]
+        #[serde_inline_default(super::DEFAULT_MULTILINE_FLUSH)]
         multiline_flush_interval: Dur,
     }
 );
-
-fn default_message_key() -> String {
-    "message".into()
-}
-
-fn default_multiline_flush() -> Dur {
-    Dur(std::time::Duration::from_secs(2))
-}
 
 impl<'de> Deserialize<'de> for ParserConfig {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {

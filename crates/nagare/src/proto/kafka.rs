@@ -11,9 +11,10 @@ use std::collections::BTreeMap;
 use rdkafka::ClientConfig;
 use serde::Deserialize;
 
-use nagare_core::plugin::OptionError;
+use nagare_core::plugin::{serde_inline_default, OptionError};
 
 /// `tls`: the keys every client shares that librdkafka supports.
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KafkaTls {
@@ -28,7 +29,7 @@ pub struct KafkaTls {
     #[serde(default)]
     pub key: Option<String>,
     /// Check the brokers' certificates and names (default true).
-    #[serde(default = "nagare_core::plugin::yes")]
+    #[serde_inline_default(true)]
     pub verify: bool,
 }
 
@@ -57,44 +58,38 @@ pub struct KafkaSasl {
     pub password: String,
 }
 
-pub fn default_brokers() -> Vec<String> {
-    vec!["127.0.0.1:9092".into()]
-}
-
 /// Declares a kafka plugin's options struct with the connection options
 /// appended, and `connection()` to read them.
 macro_rules! kafka_options {
-    ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident : $ty:ty,)* }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
-        #[serde(deny_unknown_fields)]
-        pub struct $name {
-            $($(#[$fm])* pub $field: $ty,)*
-            /// Bootstrap brokers, "HOST:PORT" (default ["127.0.0.1:9092"]);
-            /// the client learns the rest of the cluster from them.
-            #[serde(default = "crate::proto::kafka::default_brokers")]
-            pub addresses: Vec<String>,
-            /// SASL authentication: a table of `mechanism` ("PLAIN",
-            /// "SCRAM-SHA-256" or "SCRAM-SHA-512"), `username` and `password`
-            /// (none by default).
-            #[serde(default)]
-            pub sasl: Option<crate::proto::kafka::KafkaSasl>,
-            /// TLS settings (`ca`, `cert`, `key`, `verify`); setting this table turns TLS on.
-            #[serde(default)]
-            pub tls: Option<crate::proto::kafka::KafkaTls>,
-            /// More librdkafka properties, passed as they are and applied
-            /// last, e.g. { "socket.keepalive.enable" = "true" }.
-            #[serde(default)]
-            pub properties: std::collections::BTreeMap<String, String>,
-        }
-
-        impl $name {
-            fn connection(&self) -> crate::proto::kafka::Connection<'_> {
-                crate::proto::kafka::Connection {
-                    addresses: &self.addresses,
-                    sasl: self.sasl.as_ref(),
-                    tls: self.tls.as_ref(),
-                    properties: &self.properties,
+    ($($plugin:tt)*) => {
+        nagare_core::option_group! {
+            [$($plugin)*]
+            fields {
+                /// Bootstrap brokers, "HOST:PORT" (default ["127.0.0.1:9092"]);
+                /// the client learns the rest of the cluster from them.
+                #[serde_inline_default(vec!["127.0.0.1:9092".into()])]
+                pub addresses: Vec<String>,
+                /// SASL authentication: a table of `mechanism` ("PLAIN",
+                /// "SCRAM-SHA-256" or "SCRAM-SHA-512"), `username` and `password`
+                /// (none by default).
+                #[serde(default)]
+                pub sasl: Option<crate::proto::kafka::KafkaSasl>,
+                /// TLS settings (`ca`, `cert`, `key`, `verify`); setting this table turns TLS on.
+                #[serde(default)]
+                pub tls: Option<crate::proto::kafka::KafkaTls>,
+                /// More librdkafka properties, passed as they are and applied
+                /// last, e.g. { "socket.keepalive.enable" = "true" }.
+                #[serde(default)]
+                pub properties: std::collections::BTreeMap<String, String>,
+            }
+            impl {
+                fn connection(&self) -> crate::proto::kafka::Connection<'_> {
+                    crate::proto::kafka::Connection {
+                        addresses: &self.addresses,
+                        sasl: self.sasl.as_ref(),
+                        tls: self.tls.as_ref(),
+                        properties: &self.properties,
+                    }
                 }
             }
         }

@@ -32,8 +32,9 @@ pub use self::protocol::ExecFormat;
 use nagare_core::filter::{Filter, Filtered};
 use nagare_core::units::Dur;
 use nagare_core::filter::FilterPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecConfig {
@@ -58,29 +59,17 @@ pub struct ExecConfig {
     /// How long the program may take to answer one batch. Then it is
     /// killed and restarted, and the batch goes on unchanged, each record
     /// with an `exec_error` field.
-    #[serde(default = "default_timeout")]
+    #[serde_inline_default(Dur::secs(5))]
     pub timeout: Dur,
     /// The wait before starting the program again after it failed (exited,
     /// hung, or answered something that is not the protocol); doubles with
     /// each failure in a row, up to `max_restart_delay`. Batches that
     /// arrive meanwhile go on unchanged, marked with `exec_error`.
-    #[serde(default = "default_restart_delay")]
+    #[serde_inline_default(Dur::secs(1))]
     pub restart_delay: Dur,
     /// The longest wait between restarts (`restart_delay` when that is longer).
-    #[serde(default = "default_max_restart_delay")]
+    #[serde_inline_default(Dur::mins(1))]
     pub max_restart_delay: Dur,
-}
-
-fn default_timeout() -> Dur {
-    Dur(Duration::from_secs(5))
-}
-
-fn default_restart_delay() -> Dur {
-    Dur(Duration::from_secs(1))
-}
-
-fn default_max_restart_delay() -> Dur {
-    Dur(Duration::from_secs(60))
 }
 
 impl FilterPlugin for ExecConfig {

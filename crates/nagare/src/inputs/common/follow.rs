@@ -36,7 +36,7 @@ use super::lines::{encode_line, tag_for};
 use crate::parsers::{Parser, ParserConfig};
 use crate::router::LiveRouter;
 use nagare_core::metrics::PluginStats;
-use nagare_core::plugin::OptionError;
+use nagare_core::plugin::{serde_inline_default, OptionError};
 use nagare_core::units::{Dur, Size};
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -67,6 +67,7 @@ pub enum LongLines {
     Skip,
 }
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TailConfig {
@@ -85,17 +86,17 @@ pub struct TailConfig {
     #[serde(default)]
     pub read_from_head: bool,
     /// How often the globs are expanded again to find new files (default "1s").
-    #[serde(default = "default_refresh")]
+    #[serde_inline_default(DEFAULT_REFRESH)]
     pub refresh_interval: Dur,
     /// How often followed files are checked for new lines (default "100ms").
-    #[serde(default = "default_poll")]
+    #[serde_inline_default(DEFAULT_POLL)]
     pub poll_interval: Dur,
     /// Watch the files' folders with inotify: new files and lines are read at
     /// once, the timers above are only the fallback (default true).
-    #[serde(default = "default_watch")]
+    #[serde_inline_default(true)]
     pub watch: bool,
     /// Longest line kept whole (default "1MiB").
-    #[serde(default = "default_max_line")]
+    #[serde_inline_default(super::DEFAULT_MAX_LINE)]
     pub max_line_size: Size,
     /// What happens to a longer line: "split" (default) or "skip".
     #[serde(default)]
@@ -104,28 +105,17 @@ pub struct TailConfig {
     #[serde(default)]
     pub path_key: Option<String>,
     /// Lines per batch at most (default 10000).
-    #[serde(default = "default_batch")]
+    #[serde_inline_default(10_000)]
     pub batch_lines: usize,
     /// `[input.parser]`: how a line becomes a record (default type "none").
     #[serde(default)]
     pub parser: Option<Box<ParserConfig>>,
 }
 
-pub(crate) fn default_refresh() -> Dur {
-    Dur(Duration::from_secs(1))
-}
-pub(crate) fn default_poll() -> Dur {
-    Dur(Duration::from_millis(100))
-}
-pub(crate) fn default_watch() -> bool {
-    true
-}
-pub(crate) fn default_max_line() -> Size {
-    Size(1 << 20)
-}
-fn default_batch() -> usize {
-    10_000
-}
+/// How often tail and directory inputs expand their globs again: "1s".
+pub(crate) const DEFAULT_REFRESH: Dur = Dur::secs(1);
+/// How often tail and directory inputs check followed files: "100ms".
+pub(crate) const DEFAULT_POLL: Dur = Dur::millis(100);
 
 /// Read size per file per step.
 const BLOCK: usize = 1 << 20;

@@ -40,7 +40,6 @@ use crate::net::tls::{TlsOptions, TlsServer};
 use crate::router::LiveRouter;
 use nagare_core::metrics::PluginStats;
 use nagare_core::plugin::{BuildContext, Listen, OptionError};
-use nagare_core::units::{Dur, Size};
 
 /// A user allowed by HTTP basic authentication.
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -50,95 +49,74 @@ pub struct BasicUser {
     pub password: String,
 }
 
-pub fn default_max_body() -> Size {
-    Size(32 << 20)
-}
-pub fn default_max_connections() -> usize {
-    1024
-}
-pub fn default_header_timeout() -> Dur {
-    Dur(Duration::from_secs(10))
-}
-pub fn default_body_timeout() -> Dur {
-    Dur(Duration::from_secs(60))
-}
-pub fn default_retry_after() -> Dur {
-    Dur(Duration::from_secs(1))
-}
-pub fn default_wait_for_room() -> Dur {
-    Dur(Duration::from_secs(1))
-}
-
 /// Declares an HTTP input's options struct with the listener options
 /// appended, and `listener()` to read them.
 macro_rules! http_listener_options {
-    ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident : $ty:ty,)* }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
-        #[serde(deny_unknown_fields)]
-        pub struct $name {
-            $($(#[$fm])* pub $field: $ty,)*
-            /// "HOST:PORT" to listen on. Required.
-            pub bind: String,
-            /// Largest request body, before and after decompression; a
-            /// larger one is answered 413 (default "32MiB").
-            #[serde(default = "crate::inputs::common::http_listener::default_max_body")]
-            pub max_body_size: nagare_core::units::Size,
-            /// Connections open at once; more are closed at accept, with a
-            /// log line (default 1024).
-            #[serde(default = "crate::inputs::common::http_listener::default_max_connections")]
-            pub max_connections: usize,
-            /// A client must send a request's headers within this time, or
-            /// its connection is closed (slow clients) (default "10s").
-            #[serde(default = "crate::inputs::common::http_listener::default_header_timeout")]
-            pub header_timeout: nagare_core::units::Dur,
-            /// A client must send a request's body within this time, or it is
-            /// answered 408 (default "60s").
-            #[serde(default = "crate::inputs::common::http_listener::default_body_timeout")]
-            pub body_timeout: nagare_core::units::Dur,
-            /// Require `Authorization: Bearer <token>`.
-            #[serde(default)]
-            pub bearer_token: Option<String>,
-            /// Require HTTP basic authentication as one of these users
-            /// ([[input.users]] with `username`, `password`).
-            #[serde(default)]
-            pub users: Vec<crate::inputs::common::http_listener::BasicUser>,
-            /// When to answer 200: "buffered" (default; every batch is in
-            /// every matched output's buffer, fsync'd for file buffers) or
-            /// "delivered" (every matched output delivered it downstream).
-            #[serde(default)]
-            pub ack: crate::inputs::common::AckMode,
-            /// The `Retry-After` of a 503 while a buffer is full (default "1s").
-            #[serde(default = "crate::inputs::common::http_listener::default_retry_after")]
-            pub retry_after: nagare_core::units::Dur,
-            /// While a matched output's buffer is full, a request waits this
-            /// long for room before its body is decoded (default "1s"; "0s"
-            /// answers 503 at once). A buffer that is full only until the
-            /// output's next delivery then costs the client a short wait,
-            /// not a 503, a back-off and the whole body sent and decoded
-            /// again (as the forward input stops reading meanwhile).
-            #[serde(default = "crate::inputs::common::http_listener::default_wait_for_room")]
-            pub wait_for_room: nagare_core::units::Dur,
-            /// HTTPS (`[input.tls]`: `cert`, `key`, and `ca` to require
-            /// client certificates); see docs/tls.md.
-            #[serde(default)]
-            pub tls: Option<crate::net::tls::TlsOptions>,
-        }
-
-        impl $name {
-            fn listener(&self) -> crate::inputs::common::http_listener::ListenerOptions {
-                crate::inputs::common::http_listener::ListenerOptions {
-                    bind: self.bind.clone(),
-                    max_body_size: self.max_body_size.0 as usize,
-                    max_connections: self.max_connections,
-                    header_timeout: self.header_timeout.0,
-                    body_timeout: self.body_timeout.0,
-                    bearer_token: self.bearer_token.clone(),
-                    users: self.users.clone(),
-                    ack: self.ack,
-                    retry_after: self.retry_after.0,
-                    wait_for_room: self.wait_for_room.0,
-                    tls: self.tls.clone(),
+    ($($plugin:tt)*) => {
+        nagare_core::option_group! {
+            [$($plugin)*]
+            fields {
+                /// "HOST:PORT" to listen on. Required.
+                pub bind: String,
+                /// Largest request body, before and after decompression; a
+                /// larger one is answered 413 (default "32MiB").
+                #[serde_inline_default(nagare_core::units::Size::mib(32))]
+                pub max_body_size: nagare_core::units::Size,
+                /// Connections open at once; more are closed at accept, with a
+                /// log line (default 1024).
+                #[serde_inline_default(crate::inputs::common::DEFAULT_MAX_CONNECTIONS)]
+                pub max_connections: usize,
+                /// A client must send a request's headers within this time, or
+                /// its connection is closed (slow clients) (default "10s").
+                #[serde_inline_default(nagare_core::units::Dur::secs(10))]
+                pub header_timeout: nagare_core::units::Dur,
+                /// A client must send a request's body within this time, or it is
+                /// answered 408 (default "60s").
+                #[serde_inline_default(nagare_core::units::Dur::mins(1))]
+                pub body_timeout: nagare_core::units::Dur,
+                /// Require `Authorization: Bearer <token>`.
+                #[serde(default)]
+                pub bearer_token: Option<String>,
+                /// Require HTTP basic authentication as one of these users
+                /// ([[input.users]] with `username`, `password`).
+                #[serde(default)]
+                pub users: Vec<crate::inputs::common::http_listener::BasicUser>,
+                /// When to answer 200: "buffered" (default; every batch is in
+                /// every matched output's buffer, fsync'd for file buffers) or
+                /// "delivered" (every matched output delivered it downstream).
+                #[serde(default)]
+                pub ack: crate::inputs::common::AckMode,
+                /// The `Retry-After` of a 503 while a buffer is full (default "1s").
+                #[serde_inline_default(nagare_core::units::Dur::secs(1))]
+                pub retry_after: nagare_core::units::Dur,
+                /// While a matched output's buffer is full, a request waits this
+                /// long for room before its body is decoded (default "1s"; "0s"
+                /// answers 503 at once). A buffer that is full only until the
+                /// output's next delivery then costs the client a short wait,
+                /// not a 503, a back-off and the whole body sent and decoded
+                /// again (as the forward input stops reading meanwhile).
+                #[serde_inline_default(crate::inputs::common::DEFAULT_WAIT_FOR_ROOM)]
+                pub wait_for_room: nagare_core::units::Dur,
+                /// HTTPS (`[input.tls]`: `cert`, `key`, and `ca` to require
+                /// client certificates); see docs/tls.md.
+                #[serde(default)]
+                pub tls: Option<crate::net::tls::TlsOptions>,
+            }
+            impl {
+                fn listener(&self) -> crate::inputs::common::http_listener::ListenerOptions {
+                    crate::inputs::common::http_listener::ListenerOptions {
+                        bind: self.bind.clone(),
+                        max_body_size: self.max_body_size.0 as usize,
+                        max_connections: self.max_connections,
+                        header_timeout: self.header_timeout.0,
+                        body_timeout: self.body_timeout.0,
+                        bearer_token: self.bearer_token.clone(),
+                        users: self.users.clone(),
+                        ack: self.ack,
+                        retry_after: self.retry_after.0,
+                        wait_for_room: self.wait_for_room.0,
+                        tls: self.tls.clone(),
+                    }
                 }
             }
         }
@@ -169,9 +147,7 @@ impl ListenerOptions {
         let addr =
             nagare_core::address::resolve(&self.bind).map_err(|e| OptionError::new("bind", e))?;
         cx.listen("bind", Listen::Tcp(addr));
-        if self.max_connections == 0 {
-            return Err(OptionError::new("max_connections", "must be at least 1"));
-        }
+        super::check_max_connections(self.max_connections)?;
         if self.max_body_size == 0 {
             return Err(OptionError::new("max_body_size", "must be at least 1 byte"));
         }

@@ -43,14 +43,16 @@ use tokio::task::JoinHandle;
 use self::fs::DropFs;
 use self::lines::Lines;
 use self::tree::Tree;
-use crate::inputs::common::follow::{default_max_line, LongLines};
+use crate::inputs::common::follow::LongLines;
+use crate::inputs::common::DEFAULT_MAX_LINE;
 use nagare_core::units::{Dur, Size};
 use crate::parsers::{Parser, ParserConfig};
 use crate::router::LiveRouter;
 use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use nagare_core::metrics::PluginStats;
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FuseConfig {
@@ -59,10 +61,10 @@ pub struct FuseConfig {
     pub mountpoint: String,
     /// The events' tag; a `*` is replaced by the file's path relative to the
     /// mountpoint, `/` as `.` (`fuse.*` + `app/x.log` = `fuse.app.x.log`).
-    #[serde(default = "default_tag")]
+    #[serde_inline_default("fuse.*".into())]
     pub tag: String,
     /// Longest line kept whole (default "1MiB").
-    #[serde(default = "default_max_line")]
+    #[serde_inline_default(DEFAULT_MAX_LINE)]
     pub max_line_size: Size,
     /// What happens to a longer line: "split" (default: pieces of max_line_size) or "skip".
     #[serde(default)]
@@ -75,26 +77,16 @@ pub struct FuseConfig {
     #[serde(default)]
     pub allow_other: bool,
     /// How long complete lines may wait in a batch before they go to the outputs (default "100ms").
-    #[serde(default = "default_flush")]
+    #[serde_inline_default(Dur::millis(100))]
     pub flush_interval: Dur,
     /// How long a writer's unfinished last line (no newline yet) waits for more
     /// data from that writer before it is an event on its own; closing the file
     /// ends it at once (default "5s").
-    #[serde(default = "default_partial_timeout")]
+    #[serde_inline_default(Dur::secs(5))]
     pub partial_line_timeout: Dur,
     /// `[input.parser]` (default "none": the line in `message`; "multiline" is not supported here).
     #[serde(default)]
     pub parser: Option<Box<ParserConfig>>,
-}
-
-fn default_tag() -> String {
-    "fuse.*".into()
-}
-fn default_flush() -> Dur {
-    Dur(Duration::from_millis(100))
-}
-fn default_partial_timeout() -> Dur {
-    Dur(Duration::from_secs(5))
 }
 
 /// Largest write the kernel is asked to send at once (it caps this at

@@ -15,74 +15,64 @@ use ::redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError};
 use crate::net::tls::{TlsOptions, TlsVersion};
 use nagare_core::plugin::OptionError;
 
-pub fn default_address() -> String {
-    "127.0.0.1:6379".into()
-}
-
-pub fn default_master_name() -> String {
-    "mymaster".into()
-}
-
 /// Declares a redis plugin's options struct with the connection options
 /// appended, and `connection()` to read them.
 macro_rules! redis_options {
-    ($(#[$m:meta])* $name:ident { $($(#[$fm:meta])* $field:ident : $ty:ty,)* }) => {
-        $(#[$m])*
-        #[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
-        #[serde(deny_unknown_fields)]
-        pub struct $name {
-            $($(#[$fm])* pub $field: $ty,)*
-            /// The server: "HOST:PORT", "redis://HOST:PORT/DB" or
-            /// "rediss://HOST:PORT" (TLS) (default "127.0.0.1:6379").
-            #[serde(default = "crate::proto::redis::conn::default_address")]
-            pub address: String,
-            /// A UNIX socket of the server, instead of `address`.
-            #[serde(default)]
-            pub path: Option<String>,
-            /// The `redis` output only: nodes of a Redis Cluster ("HOST:PORT"
-            /// or URLs), instead of `address`; the output learns the other
-            /// nodes and sends each key to the node that holds it.
-            #[serde(default)]
-            pub addresses: Vec<String>,
-            /// Redis Sentinel: sentinels ("HOST:PORT" or URLs, with the
-            /// sentinels' own password in the URL, "redis://:PASS@HOST:PORT"),
-            /// instead of `address`. The client asks them for the master
-            /// `master_name` and, after a failover, asks again and follows the
-            /// new master.
-            #[serde(default)]
-            pub sentinels: Vec<String>,
-            /// Redis Sentinel: the name the sentinels know the master by
-            /// (their `sentinel monitor NAME …`) (default "mymaster").
-            #[serde(default = "crate::proto::redis::conn::default_master_name")]
-            pub master_name: String,
-            /// The ACL user (Redis 6 and later); without one, `password` is
-            /// checked against the default user.
-            #[serde(default)]
-            pub username: Option<String>,
-            /// The password (AUTH).
-            #[serde(default)]
-            pub password: Option<String>,
-            /// The database number (SELECT) (default 0).
-            #[serde(default)]
-            pub db: i64,
-            /// TLS (`ca`, `cert`, `key`, `verify`; see docs/tls.md); setting
-            /// this table, or an address "rediss://…", turns TLS on.
-            #[serde(default)]
-            pub tls: Option<crate::net::tls::TlsOptions>,
-        }
-
-        impl $name {
-            fn connection(&self) -> crate::proto::redis::conn::Connection<'_> {
-                crate::proto::redis::conn::Connection {
-                    address: &self.address,
-                    path: self.path.as_deref(),
-                    addresses: &self.addresses,
-                    sentinels: &self.sentinels,
-                    master_name: &self.master_name,
-                    username: self.username.as_deref(),
-                    password: self.password.as_deref(),
-                    db: self.db,
-                    tls: self.tls.as_ref(),
+    ($($plugin:tt)*) => {
+        nagare_core::option_group! {
+            [$($plugin)*]
+            fields {
+                /// The server: "HOST:PORT", "redis://HOST:PORT/DB" or
+                /// "rediss://HOST:PORT" (TLS) (default "127.0.0.1:6379").
+                #[serde_inline_default("127.0.0.1:6379".into())]
+                pub address: String,
+                /// A UNIX socket of the server, instead of `address`.
+                #[serde(default)]
+                pub path: Option<String>,
+                /// The `redis` output only: nodes of a Redis Cluster ("HOST:PORT"
+                /// or URLs), instead of `address`; the output learns the other
+                /// nodes and sends each key to the node that holds it.
+                #[serde(default)]
+                pub addresses: Vec<String>,
+                /// Redis Sentinel: sentinels ("HOST:PORT" or URLs, with the
+                /// sentinels' own password in the URL, "redis://:PASS@HOST:PORT"),
+                /// instead of `address`. The client asks them for the master
+                /// `master_name` and, after a failover, asks again and follows the
+                /// new master.
+                #[serde(default)]
+                pub sentinels: Vec<String>,
+                /// Redis Sentinel: the name the sentinels know the master by
+                /// (their `sentinel monitor NAME …`) (default "mymaster").
+                #[serde_inline_default("mymaster".into())]
+                pub master_name: String,
+                /// The ACL user (Redis 6 and later); without one, `password` is
+                /// checked against the default user.
+                #[serde(default)]
+                pub username: Option<String>,
+                /// The password (AUTH).
+                #[serde(default)]
+                pub password: Option<String>,
+                /// The database number (SELECT) (default 0).
+                #[serde(default)]
+                pub db: i64,
+                /// TLS (`ca`, `cert`, `key`, `verify`; see docs/tls.md); setting
+                /// this table, or an address "rediss://…", turns TLS on.
+                #[serde(default)]
+                pub tls: Option<crate::net::tls::TlsOptions>,
+            }
+            impl {
+                fn connection(&self) -> crate::proto::redis::conn::Connection<'_> {
+                    crate::proto::redis::conn::Connection {
+                        address: &self.address,
+                        path: self.path.as_deref(),
+                        addresses: &self.addresses,
+                        sentinels: &self.sentinels,
+                        master_name: &self.master_name,
+                        username: self.username.as_deref(),
+                        password: self.password.as_deref(),
+                        db: self.db,
+                        tls: self.tls.as_ref(),
+                    }
                 }
             }
         }

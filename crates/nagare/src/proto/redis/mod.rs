@@ -4,3 +4,7 @@
 
 pub mod conn;
 pub mod resp;
+
+/// The stream entry field that holds an event, for the input and the output
+/// (`stream_field`): "message".
+pub const DEFAULT_STREAM_FIELD: &str = "message";

@@ -44,7 +44,6 @@ use crate::net::Stream;
 use crate::router::LiveRouter;
 use nagare_core::metrics::PluginStats;
 use nagare_core::plugin::Listen;
-use nagare_core::units::{Dur, Size};
 
 /// Where an input listens.
 #[derive(Debug, Clone)]
@@ -558,17 +557,4 @@ impl Server {
             }
         }
     }
-}
-
-pub fn default_delimiter() -> String {
-    "\n".into()
-}
-pub fn default_max_line() -> Size {
-    Size(1 << 20)
-}
-pub fn default_max_connections() -> usize {
-    1024
-}
-pub fn default_idle() -> Dur {
-    Dur(Duration::from_secs(300))
 }
