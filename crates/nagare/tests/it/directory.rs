@@ -67,13 +67,15 @@ flush_interval = "50ms"
 
 /// With both timers at an hour only inotify can find a file dropped into a
 /// subfolder made after start (the new folder must get a watch of its own);
-/// with `watch = false` the same config must not find it in that time.
+/// with `watch = false` the same config must not find it in that time. The
+/// two run side by side, each on a folder of its own, given the same files
+/// at the same moment; the control has nothing to wait for, so it is checked
+/// once the watched one has delivered and stopped.
 #[test]
 fn inotify_finds_files_in_new_subfolders_without_the_timers() {
-    for watch in [true, false] {
+    let start = |watch: bool| {
         let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        let drop = d.join("drop");
+        let drop = dir.path().join("drop");
         std::fs::create_dir_all(&drop).unwrap();
         std::fs::write(drop.join("early.log"), "e1\n").unwrap();
         let cfg = format!(
@@ -93,36 +95,40 @@ flush_interval = "50ms"
 "#,
             drop.display()
         );
-        let mut n = Daemon::start(d, "dir", &cfg, None);
-        n.wait_stdout_lines(1);
+        let n = Daemon::start(dir.path(), "dir", &cfg, None);
+        (dir, drop, n)
+    };
+    let (_watched_dir, watched_drop, mut watched) = start(true);
+    let (_control_dir, control_drop, control) = start(false);
+    // The file there at start is read by the first scan, whatever `watch` is.
+    watched.wait_stdout_lines(1);
+    control.wait_stdout_lines(1);
+    for drop in [&control_drop, &watched_drop] {
         std::fs::create_dir_all(drop.join("late/deeper")).unwrap();
         std::fs::write(drop.join("late/deeper/x.log"), "x1\nx2\n").unwrap();
-        let records = |n: &Daemon| -> Vec<(String, String)> {
-            n.stdout()
-                .lines()
-                .map(|l| {
-                    let v: serde_json::Value = serde_json::from_str(l).unwrap();
-                    let tag = v["tag"].as_str().unwrap().to_string();
-                    (tag, v["record"]["message"].as_str().unwrap().to_string())
-                })
-                .collect()
-        };
-        let early = ("drop.early.log".to_string(), "e1".to_string());
-        if !watch {
-            // The control: nothing can come, so there is no event to wait
-            // for. Let the time pass that the watched run may take, then
-            // check the file was not found.
-            std::thread::sleep(Duration::from_secs(3));
-            assert_eq!(records(&n), vec![early], "watch = false: nothing new");
-            continue;
-        }
-        wait_until(Duration::from_secs(5), "a file in a new subfolder", || {
-            n.stdout().lines().count() >= 3
-        });
-        assert!(n.terminate().success(), "{}", n.stderr());
-        let x = |m: &str| ("drop.late.deeper.x.log".to_string(), m.to_string());
-        assert_eq!(records(&n), vec![early, x("x1"), x("x2")]);
     }
+    let records = |n: &Daemon| -> Vec<(String, String)> {
+        n.stdout()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                let tag = v["tag"].as_str().unwrap().to_string();
+                (tag, v["record"]["message"].as_str().unwrap().to_string())
+            })
+            .collect()
+    };
+    let early = ("drop.early.log".to_string(), "e1".to_string());
+    wait_until(Duration::from_secs(5), "a file in a new subfolder", || {
+        watched.stdout().lines().count() >= 3
+    });
+    assert!(watched.terminate().success(), "{}", watched.stderr());
+    let x = |m: &str| ("drop.late.deeper.x.log".to_string(), m.to_string());
+    assert_eq!(records(&watched), vec![early.clone(), x("x1"), x("x2")]);
+    assert_eq!(
+        records(&control),
+        vec![early],
+        "watch = false: nothing new in the time the watched one took"
+    );
 }
 
 #[test]

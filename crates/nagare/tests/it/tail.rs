@@ -215,59 +215,62 @@ flush_interval = "50ms"
 /// appended to a followed file, a file created after start and a rotation
 /// (rename + create, the writer finishing in the renamed file) all arrive
 /// within seconds, each line once. The same config with `watch = false` must
-/// deliver none of it in that time: the first half depends on the watch.
+/// deliver none of it in that time: the first half depends on the watch. The
+/// two run side by side, each on a folder of its own, given the same lines
+/// at the same moment; the control has nothing to wait for, so it is checked
+/// once the watched one has delivered everything and stopped.
 #[test]
 fn inotify_finds_new_lines_files_and_rotations_without_the_timers() {
-    for watch in [true, false] {
+    let start = |watch: bool| {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         std::fs::create_dir_all(d.join("logs")).unwrap();
-        let log = d.join("logs/app.log");
-        append(&log, 0..3, "a");
+        append(&d.join("logs/app.log"), 0..3, "a");
         let cfg = config(d, &format!("watch = {watch}\n"))
             .replace(
                 r#"refresh_interval = "100ms""#,
                 r#"refresh_interval = "1h""#,
             )
             .replace(r#"poll_interval = "20ms""#, r#"poll_interval = "1h""#);
-        let mut n = Daemon::start(d, "tail", &cfg, None);
-        // Read at start by the first scan, whatever `watch` is.
-        assert_eq!(wait_lines(d, 3), expected("a", 0..3), "watch = {watch}");
+        let n = Daemon::start(d, "tail", &cfg, None);
+        (dir, n)
+    };
+    let (watched_dir, mut n) = start(true);
+    let (control_dir, _control) = start(false);
+    let (d, c) = (watched_dir.path(), control_dir.path());
+    // Read at start by the first scan, whatever `watch` is.
+    assert_eq!(wait_lines(d, 3), expected("a", 0..3), "watch = true");
+    assert_eq!(wait_lines(c, 3), expected("a", 0..3), "watch = false");
 
-        append(&log, 3..10, "a");
-        append(&d.join("logs/new.log"), 0..5, "n");
-        if !watch {
-            // The control: nothing can come, so there is no event to wait
-            // for. Let the time pass that the watched run may take, then
-            // check nothing was read.
-            std::thread::sleep(Duration::from_secs(3));
-            assert_eq!(
-                out_lines(d),
-                expected("a", 0..3),
-                "watch = false: nothing new before the timers"
-            );
-            continue;
-        }
-        let soon = Duration::from_secs(5);
-        wait_until(soon, "appended lines and a new file via inotify", || {
-            out_lines(d).len() >= 15
-        });
-
-        // Rotation: rename, the writer finishes in the old file, a new file
-        // takes the name.
-        std::fs::rename(&log, d.join("logs/app.log.1")).unwrap();
-        append(&d.join("logs/app.log.1"), 10..20, "a");
-        append(&log, 0..5, "b");
-        wait_until(soon, "a rotation via inotify", || out_lines(d).len() >= 30);
-        assert!(n.terminate().success());
-        let got = out_lines(d);
-        let of =
-            |p: &str| -> Vec<String> { got.iter().filter(|l| l.starts_with(p)).cloned().collect() };
-        assert_eq!(of("a "), expected("a", 0..20), "old file, in order");
-        assert_eq!(of("n "), expected("n", 0..5), "new file, in order");
-        assert_eq!(of("b "), expected("b", 0..5), "file after rotation");
-        assert_eq!(got.len(), 30, "each line once: {got:?}");
+    for dir in [c, d] {
+        append(&dir.join("logs/app.log"), 3..10, "a");
+        append(&dir.join("logs/new.log"), 0..5, "n");
     }
+    let soon = Duration::from_secs(5);
+    wait_until(soon, "appended lines and a new file via inotify", || {
+        out_lines(d).len() >= 15
+    });
+
+    // Rotation: rename, the writer finishes in the old file, a new file
+    // takes the name.
+    let log = d.join("logs/app.log");
+    std::fs::rename(&log, d.join("logs/app.log.1")).unwrap();
+    append(&d.join("logs/app.log.1"), 10..20, "a");
+    append(&log, 0..5, "b");
+    wait_until(soon, "a rotation via inotify", || out_lines(d).len() >= 30);
+    assert!(n.terminate().success());
+    let got = out_lines(d);
+    let of =
+        |p: &str| -> Vec<String> { got.iter().filter(|l| l.starts_with(p)).cloned().collect() };
+    assert_eq!(of("a "), expected("a", 0..20), "old file, in order");
+    assert_eq!(of("n "), expected("n", 0..5), "new file, in order");
+    assert_eq!(of("b "), expected("b", 0..5), "file after rotation");
+    assert_eq!(got.len(), 30, "each line once: {got:?}");
+    assert_eq!(
+        out_lines(c),
+        expected("a", 0..3),
+        "watch = false: nothing new in the time the watched one took"
+    );
 }
 
 /// A folder that does not exist yet cannot be watched: that is logged once,
@@ -278,7 +281,32 @@ fn inotify_finds_new_lines_files_and_rotations_without_the_timers() {
 fn a_missing_folder_is_watched_once_it_appears() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let cfg = config(d, "")
+    // A second input, `watch = false` with the same refresh_interval, on a
+    // folder that exists: a file dropped there is found only by a refresh,
+    // so its output shows the refreshes going by.
+    let probe = format!(
+        r#"
+[[input]]
+type = "tail"
+path = ["{d}/probe/*.log"]
+tag = "probe"
+position_db = "{d}/probe.pos"
+read_from_head = true
+watch = false
+refresh_interval = "300ms"
+poll_interval = "1h"
+[[output]]
+type = "file"
+match = "probe"
+path = "{d}/probe.out"
+format = "single_value"
+[output.buffer]
+flush_interval = "50ms"
+"#,
+        d = d.display()
+    );
+    std::fs::create_dir_all(d.join("probe")).unwrap();
+    let cfg = config(d, &probe)
         .replace(
             r#"refresh_interval = "100ms""#,
             r#"refresh_interval = "300ms""#,
@@ -287,8 +315,16 @@ fn a_missing_folder_is_watched_once_it_appears() {
     let n = Daemon::start(d, "tail", &cfg, None);
     n.wait_log("cannot watch the folder");
     // Let a few refreshes (300 ms) meet the missing folder: it is reported
-    // once, not at each.
-    std::thread::sleep(Duration::from_secs(1));
+    // once, not at each. Four files dropped one after the other into the
+    // probe's folder, each once the one before was read, take four of the
+    // probe's refreshes: three periods at least, in which the tail input's
+    // own refreshes met the missing folder.
+    for k in 0..4 {
+        std::fs::write(d.join(format!("probe/{k}.log")), format!("probe {k}\n")).unwrap();
+        wait_until(WAIT, &format!("probe file {k} read at a refresh"), || {
+            read_file(&d.join("probe.out")).lines().count() > k
+        });
+    }
     std::fs::create_dir_all(d.join("logs")).unwrap();
     let log = d.join("logs/app.log");
     append(&log, 0..3, "a");
