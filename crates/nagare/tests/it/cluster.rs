@@ -1,6 +1,6 @@
 //! Many hosts (issue 16): five forwarders → three aggregators → one sink
 //! host, each host a network namespace with its own nagare (see
-//! tests/common/netns.rs and tests/cluster/topology.toml).
+//! tests/it/common/netns.rs and tests/cluster/topology.toml).
 //!
 //! One topology, one steady acked load from every forwarder, and the faults
 //! one after another: an aggregator killed, a fourth one added, another

@@ -120,7 +120,7 @@ fn sighup_keeps_the_daemon_running_and_checks_the_file() {
     let mut s = Sender::tcp(port);
     s.packed("app.test", 0..50, Some(b"c1"));
     s.read_ack();
-    // SIGHUP reloads the file (tests/reload.rs tests reloads themselves).
+    // SIGHUP reloads the file (tests/it/reload.rs tests reloads themselves).
     d.signal(libc::SIGHUP);
     d.wait_log("SIGHUP: configuration reloaded");
     // A bad file: the error names its line; the daemon goes on.
