@@ -75,10 +75,7 @@ fn shared_key_good_and_bad() {
     });
     assert!(bad.closed_by_peer(), "the refused connection is closed");
     d.wait_metric("bad_input_total", "forward#0", probes + 1);
-    wait_until(WAIT, "the log line of the refused peer", || {
-        !bad_peer_lines(&d.stderr(), &peer).is_empty()
-    });
-    let lines = bad_peer_lines(&d.stderr(), &peer);
+    let lines = d.wait_bad_peer(&peer);
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].contains("shared key mismatch"), "{}", lines[0]);
 

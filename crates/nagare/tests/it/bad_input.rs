@@ -85,9 +85,7 @@ flush_interval = "50ms"
     bad(&mut b);
     assert!(b.closed_by_peer(), "the bad connection is closed");
     d.wait_metric("bad_input_total", "forward#0", before + 1);
-    wait_until(WAIT, "the log line naming the bad peer", || {
-        !bad_peer_lines(&d.stderr(), &peer).is_empty()
-    });
+    d.wait_bad_peer(&peer);
     bad_done.store(true, SeqCst);
     let n = good.join().expect("the good connection delivered");
 

@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::{free_port, run_check, BIN};
+use crate::common::{forward_input, free_port, run_check, BIN};
 
 struct Case {
     what: &'static str,
@@ -15,10 +15,6 @@ struct Case {
     key: &'static str,
     /// A piece of the message.
     says: &'static str,
-}
-
-fn forward_input(port: u16) -> String {
-    format!("[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:{port}\"\n")
 }
 
 fn stdout_output() -> &'static str {

@@ -16,14 +16,6 @@ fn python(dir: &Path, name: &str, code: &str) -> String {
     format!("[\"python3\", \"{}\"]", path.display())
 }
 
-fn records_of(sink: &Sink, tag: &str) -> Vec<Value> {
-    sink.records()
-        .into_iter()
-        .filter(|(t, _, _)| t == tag)
-        .map(|(_, _, r)| r)
-        .collect()
-}
-
 fn seq_records(range: std::ops::Range<i64>) -> Vec<Value> {
     range
         .map(|i| {
@@ -80,8 +72,8 @@ format = "msgpack"
     }
     let want: Vec<Value> = [&small[..], &small[..], &big[..]].concat();
     sink.wait_records(2 * want.len());
-    assert_eq!(records_of(&sink, "json.a"), want);
-    assert_eq!(records_of(&sink, "mp.a"), want);
+    assert_eq!(sink.records_of("json.a"), want);
+    assert_eq!(sink.records_of("mp.a"), want);
     // Times keep their nanoseconds through JSON too.
     assert!(sink.records().iter().all(|(_, t, _)| *t == T0));
     // msgpack: the entries come back byte for byte.
@@ -152,7 +144,7 @@ via = "${{tag}}"
     let other = send_records_acked(&mut s, "db.y", &records[..1], "c2");
     sink.wait_records(5);
     assert_eq!(
-        records_of(&sink, "app.x"),
+        sink.records_of("app.x"),
         vec![
             with(&records[0], "seen_by", "python".into()),
             with(&records[3], "seen_by", "python".into()),
@@ -166,7 +158,7 @@ via = "${{tag}}"
         ])
     };
     assert_eq!(
-        records_of(&sink, "app.x.item"),
+        sink.records_of("app.x.item"),
         vec![item("a".into()), item(7.into())],
         "split events go on by their new tag, through the filters after exec"
     );
@@ -234,7 +226,7 @@ restart_delay = "0s"
         send_records_acked(&mut s, "app", b, &format!("c{i}"));
     }
     sink.wait_records(8);
-    let got = records_of(&sink, "app");
+    let got = sink.records_of("app");
     let seqs: Vec<i64> = got
         .iter()
         .map(|r| field_of(r, "seq").and_then(Value::as_i64).unwrap())
@@ -310,7 +302,7 @@ restart_delay = "10m"
     send_records_acked(&mut s, "app", &hang, "c1");
     send_records_acked(&mut s, "app", &later, "c2");
     sink.wait_records(3);
-    let got = records_of(&sink, "app");
+    let got = sink.records_of("app");
     assert_eq!(got[0], first[0]);
     let why = str_field(&got[1], "exec_error");
     assert!(
@@ -428,7 +420,7 @@ fn the_documented_example_program_works() {
         .iter()
         .map(|r| with(r, "region", "eu-1".into()))
         .collect();
-    assert_eq!(records_of(&sink, "app.web"), want);
+    assert_eq!(sink.records_of("app.web"), want);
     s.finish();
     assert!(d.terminate().success(), "{}", d.stderr());
 }

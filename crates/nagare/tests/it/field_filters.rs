@@ -6,14 +6,6 @@
 use crate::common::*;
 use rmpv::Value;
 
-fn of_tag(sink: &Sink, tag: &str) -> Vec<Value> {
-    sink.records()
-        .into_iter()
-        .filter(|(t, _, _)| t == tag)
-        .map(|(_, _, r)| r)
-        .collect()
-}
-
 /// `nagare check` on `base` + each section: exit 2, `file:line: key `…`:` and the reason.
 fn check_errors(cases: &[(&str, &str, &str)]) {
     assert_check_errors(tempfile::tempdir().unwrap().path(), CHECK_BASE, cases);
@@ -61,7 +53,7 @@ pattern = "^/healthz"
     sink.wait_records(4);
     d.wait_metric("events_in_total", "grep#0", 7);
     assert_eq!(
-        of_tag(&sink, "app.api"),
+        sink.records_of("app.api"),
         vec![records[1].clone(), records[4].clone(), records[4].clone()]
     );
     let raw = sink.raw_entries("app.api");
@@ -147,7 +139,7 @@ msg = "message"
     send_records_acked(&mut s, "app.api", &records, "c1");
     let other = send_records_acked(&mut s, "db.slow", &records, "c2");
     sink.wait_records(4);
-    let got = of_tag(&sink, "app.api");
+    let got = sink.records_of("app.api");
     let want = vec![
         m(&[
             ("seq", 0.into()),
@@ -292,21 +284,21 @@ via = "${tag}"
     let tags: Vec<String> = sink.records().into_iter().map(|(t, _, _)| t).collect();
     assert_eq!(tags.len(), 5, "{tags:?}");
     assert_eq!(
-        of_tag(&sink, "x.alert.warn"),
+        sink.records_of("x.alert.warn"),
         vec![
             with_via(&records[0], "x.alert.warn"),
             with_via(&records[6], "x.alert.warn")
         ]
     );
     assert_eq!(
-        of_tag(&sink, "x.alert.error"),
+        sink.records_of("x.alert.error"),
         vec![with_via(&records[5], "x.alert.error")]
     );
     assert_eq!(
-        of_tag(&sink, "x.http5xx.api"),
+        sink.records_of("x.http5xx.api"),
         vec![with_via(&records[1], "x.http5xx.api")]
     );
-    assert_eq!(of_tag(&sink, "app.api"), vec![records[2].clone()]);
+    assert_eq!(sink.records_of("app.api"), vec![records[2].clone()]);
     assert_eq!(d.metric("events_in_total", "rewrite_tag#0"), 7);
     assert_eq!(d.metric("events_out_total", "rewrite_tag#0"), 5);
     assert_eq!(d.metric("dropped_events_total", "rewrite_tag#0"), 2);

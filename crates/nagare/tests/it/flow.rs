@@ -9,10 +9,6 @@ use nagare_forward::msgpack::{
 };
 use nagare_forward::{encode_packed_forward, write_entry, Compression, EventTime};
 
-fn input(port: u16) -> String {
-    format!("[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:{port}\"\n")
-}
-
 fn file_output(matches: &str, path: &Path, extra: &str) -> String {
     format!(
         "[[output]]\ntype = \"file\"\nmatch = \"{matches}\"\npath = \"{}\"\n{extra}\n[output.buffer]\nflush_interval = \"50ms\"\n",
@@ -27,7 +23,7 @@ fn forward_to_stdout_every_mode() {
     let mon = free_port();
     let cfg = format!(
         "[monitor]\nbind = \"127.0.0.1:{mon}\"\n{}\n[[output]]\ntype = \"stdout\"\nmatch = \"**\"\n[output.buffer]\nflush_interval = \"50ms\"\n",
-        input(port)
+        forward_input(port)
     );
     let mut d = Daemon::start(dir.path(), "stdout", &cfg, Some(mon));
     d.wait_port(port);
@@ -147,7 +143,7 @@ fn forward_to_file_formats_and_paths() {
     let out = dir.path().join("out");
     let cfg = format!(
         "{}\n{}\n{}\n{}",
-        input(port),
+        forward_input(port),
         file_output(
             "json.*",
             &out.join("json/${tag}/%Y/%m/%d.log"),
@@ -216,7 +212,7 @@ fn forward_relay_through_a_second_nagare_to_file() {
     let out = dir.path().join("relayed.log");
     let b_cfg = format!(
         "[monitor]\nbind = \"127.0.0.1:{mon_b}\"\n{}\n{}",
-        input(p_b),
+        forward_input(p_b),
         file_output("**", &out, "")
     );
     let a_cfg = format!(
@@ -234,7 +230,7 @@ address = "127.0.0.1:{p_b}"
 flush_interval = "50ms"
 chunk_limit_size = "64KiB"
 "#,
-        input(p_a)
+        forward_input(p_a)
     );
     let mut b = Daemon::start(dir.path(), "b", &b_cfg, Some(mon_b));
     b.wait_port(p_b);
@@ -262,7 +258,7 @@ fn ack_ids_are_echoed_byte_for_byte() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let out = dir.path().join("acked.log");
-    let cfg = format!("{}\n{}", input(port), file_output("**", &out, ""));
+    let cfg = format!("{}\n{}", forward_input(port), file_output("**", &out, ""));
     let mut d = Daemon::start(dir.path(), "ack", &cfg, None);
     d.wait_port(port);
     let mut tx = Sender::tcp(port);
@@ -345,7 +341,7 @@ flush_interval = "50ms"
 {}
 {}
 "#,
-        input(port),
+        forward_input(port),
         o.join("copy1.log").display(),
         o.join("copy2.log").display(),
         file_output("app.{a,b}", &o.join("ab.log"), ""),
@@ -432,7 +428,7 @@ fn udp_heartbeat_and_monitor_counts() {
     let mon = free_port();
     let cfg = format!(
         "[monitor]\nbind = \"127.0.0.1:{mon}\"\n{}\n{}\n[[output]]\ntype = \"null\"\nmatch = \"**\"\n[output.buffer]\nflush_interval = \"50ms\"\n",
-        input(port),
+        forward_input(port),
         file_output("kept.**", &dir.path().join("kept.log"), "")
     );
     let mut d = Daemon::start(dir.path(), "mon", &cfg, Some(mon));
@@ -515,7 +511,11 @@ fn big_frames_written_in_small_pieces_arrive_whole() {
     let dir = tempfile::tempdir().unwrap();
     let sink = Sink::start(SinkOpts::default());
     let port = free_port();
-    let cfg = format!("{}{}", input(port), forward_output_to("**", sink.port));
+    let cfg = format!(
+        "{}{}",
+        forward_input(port),
+        forward_output_to("**", sink.port)
+    );
     let mut d = Daemon::start(dir.path(), "pieces", &cfg, None);
     d.wait_port(port);
     let mut tx = Sender::tcp(port);

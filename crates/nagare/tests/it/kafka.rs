@@ -19,22 +19,6 @@ fn broker() -> Option<RwLockReadGuard<'static, KafkaBroker>> {
     Some(shared_broker()?.read().unwrap_or_else(|e| e.into_inner()))
 }
 
-/// Counts of each seq: (missing of 0..n, duplicated events).
-fn lost_and_duplicated(seqs: &[u64], n: u64) -> (Vec<u64>, usize) {
-    let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
-    for &s in seqs {
-        *counts.entry(s).or_default() += 1;
-    }
-    let missing = (0..n).filter(|s| !counts.contains_key(s)).collect();
-    let dups = counts.values().map(|c| c - 1).sum();
-    (missing, dups)
-}
-
-fn json_value(text: &[u8]) -> serde_json::Value {
-    serde_json::from_slice(text)
-        .unwrap_or_else(|e| panic!("not JSON: {:?}: {e}", String::from_utf8_lossy(text)))
-}
-
 /// JSON messages `{"seq":i,"message":"event number i"}`, keyed by `i % keys`.
 fn json_messages(range: std::ops::Range<u64>, keys: u64) -> Vec<(Option<String>, Vec<u8>)> {
     range

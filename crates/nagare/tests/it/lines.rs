@@ -326,10 +326,7 @@ max_connections = 2
     let slow = TcpStream::connect(("127.0.0.1", a)).unwrap();
     let slow_peer = slow.local_addr().unwrap().to_string();
     let trickle = trickle(slow);
-    wait_until(WAIT, "the slow client closed", || {
-        !bad_peer_lines(&d.stderr(), &slow_peer).is_empty()
-    });
-    assert!(bad_peer_lines(&d.stderr(), &slow_peer)[0].contains("no complete message"));
+    assert!(d.wait_bad_peer(&slow_peer)[0].contains("no complete message"));
     assert!(
         trickle.join().unwrap(),
         "the slow client's writes failed once closed"
@@ -346,10 +343,7 @@ max_connections = 2
     let mut third = TcpStream::connect(("127.0.0.1", b)).unwrap();
     let third_peer = third.local_addr().unwrap().to_string();
     assert!(closed_by_peer(&mut third));
-    wait_until(WAIT, "the refused connection logged", || {
-        !bad_peer_lines(&d.stderr(), &third_peer).is_empty()
-    });
-    assert!(bad_peer_lines(&d.stderr(), &third_peer)[0].contains("max_connections"));
+    assert!(d.wait_bad_peer(&third_peer)[0].contains("max_connections"));
     first.write_all(b"b 1\n").unwrap();
     let ev = wait_events(dir.path(), 7);
     assert_eq!(

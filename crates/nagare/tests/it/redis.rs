@@ -3,7 +3,6 @@
 //! nagare killed with SIGKILL while it consumes a reliable list or a stream
 //! group; redis-server restarted mid-stream; bad data kept.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -31,22 +30,6 @@ flush_interval = "50ms"
 "#,
         dir.join("buf").display()
     )
-}
-
-fn json_value(text: &[u8]) -> serde_json::Value {
-    serde_json::from_slice(text)
-        .unwrap_or_else(|e| panic!("not JSON: {:?}: {e}", String::from_utf8_lossy(text)))
-}
-
-/// Counts of each seq: (missing of 0..n, duplicated events).
-fn lost_and_duplicated(seqs: &[u64], n: u64) -> (Vec<u64>, usize) {
-    let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
-    for &s in seqs {
-        *counts.entry(s).or_default() += 1;
-    }
-    let missing = (0..n).filter(|s| !counts.contains_key(s)).collect();
-    let dups = counts.values().map(|c| c - 1).sum();
-    (missing, dups)
 }
 
 /// `n` JSON elements `{"seq":i,"message":"event number i"}`.

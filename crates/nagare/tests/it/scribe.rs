@@ -173,15 +173,6 @@ fn message_field(r: &rmpv::Value) -> String {
         .to_string()
 }
 
-/// The records a tag got at the sink, in order.
-fn records_of(sink: &Sink, tag: &str) -> Vec<rmpv::Value> {
-    sink.records()
-        .into_iter()
-        .filter(|(t, _, _)| t == tag)
-        .map(|(_, _, r)| r)
-        .collect()
-}
-
 #[test]
 fn python_client_to_scribe_input() {
     let Some(thrift) = thrift() else { return };
@@ -220,7 +211,7 @@ format = "json"
             .flat_map(|i| i * 100..i * 100 + 100)
             .map(|s| format!("message {s}"))
             .collect();
-        let got: Vec<String> = records_of(&sink, tag).iter().map(message_field).collect();
+        let got: Vec<String> = sink.records_of(tag).iter().map(message_field).collect();
         assert_eq!(got, want, "{tag}");
     }
     let want: Vec<rmpv::Value> = (0..500u64)
@@ -231,7 +222,7 @@ format = "json"
             ])
         })
         .collect();
-    assert_eq!(records_of(&sink, "json.events"), want);
+    assert_eq!(sink.records_of("json.events"), want);
 
     assert_eq!(d.metric("bad_input_total", "scribe#0"), 0);
     assert!(d.terminate().success());
@@ -520,10 +511,7 @@ max_connections = 3
         let peer = c.local_addr().unwrap().to_string();
         bad(&mut c);
         assert!(closed(&mut c), "case {i}: closed");
-        wait_until(WAIT, &format!("case {i}: the log line for {peer}"), || {
-            !bad_peer_lines(&d.stderr(), &peer).is_empty()
-        });
-        let lines = bad_peer_lines(&d.stderr(), &peer);
+        let lines = d.wait_bad_peer(&peer);
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(
             lines[0].contains(reason),
@@ -574,10 +562,7 @@ max_connections = 3
     );
     assert!(d.terminate().success());
     sink.wait_disconnected();
-    let got: Vec<String> = records_of(&sink, "good")
-        .iter()
-        .map(message_field)
-        .collect();
+    let got: Vec<String> = sink.records_of("good").iter().map(message_field).collect();
     let want: Vec<String> = (0..sent).map(|s| format!("good {s}")).collect();
     assert_eq!(
         got, want,
@@ -694,7 +679,7 @@ fn check_reports_bad_options() {
 /// once, in order.
 fn five_thousand_in_order(sink: &Sink, tag: &str) {
     sink.wait_records(5000);
-    let got: Vec<String> = records_of(sink, tag).iter().map(message_field).collect();
+    let got: Vec<String> = sink.records_of(tag).iter().map(message_field).collect();
     let want: Vec<String> = (0..5000).map(|s| format!("message {s}")).collect();
     assert_eq!(got, want, "every event once, in order");
 }

@@ -649,19 +649,13 @@ idle_timeout = "1s"
     c.write_all(format!("{} {}50 <14>Oct 11 cut", ok(2).len(), ok(2)).as_bytes())
         .unwrap();
     drop(c);
-    wait_until(WAIT, "the cut frame logged", || {
-        !bad_peer_lines(&d.stderr(), &cut_peer).is_empty()
-    });
-    assert!(bad_peer_lines(&d.stderr(), &cut_peer)[0].contains("inside a frame"));
+    assert!(d.wait_bad_peer(&cut_peer)[0].contains("inside a frame"));
     // A slow client trickling a frame is closed after idle_timeout.
     let mut slow = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let slow_peer = slow.local_addr().unwrap().to_string();
     slow.write_all(b"100 <14>").unwrap();
     let trickle = trickle(slow);
-    wait_until(WAIT, "the slow client closed", || {
-        !bad_peer_lines(&d.stderr(), &slow_peer).is_empty()
-    });
-    assert!(bad_peer_lines(&d.stderr(), &slow_peer)[0].contains("no complete message"));
+    assert!(d.wait_bad_peer(&slow_peer)[0].contains("no complete message"));
     assert!(trickle.join().unwrap());
     // The connection limit: three open, a fourth closed at once, the open ones go on.
     let mut open: Vec<TcpStream> = (0..3)
@@ -673,10 +667,7 @@ idle_timeout = "1s"
     let mut fourth = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let fourth_peer = fourth.local_addr().unwrap().to_string();
     assert!(closed_by_peer(&mut fourth));
-    wait_until(WAIT, "the refused connection logged", || {
-        !bad_peer_lines(&d.stderr(), &fourth_peer).is_empty()
-    });
-    assert!(bad_peer_lines(&d.stderr(), &fourth_peer)[0].contains("max_connections"));
+    assert!(d.wait_bad_peer(&fourth_peer)[0].contains("max_connections"));
     open[1]
         .write_all(format!("{}\n", ok(4)).as_bytes())
         .unwrap();

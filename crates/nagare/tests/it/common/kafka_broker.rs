@@ -3,7 +3,7 @@
 //! tests/kafka/fetch.sh keeps in a cache outside the repository. Started on
 //! free loopback ports in a temporary folder (storage formatted with a random
 //! cluster id), killed on drop. It takes several seconds and a few hundred
-//! MB to start: one per test file, shared by its tests.
+//! MB to start: one for the test binary, shared by the kafka tests.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -384,7 +384,7 @@ pub struct Received {
     pub headers: Vec<(String, Vec<u8>)>,
 }
 
-/// The one broker of a test file, started by the first test that asks (None:
+/// The test binary's one broker, started by the first test that asks (None:
 /// the test skips). Tests read it in parallel; a test that restarts it takes
 /// it for writing. A static is never dropped, so the broker is killed and
 /// its folder removed when the test process exits (atexit).

@@ -72,6 +72,11 @@ where
     }
 }
 
+/// A forward input on 127.0.0.1:`port`.
+pub fn forward_input(port: u16) -> String {
+    format!("[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:{port}\"\n")
+}
+
 /// A forward output of the tags `pattern` selects to 127.0.0.1:`port`,
 /// flushing every 50 ms.
 pub fn forward_output_to(pattern: &str, port: u16) -> String {
@@ -85,7 +90,8 @@ pub fn forward_output_to(pattern: &str, port: u16) -> String {
 pub fn start_forward_daemon(dir: &Path, sections: &str) -> (Daemon, u16) {
     let (port, mon) = (free_port(), free_port());
     let config = format!(
-        "[monitor]\nbind = \"127.0.0.1:{mon}\"\n\n[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:{port}\"\n{sections}\n"
+        "[monitor]\nbind = \"127.0.0.1:{mon}\"\n\n{}{sections}\n",
+        forward_input(port)
     );
     let mut d = Daemon::start(dir, "nagare", &config, Some(mon));
     d.wait_port(port);
@@ -117,7 +123,7 @@ pub const REQUIRE_ENV: &str = "NAGARE_TEST_REQUIRE";
 /// Skips the calling test unless `cond` holds; returns true when it skipped,
 /// so tests read `if skip_unless(cond, "why") { return; }`.
 ///
-/// A skip prints `SKIPPED: <test binary>::<test>: <reason>` on stderr,
+/// A skip prints `SKIPPED: it::<area>::<test>: <reason>` on stderr,
 /// around the test harness's capture (libtest captures only `print!` and
 /// `eprint!`), so it shows in every run and scripts/test-all.sh counts it.
 /// With NAGARE_TEST_REQUIRE set it panics instead: the test must run here.
@@ -273,6 +279,17 @@ pub fn assert_exact_seqs(seqs: &[u64], n: u64) {
         &missing[..missing.len().min(20)],
         &extra[..extra.len().min(20)],
     );
+}
+
+/// Counts of each seq: (missing of 0..n, duplicated events).
+pub fn lost_and_duplicated(seqs: &[u64], n: u64) -> (Vec<u64>, usize) {
+    let mut counts: BTreeMap<u64, usize> = BTreeMap::new();
+    for &s in seqs {
+        *counts.entry(s).or_default() += 1;
+    }
+    let missing = (0..n).filter(|s| !counts.contains_key(s)).collect();
+    let dups = counts.values().map(|c| c - 1).sum();
+    (missing, dups)
 }
 
 // ---------------------------------------------------------------- records
@@ -554,6 +571,15 @@ impl Daemon {
     /// Waits until a line of the daemon's log holds `text`; returns it.
     pub fn wait_log(&self, text: &str) -> String {
         self.wait_log_line(&format!("{text:?}"), |l| l.contains(text))
+    }
+
+    /// Waits until the daemon has logged closing the connection of `peer`
+    /// for bad input (see `bad_peer_lines`); returns every such line.
+    pub fn wait_bad_peer(&self, peer: &str) -> Vec<String> {
+        self.wait_log_line(&format!("a connection of {peer} closed"), |l| {
+            !bad_peer_lines(l, peer).is_empty()
+        });
+        bad_peer_lines(&self.stderr(), peer)
     }
 
     /// Waits for the daemon's "listening" line naming `what` (a port or a path).
@@ -1107,6 +1133,15 @@ impl Sink {
             .collect()
     }
 
+    /// The records received with `tag`, in order of arrival.
+    pub fn records_of(&self, tag: &str) -> Vec<rmpv::Value> {
+        self.records()
+            .into_iter()
+            .filter(|(t, _, _)| t == tag)
+            .map(|(_, _, r)| r)
+            .collect()
+    }
+
     /// The entries received for `tag`, concatenated, as they came on the wire.
     pub fn raw_entries(&self, tag: &str) -> Vec<u8> {
         let raw = self.state.raw.lock().unwrap();
@@ -1313,6 +1348,11 @@ pub fn json_lines_seqs(text: &str) -> Vec<(String, u64)> {
             )
         })
         .collect()
+}
+
+pub fn json_value(text: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(text)
+        .unwrap_or_else(|e| panic!("not JSON: {:?}: {e}", String::from_utf8_lossy(text)))
 }
 
 /// Reads a file (empty string when it does not exist yet).
