@@ -86,7 +86,8 @@ pub fn forward_output_to(pattern: &str, port: u16) -> String {
 }
 
 /// Starts nagare with a monitor, a forward input, then `sections` (its
-/// filters and outputs); returns it once the input listens, and its port.
+/// filters and outputs); returns it once the input and the monitor listen,
+/// and the input's port.
 pub fn start_forward_daemon(dir: &Path, sections: &str) -> (Daemon, u16) {
     let (port, mon) = (free_port(), free_port());
     let config = format!(
@@ -95,6 +96,7 @@ pub fn start_forward_daemon(dir: &Path, sections: &str) -> (Daemon, u16) {
     );
     let mut d = Daemon::start(dir, "nagare", &config, Some(mon));
     d.wait_port(port);
+    d.wait_port(mon);
     (d, port)
 }
 
@@ -606,16 +608,21 @@ impl Daemon {
         metric_value(&self.metrics(), name, plugin)
     }
 
+    /// Waits until `metric(name, plugin)` is `want`. The monitor may start
+    /// listening after the inputs: until it does, the metric has no value.
     pub fn wait_metric(&self, name: &str, plugin: &str, want: u64) {
+        let monitor = self.monitor.expect("a monitor port");
         let start = Instant::now();
         loop {
-            let last = self.metric(name, plugin);
-            if last == want {
+            let last = TcpStream::connect(("127.0.0.1", monitor))
+                .is_ok()
+                .then(|| self.metric(name, plugin));
+            if last == Some(want) {
                 return;
             }
             if start.elapsed() > WAIT {
                 panic!(
-                    "metric nagare_{name}{{plugin={plugin}}} is {last}, expected {want}; stderr:\n{}",
+                    "metric nagare_{name}{{plugin={plugin}}} is {last:?}, expected {want}; stderr:\n{}",
                     self.stderr()
                 );
             }
