@@ -6,7 +6,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::common::*;
-use nagare_forward::{encode_packed_forward, write_entry, Compression, EventTime};
 
 fn forward_cfg(port: u16, mon: u16, sink: u16, buffer: &str, extra: &str) -> String {
     format!(
@@ -172,19 +171,6 @@ fn overflow_drop_oldest_chunk_counts() {
     assert!(d.terminate().success());
 }
 
-/// Events with 1 KiB messages, for the back-pressure test.
-fn big_frame(tag: &str, seqs: std::ops::Range<u64>) -> Vec<u8> {
-    let pad = "x".repeat(1024);
-    let mut e = Vec::new();
-    let n = seqs.end - seqs.start;
-    for s in seqs {
-        write_entry(&mut e, EventTime::now(), &record(s, &pad));
-    }
-    let mut f = Vec::new();
-    encode_packed_forward(&mut f, tag, &e, n as u32, None, Compression::None).unwrap();
-    f
-}
-
 #[test]
 fn overflow_block_slows_the_sender_without_loss() {
     let dir = tempfile::tempdir().unwrap();
@@ -209,10 +195,12 @@ fn overflow_block_slows_the_sender_without_loss() {
     let sender = {
         let sent = sent.clone();
         std::thread::spawn(move || {
+            // Events with 1 KiB messages.
+            let pad = "x".repeat(1024);
             let mut tx = Sender::tcp_small(port);
             let mut s = 0;
             while s < n {
-                tx.raw(&big_frame("block.events", s..s + 50));
+                tx.raw(&padded_frame("block.events", s..s + 50, &pad));
                 s += 50;
                 sent.store(s, SeqCst);
             }

@@ -32,13 +32,6 @@ retry_max_interval = "300ms"
     )
 }
 
-/// Sends `range` in acked frames of 50 events; returns once every ack came.
-fn send_acked(port: u16, range: std::ops::Range<u64>) {
-    let mut s = Sender::tcp(port);
-    s.send_acked("fb.test", range, 50, "c");
-    s.finish();
-}
-
 #[test]
 fn acked_events_survive_kill_9_while_the_downstream_is_down() {
     let dir = tempfile::tempdir().unwrap();
@@ -47,7 +40,7 @@ fn acked_events_survive_kill_9_while_the_downstream_is_down() {
     let mut relay = Daemon::start(dir.path(), "relay", &cfg, None);
     relay.wait_port(port);
     // The downstream is not up yet: every acked event can only be on disk.
-    send_acked(port, 0..2000);
+    send_acked_to(port, "fb.test", 0..2000);
     relay.signal(libc::SIGKILL);
     relay.wait_exit(WAIT);
     let chunk_files = std::fs::read_dir(dir.path().join("buf"))
@@ -395,7 +388,7 @@ retry_max_times = 2
     );
     let mut relay = Daemon::start(dir.path(), "relay", &cfg, Some(mon));
     relay.wait_port(port);
-    send_acked(port, 0..500);
+    send_acked_to(port, "fb.test", 0..500);
     // Nobody ever listens on dead_port: every chunk ends in the dead letters.
     relay.wait_metric("secondary_events_total", "forward#0", 500);
     assert_eq!(relay.metric("lost_events_total", "forward#0"), 0);
@@ -500,7 +493,7 @@ retry_max_interval = "300ms"
     let mut relay = Daemon::start(dir.path(), "relay", &cfg, None);
     relay.wait_port(port);
     let n = 8000u64; // ~900 KB of events for a 256 KiB disk
-    let sender = std::thread::spawn(move || send_acked(port, 0..n));
+    let sender = std::thread::spawn(move || send_acked_to(port, "fb.test", 0..n));
     wait_until(WAIT, "the disk-full error naming the buffer path", || {
         let e = relay.stderr();
         e.contains("cannot write to the buffer directory") && e.contains(buf.to_str().unwrap())
@@ -897,7 +890,7 @@ fn the_buffer_grows_while_the_receiver_is_down_and_drains_when_it_returns() {
         + &format!("\n[monitor]\nbind = \"127.0.0.1:{mon}\"\n");
     let mut relay = Daemon::start(dir.path(), "relay", &cfg, Some(mon));
     relay.wait_port(port);
-    send_acked(port, 0..3000);
+    send_acked_to(port, "fb.test", 0..3000);
     // The receiver is down: everything acked is held, on disk, and the
     // output retries.
     let held = relay.metric("buffer_bytes", "forward#0");

@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::Arc;
 
 use crate::common::*;
-use nagare_forward::{encode_packed_forward, write_entry, Compression, EventTime};
 
 const LIMIT: u64 = 8 << 20;
 /// Above the idle process and the buffer limit. (It was 24 MB over the
@@ -102,18 +101,6 @@ fn assert_peak_within_limit(d: &Daemon, when: &str) {
     eprintln!("{when}: peak RSS {:.1} MB", peak as f64 / 1e6);
 }
 
-/// A PackedForward frame of `seqs` with messages of `pad` bytes.
-fn frame(tag: &str, seqs: std::ops::Range<u64>, pad: &str) -> Vec<u8> {
-    let mut e = Vec::new();
-    let n = seqs.end - seqs.start;
-    for s in seqs {
-        write_entry(&mut e, EventTime::now(), &record(s, pad));
-    }
-    let mut f = Vec::new();
-    encode_packed_forward(&mut f, tag, &e, n as u32, None, Compression::None).unwrap();
-    f
-}
-
 /// The buffer's chunk_limit_size (the default), more than a batch of any
 /// input here.
 const CHUNK: u64 = 2 << 20;
@@ -180,7 +167,7 @@ fn a_relay_with_a_stalled_sink_and_fast_senders_stays_within_its_limit() {
                 let mut tx = Sender::tcp_small(port);
                 let mut s = 0;
                 while s < n {
-                    tx.raw(&frame(tag, s..s + 200, &pad));
+                    tx.raw(&padded_frame(tag, s..s + 200, &pad));
                     s += 200;
                     progress.store(s, SeqCst);
                 }

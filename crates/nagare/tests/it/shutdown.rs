@@ -37,12 +37,6 @@ retry_max_interval = "300ms"
     )
 }
 
-fn send_acked(port: u16, n: u64) {
-    let mut s = Sender::tcp(port);
-    s.send_acked("down.test", 0..n, 50, "c");
-    s.finish();
-}
-
 /// `nagare replay` of `path` into a fresh sink delivers exactly seqs 0..n.
 fn replay_delivers(path: &Path, n: u64) {
     let sink = Sink::start(SinkOpts::default());
@@ -69,7 +63,7 @@ fn a_second_sigterm_writes_a_memory_buffer_to_dead_letters() {
     let cfg = relay(port, sink, &system, "", "");
     let mut d = Daemon::start(dir.path(), "mem", &cfg, None);
     d.wait_port(port);
-    send_acked(port, 200);
+    send_acked_to(port, "down.test", 0..200);
     d.signal(libc::SIGTERM);
     d.wait_log("stopping");
     // The output is down; the default 60 s would pass. A second signal stops waiting.
@@ -100,7 +94,7 @@ fn at_shutdown_timeout_a_memory_buffer_goes_to_its_secondary_and_progress_is_log
     let cfg = relay(port, sink, "shutdown_timeout = \"6s\"", "", &secondary);
     let mut d = Daemon::start(dir.path(), "sec", &cfg, None);
     d.wait_port(port);
-    send_acked(port, 150);
+    send_acked_to(port, "down.test", 0..150);
     d.signal(libc::SIGTERM);
     let st = d.wait_exit(WAIT);
     let err = d.stderr();
@@ -129,7 +123,7 @@ fn a_file_buffer_keeps_what_is_left_for_the_next_start() {
     let cfg = relay(port, sink_port, "shutdown_timeout = \"1s\"", &buffer, "");
     let mut d = Daemon::start(dir.path(), "file", &cfg, None);
     d.wait_port(port);
-    send_acked(port, 100);
+    send_acked_to(port, "down.test", 0..100);
     d.signal(libc::SIGTERM);
     let st = d.wait_exit(WAIT);
     let err = d.stderr();

@@ -323,6 +323,19 @@ pub fn entries(seqs: impl IntoIterator<Item = u64>) -> (Vec<u8>, u32) {
     (e, n)
 }
 
+/// One PackedForward frame of the records of `seqs` with `pad` as their
+/// message (each at the time it is written).
+pub fn padded_frame(tag: &str, seqs: std::ops::Range<u64>, pad: &str) -> Vec<u8> {
+    let mut e = Vec::new();
+    let n = seqs.end - seqs.start;
+    for s in seqs {
+        write_entry(&mut e, EventTime::now(), &record(s, pad));
+    }
+    let mut f = Vec::new();
+    encode_packed_forward(&mut f, tag, &e, n as u32, None, Compression::None).unwrap();
+    f
+}
+
 /// Decodes concatenated `[time, record]` entries into records.
 pub fn decode_entries(mut buf: &[u8]) -> Vec<rmpv::Value> {
     let mut out = Vec::new();
@@ -961,6 +974,15 @@ impl Sender {
     pub fn finish(self) {
         self.conn.shutdown_write();
     }
+}
+
+/// Connects to the forward input on `port`, sends `seqs` with `tag` in
+/// frames of 50, each acked before the next (`Sender::send_acked`), and
+/// closes.
+pub fn send_acked_to(port: u16, tag: &str, seqs: std::ops::Range<u64>) {
+    let mut s = Sender::tcp(port);
+    s.send_acked(tag, seqs, 50, "c");
+    s.finish();
 }
 
 /// Reads one msgpack value from a blocking stream, keeping extra bytes in `buf`.
