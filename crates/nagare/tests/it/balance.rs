@@ -124,20 +124,16 @@ retry_max_interval = "500ms"
         2000,
         "the standby took every event after the kill"
     );
-    wait_until(WAIT, "the log line marking the primary down", || {
-        d.stderr().lines().any(|l| {
-            l.contains("forward server marked down")
-                && l.contains(&format!("server=127.0.0.1:{}", primary.port))
-        })
+    d.wait_log_line("the primary marked down", |l| {
+        l.contains("forward server marked down")
+            && l.contains(&format!("server=127.0.0.1:{}", primary.port))
     });
 
     // 3. The primary comes back: it is used again, the standby rests.
     primary.restart();
-    wait_until(WAIT, "the primary marked up again", || {
-        d.stderr().lines().any(|l| {
-            l.contains("forward server is up")
-                && l.contains(&format!("server=127.0.0.1:{}", primary.port))
-        })
+    d.wait_log_line("the primary marked up again", |l| {
+        l.contains("forward server is up")
+            && l.contains(&format!("server=127.0.0.1:{}", primary.port))
     });
     let before = standby.count();
     tx.packed("fo.events", 3000..3500, None);
@@ -277,10 +273,8 @@ retry_max_interval = "300ms"
     // 3. Sink 1 returns: its hosts come back to it, the others stay.
     sinks[1].restart();
     let back = format!("server=127.0.0.1:{}", sinks[1].port);
-    wait_until(WAIT, "sink 1 marked up again", || {
-        d.stderr()
-            .lines()
-            .any(|l| l.contains("forward server is up") && l.contains(&back))
+    d.wait_log_line("sink 1 marked up again", |l| {
+        l.contains("forward server is up") && l.contains(&back)
     });
     send_hosts(&mut tx, 800..1200, hosts);
     tx.finish();
@@ -468,11 +462,9 @@ fn discovering_forwarder(dir: &std::path::Path, discovery: &str) -> (Daemon, u16
 /// `port`.
 fn wait_added(d: &Daemon, port: u16) {
     let addr = format!("127.0.0.1:{port}");
-    wait_until(WAIT, &format!("{addr} added to the servers"), || {
-        d.stderr().lines().any(|l| {
-            l.contains("forward servers changed")
-                && l.split("added=").nth(1).is_some_and(|a| a.contains(&addr))
-        })
+    d.wait_log_line(&format!("{addr} added to the servers"), |l| {
+        l.contains("forward servers changed")
+            && l.split("added=").nth(1).is_some_and(|a| a.contains(&addr))
     });
 }
 

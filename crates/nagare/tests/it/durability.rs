@@ -771,11 +771,8 @@ retry_max_interval = "200ms"
     // The downstream is down: the batch is buffered, but not acked once
     // its delivery failed.
     let server = format!("server=127.0.0.1:{sink_port}");
-    wait_until(WAIT, "a failed delivery to the downstream", || {
-        relay
-            .stderr()
-            .lines()
-            .any(|l| l.contains("forward server") && l.contains(&server))
+    relay.wait_log_line("a failed delivery to the downstream", |l| {
+        l.contains("forward server") && l.contains(&server)
     });
     assert!(!sender.is_finished(), "acked before the downstream had it");
     let sink = Sink::start_on(sink_port, SinkOpts::default());

@@ -224,11 +224,8 @@ flush_interval = "50ms"
         let log = d.join("logs").join(name);
         let size = std::fs::metadata(&log).unwrap().len();
         let want = format!("path={} offset={size}", log.display());
-        wait_until(WAIT, &format!("{name} followed from its end"), || {
-            daemon
-                .stderr()
-                .lines()
-                .any(|l| l.contains("following file") && l.contains(&want))
+        daemon.wait_log_line(&format!("{name} followed from its end"), |l| {
+            l.contains("following file") && l.contains(&want)
         });
     }
     assert!(daemon.terminate().success(), "{}", daemon.stderr());

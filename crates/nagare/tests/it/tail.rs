@@ -117,11 +117,7 @@ fn appends_rotation_truncation_and_restart_lose_and_repeat_nothing() {
         .unwrap();
     // New lines only once the truncation was seen: had the file grown past
     // the old offset first, no tailer could tell it was truncated.
-    wait_until(WAIT, "the truncation noticed", || {
-        nagare
-            .stderr()
-            .contains("file truncated; reading from its start")
-    });
+    nagare.wait_log("file truncated; reading from its start");
     append(&log, 0..200, "c");
     let got = wait_lines(d, 3800);
     let c_lines: Vec<&String> = got.iter().filter(|l| l.starts_with("c ")).collect();
