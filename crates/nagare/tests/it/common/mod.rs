@@ -1379,6 +1379,7 @@ pub fn json_lines_seqs(text: &str) -> Vec<(String, u64)> {
         .collect()
 }
 
+/// Parses `text` as JSON; panics showing it when it is not.
 pub fn json_value(text: &[u8]) -> serde_json::Value {
     serde_json::from_slice(text)
         .unwrap_or_else(|e| panic!("not JSON: {:?}: {e}", String::from_utf8_lossy(text)))
