@@ -11,7 +11,7 @@
 # output's memory buffer (flush_interval: a new buffer each time, the old
 # one drained) and a filter added or removed. The filter matches a tag the
 # load does not use, so the ratio measures the reload, not the filter's own
-# cost (tests/reload.rs checks a filter on the events themselves).
+# cost (tests/it/reload.rs checks a filter on the events themselves).
 # Prints one Markdown row: rates, ratio, reloads, lost, duplicated.
 # Ports: SUT_PORT (default 40600), SUT_PORT+1 the sink, SUT_PORT+2 the monitor.
 set -euo pipefail

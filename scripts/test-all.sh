@@ -77,22 +77,22 @@ need adduser adduser             # the Debian package's postinst (tests/package)
 need socat socat
 need curl curl
 need fusermount3 fuse3           # the fuse input's tests
-need ip iproute2                 # a private network namespace for cli.rs; the hosts of tests/cluster.rs (ip)
-need iptables iptables           # tests/cluster.rs: a link's packets to an NFQUEUE (delay, loss, reordering without netem)
+need ip iproute2                 # a private network namespace for cli.rs; the hosts of tests/it/cluster.rs (ip)
+need iptables iptables           # tests/it/cluster.rs: a link's packets to an NFQUEUE (delay, loss, reordering without netem)
 need python3 python3             # fuse tests write through python3; exec filter tests run Python programs
-need redis-server redis-server   # the redis input and output tests (tests/redis.rs)
-need logger bsdutils             # the syslog input tests send with util-linux logger (tests/syslog.rs)
-need rsyslogd rsyslog            # rsyslog forwards to and receives from nagare (tests/syslog.rs)
-ls /usr/lib/*/rsyslog/lmnsd_gtls.so >/dev/null 2>&1 || need_apt+=(rsyslog-gnutls)  # rsyslog's TLS driver: the syslog output over TLS (tests/syslog.rs)
-need dnsmasq dnsmasq-base        # a DNS server for the forward output's service discovery (tests/balance.rs)
-need tmux tmux                   # `nagare top` in a terminal (tests/top.rs)
+need redis-server redis-server   # the redis input and output tests (tests/it/redis.rs)
+need logger bsdutils             # the syslog input tests send with util-linux logger (tests/it/syslog.rs)
+need rsyslogd rsyslog            # rsyslog forwards to and receives from nagare (tests/it/syslog.rs)
+ls /usr/lib/*/rsyslog/lmnsd_gtls.so >/dev/null 2>&1 || need_apt+=(rsyslog-gnutls)  # rsyslog's TLS driver: the syslog output over TLS (tests/it/syslog.rs)
+need dnsmasq dnsmasq-base        # a DNS server for the forward output's service discovery (tests/it/balance.rs)
+need tmux tmux                   # `nagare top` in a terminal (tests/it/top.rs)
 need chromium chromium           # the monitor's status page in a browser (tests/status-page)
 need openssl openssl             # a CA and a server certificate for the redis TLS test
 need java default-jre-headless   # the Kafka broker of the kafka tests (tests/kafka/broker.sh)
 need mvn maven                   # fetches the broker's jars (tests/kafka/fetch.sh)
 need cmake cmake                 # builds librdkafka into nagare (the kafka input and output)
 pkg-config --exists libssl 2>/dev/null || need_apt+=(libssl-dev)  # OpenSSL, linked statically into librdkafka
-need thrift thrift-compiler       # Python code generated from the Scribe IDL (crates/nagare/tests/scribe.rs)
+need thrift thrift-compiler       # Python code generated from the Scribe IDL (crates/nagare/tests/it/scribe.rs)
 need pkg-config pkg-config       # the rest: nagare-bench's `png` feature (suite below)
 pkg-config --exists fontconfig 2>/dev/null || need_apt+=(libfontconfig1-dev)
 [ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need_apt+=(fonts-dejavu-core)
@@ -106,7 +106,7 @@ fi
 
 # The Kafka broker's jars, once, into a cache outside the repository.
 bash tests/kafka/fetch.sh >/dev/null || echo "cannot fetch the Kafka jars; the kafka tests will fail" >&2
-# The OpenTelemetry Python SDK (a client that is not nagare's) for tests/opentelemetry.rs.
+# The OpenTelemetry Python SDK (a client that is not nagare's) for tests/it/opentelemetry.rs.
 otlp=crates/nagare/tests/otlp
 if [ ! -x "$otlp/.venv/bin/python" ]; then
   python3 -m venv "$otlp/.venv" && "$otlp/.venv/bin/python" -m pip install --quiet \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs a single-node Kafka broker in KRaft mode (broker and controller in one
-# JVM) on loopback, for the tests (crates/nagare/tests/common/kafka_broker.rs)
+# JVM) on loopback, for the tests (crates/nagare/tests/it/common/kafka_broker.rs)
 # and the bench (benches/queues-kafka.sh):
 #
 #   tests/kafka/broker.sh DIR PORT CONTROLLER_PORT [PARTITIONS [SASL_PORT [SSL_PORT SSL_PEM]]]

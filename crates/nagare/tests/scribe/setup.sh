@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Makes the Python venv the scribe tests (crates/nagare/tests/scribe.rs) run
+# Makes the Python venv the scribe tests (crates/nagare/tests/it/scribe.rs) run
 # Apache Thrift's Python library from: .venv beside this file.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
