@@ -1336,7 +1336,7 @@ end
 #[cfg(test)]
 mod cost {
     use super::*;
-    use crate::filters::cost::{cpu_ns, median};
+    use crate::filters::common::timing::{cpu_ns, median};
     use std::hint::black_box;
 
     const CODE: &str = "function add_source(tag, ts, record) record.source = tag return 1, ts, record end";

@@ -17,9 +17,9 @@ use regex_automata::meta;
 use serde::Deserialize;
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::grep::{rules, GrepRule, Rule};
+use super::common::rules::{rules, GrepRule, Rule};
 use nagare_core::record::{value_text, FieldPath, Fields, Span};
-use super::search::CachePool;
+use super::common::search::CachePool;
 use nagare_core::filter::{Filter, Filtered};
 use nagare_core::filter::FilterPlugin;
 use nagare_core::plugin::{BuildContext, OptionError};

@@ -19,7 +19,7 @@ use lru::LruCache;
 use serde::Deserialize;
 
 use nagare_core::record::{value_text, FieldPath};
-use super::rewrite_tag::{render, tag_template, Part};
+use super::common::tag_template::{render, tag_template, Part};
 use nagare_core::filter::{Filter, Filtered};
 use nagare_core::units::Dur;
 use nagare_core::filter::FilterPlugin;
