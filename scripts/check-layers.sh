@@ -189,7 +189,9 @@ def scan(mod, refs, modules):
                 for s, _ in stack:
                     d = os.path.join(d, s)
                 if name in path_attr:
-                    f = os.path.normpath(os.path.join(os.path.dirname(mod.file) if mod.mod_rs else children_dir(mod), path_attr[name]))
+                    # relative to the file's directory; inside inline modules,
+                    # to the directory their `mod x;` children would be in
+                    f = os.path.normpath(os.path.join(d if stack else os.path.dirname(mod.file), path_attr[name]))
                     child = Module(here() + [name], f, False)
                 elif os.path.exists(os.path.join(d, name + ".rs")):
                     child = Module(here() + [name], os.path.join(d, name + ".rs"), False)
@@ -241,10 +243,19 @@ def main():
                 modules.append(child)
         k += 1
     problems = []
+    # lib.rs's comment names the layers in the same order as LAYERS.
+    doc = [l for l in open(lib, encoding="utf-8") if l.startswith("//!")]
+    start = next((i for i, l in enumerate(doc) if l.startswith("//! - ")), len(doc))
+    named = []  # each bullet's modules: the names before its first ':'
+    for bullet in "".join(doc[start:]).split("//! - "):
+        named += re.findall(r"`(\w+)`", bullet.split(":")[0])
+    flat = [m for layer in LAYERS for m in layer]
+    if named != flat:
+        problems.append(f"{lib}:1: the layers of its module comment ({', '.join(named)}) differ from LAYERS in scripts/check-layers.sh ({', '.join(flat)})")
     for m in modules:
         if len(m.path) == 1 and m.path[0] not in RANK:
             problems.append(f"{m.file}:1: top-level module `{m.path[0]}` is not in the layer list of scripts/check-layers.sh (and lib.rs's comment): place it")
-    edges = {}
+    edges, found = {}, {}
     for mod, at, line, segs in refs:
         if not segs or not at:
             continue
@@ -254,13 +265,15 @@ def main():
         if dst != src and dst in RANK and src in RANK:
             edges.setdefault(src, {}).setdefault(dst, []).append(f"{where}: {shown}")
             if RANK[dst] > RANK[src]:
-                problems.append(f"{where}: upward import: `{src}` (layer {RANK[src]}) uses `{dst}` (layer {RANK[dst]}): {shown}")
+                found.setdefault((where, f"upward import: `{src}` (layer {RANK[src]}) uses `{dst}` (layer {RANK[dst]})", ""), []).append(shown)
         # rule 3: a plugin naming another plugin
         if src in SHARED and len(at) >= 2 and at[1] not in SHARED[src] \
                 and dst in SHARED and len(segs) >= 2 and segs[1] not in SHARED[dst] \
                 and RANK[src] == RANK[dst] and (src, at[1]) != (dst, segs[1]) \
                 and is_module(modules, segs[:2]):
-            problems.append(f"{where}: plugin imports a sibling plugin: `{src}/{at[1]}` uses `{dst}/{segs[1]}` ({shown}); move what they share into a shared module ({', '.join(sorted(SHARED[dst]))}) or a lower layer")
+            found.setdefault((where, f"plugin imports a sibling plugin: `{src}/{at[1]}` uses `{dst}/{segs[1]}`", f"; move what they share into a shared module ({', '.join(sorted(SHARED[dst]))}) or a lower layer"), []).append(shown)
+    for (where, rule, hint), shown in found.items():
+        problems.append(f"{where}: {rule}: {', '.join(dict.fromkeys(shown))}{hint}")
     # rule 2: circles (strongly connected components of more than one module)
     for comp in sccs(edges):
         if len(comp) > 1:
