@@ -277,11 +277,12 @@ def main():
     # rule 2: circles (strongly connected components of more than one module)
     for comp in sccs(edges):
         if len(comp) > 1:
-            lines = [f"circle among top-level modules: {' <-> '.join(sorted(comp))}"]
-            for a in sorted(comp):
-                for b in sorted(edges.get(a, {})):
-                    if b in comp:
-                        lines.append(f"  {a} -> {b}: {edges[a][b][0]}" + (f" (and {len(edges[a][b]) - 1} more)" if len(edges[a][b]) > 1 else ""))
+            cycle = shortest_cycle(edges, comp)
+            lines = [f"circle among top-level modules: {' -> '.join(cycle)}"]
+            for a, b in zip(cycle, cycle[1:]):
+                lines.append(f"  {a} -> {b}: {edges[a][b][0]}" + (f" (and {len(edges[a][b]) - 1} more)" if len(edges[a][b]) > 1 else ""))
+            if len(comp) > len(cycle) - 1:
+                lines.append(f"  (the circle's modules, all tied together: {', '.join(sorted(comp))})")
             problems.append("\n".join(lines))
     for p in problems:
         print(p)
@@ -294,6 +295,28 @@ def main():
 
 def is_module(modules, segs):
     return any(m.path[:len(segs)] == segs for m in modules)
+
+
+def shortest_cycle(edges, comp):
+    """The shortest a -> ... -> a among the modules of comp."""
+    best = None
+    for a in sorted(comp):
+        prev, queue = {a: None}, [a]
+        for v in queue:
+            for w in sorted(edges.get(v, {})):
+                if w == a:
+                    path = [v]
+                    while prev[path[-1]] is not None:
+                        path.append(prev[path[-1]])
+                    cyc = list(reversed(path)) + [a]
+                    if best is None or len(cyc) < len(best):
+                        best = cyc
+                    queue = []
+                    break
+                if w in comp and w not in prev:
+                    prev[w] = v
+                    queue.append(w)
+    return best
 
 
 def sccs(edges):
