@@ -51,18 +51,18 @@ impl Chunk {
 
     /// Every event of the chunk: (time, record, whole entry).
     pub fn entries(&self) -> impl Iterator<Item = (nagare_forward::EventTime, &[u8], &[u8])> {
-        self.segments.iter().flat_map(|s| crate::event::entries(s))
+        self.segments.iter().flat_map(|s| crate::record::entries(s))
     }
 
     /// Each entry's record with the value of its top-level `key`, in one
-    /// walk (`event::entries_with_field`).
+    /// walk (`record::entries_with_field`).
     pub fn entries_with_field<'a>(
         &'a self,
         key: &'a [u8],
     ) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> {
         self.segments
             .iter()
-            .flat_map(move |s| crate::event::entries_with_field(s, key))
+            .flat_map(move |s| crate::record::entries_with_field(s, key))
     }
 
     /// Each entry's bytes whole (`[time, record]`), for outputs that pass

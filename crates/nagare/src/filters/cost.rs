@@ -7,7 +7,7 @@
 //! message}` of 100 bytes, log-like words as flowbench writes them), in
 //! CPU time of this thread, alternately, medians of 11 rounds: the
 //! filters' own cost per event, without the relay's sockets and copies
-//! around it. The walk of the batch's entries (`record::entries`, which
+//! around it. The walk of the batch's entries (`record::entry_bounds`, which
 //! any filter reading fields must at least do) is timed beside them.
 
 use std::hint::black_box;
@@ -137,7 +137,7 @@ tag = "rewritten.${tag_parts[1]}"
     for _ in 0..11 {
         let t = cpu_ns();
         for _ in 0..batches {
-            black_box(nagare_core::record::entries(&parts[0]).count());
+            black_box(nagare_core::record::entry_bounds(&parts[0]).count());
         }
         times[0].push(per_event(cpu_ns() - t));
         for (i, (_, f)) in filters.iter().enumerate() {

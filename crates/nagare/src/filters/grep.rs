@@ -162,7 +162,7 @@ mod tests {
         }
         let out = f.filter("t", &[Bytes::from(a), Bytes::from(b)], records.len() as u32);
         let (bytes, n) = out.batch?;
-        let seqs: Vec<i64> = nagare_core::event::entries(&bytes)
+        let seqs: Vec<i64> = nagare_core::record::entries(&bytes)
             .map(|(_, r, _)| {
                 let v = rmpv::decode::read_value(&mut &r[..]).unwrap();
                 v.as_map().unwrap()[0].1.as_i64().unwrap()

@@ -817,7 +817,7 @@ mod tests {
     }
 
     fn decode(b: &[u8]) -> Vec<(EventTime, V)> {
-        nagare_core::event::entries(b)
+        nagare_core::record::entries(b)
             .map(|(t, r, _)| (t, rmpv::decode::read_value(&mut &r[..]).unwrap()))
             .collect()
     }

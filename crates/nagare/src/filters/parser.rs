@@ -126,7 +126,7 @@ impl ParserFilter {
         if !parsed.ok || pairs(&s.parsed, &mut s.fields).is_none() {
             out.extend_from_slice(time);
             // The parser wrote {message_key: text, parse_error: reason}.
-            let reason = nagare_core::event::field(&s.parsed, PARSE_ERROR)
+            let reason = nagare_core::record::field(&s.parsed, PARSE_ERROR)
                 .filter(|r| !r.is_empty())
                 .unwrap_or(b"the field does not parse");
             return keep(record, &mut s.record, reason, out);
@@ -212,7 +212,7 @@ impl Filter for ParserFilter {
         // The marked records, when they go to the error label.
         let mut failed = Vec::new();
         for part in parts {
-            for (_, record, entry) in nagare_core::event::entries(part) {
+            for (_, record, entry) in nagare_core::record::entries(part) {
                 // entry = 0x92, time, record
                 let time = &entry[1..entry.len() - record.len()];
                 let at = out.len();
@@ -376,7 +376,7 @@ mod tests {
         let (bytes, n) = out.batch.expect("a new batch");
         assert_eq!(n as usize, records.len());
         assert!(out.tag.is_none());
-        let evs: Vec<_> = nagare_core::event::entries(&bytes)
+        let evs: Vec<_> = nagare_core::record::entries(&bytes)
             .map(|(t, r, _)| (t, rmpv::decode::read_value(&mut &r[..]).unwrap()))
             .collect();
         assert_eq!(evs.len(), records.len(), "every event comes out");
@@ -416,10 +416,10 @@ mod tests {
         let out = f.filter("t", &[Bytes::from(entries)], 3);
         let (kept, n) = out.batch.expect("a new batch");
         assert_eq!((n, out.errors), (2, 1));
-        assert_eq!(nagare_core::event::entries(&kept).count(), 2);
+        assert_eq!(nagare_core::record::entries(&kept).count(), 2);
         let (failed, fn_) = out.failed.expect("the failed event");
         assert_eq!(fn_, 1);
-        let evs: Vec<_> = nagare_core::event::entries(&failed)
+        let evs: Vec<_> = nagare_core::record::entries(&failed)
             .map(|(t, r, _)| (t, rmpv::decode::read_value(&mut &r[..]).unwrap()))
             .collect();
         assert_eq!(evs.len(), 1);
@@ -634,7 +634,7 @@ types = { code = "integer" }
         let (_, v, e) = one(&f, rec(&[("log", "nope".into())]));
         assert_eq!(e, 1);
         assert_eq!(
-            nagare_core::event::field(&rec_of(&v), b"log"),
+            nagare_core::record::field(&rec_of(&v), b"log"),
             Some(&b"nope"[..])
         );
     }

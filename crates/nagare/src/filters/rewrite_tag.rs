@@ -360,7 +360,7 @@ mod tests {
     }
 
     fn seqs(entries: &[u8]) -> Vec<i64> {
-        nagare_core::event::entries(entries)
+        nagare_core::record::entries(entries)
             .map(|(_, r, _)| {
                 let v = rmpv::decode::read_value(&mut &r[..]).unwrap();
                 v.as_map().unwrap()[0].1.as_i64().unwrap()

@@ -33,7 +33,7 @@ use crate::formats::logstash::{write_logstash_json, RedisFormat};
 use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
 use nagare_core::units::{Dur, Size};
-use nagare_core::event::field;
+use nagare_core::record::field;
 use nagare_core::json;
 use crate::proto::kafka::kafka_options;
 use nagare_core::output::OutputPlugin;

@@ -22,7 +22,7 @@ use crate::net::connection::{check_address, default_timeout};
 use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
 use nagare_core::units::Dur;
-use nagare_core::event::field;
+use nagare_core::record::field;
 use nagare_core::json;
 use nagare_core::output::OutputPlugin;
 use nagare_core::plugin::{BuildContext, OptionError};

@@ -97,7 +97,7 @@ impl Filter for Recorder {
 }
 
 fn decode(tag: &str, entries: &[u8], out: &mut Vec<Event>) {
-    for (time, record, _) in nagare_core::event::entries(entries) {
+    for (time, record, _) in nagare_core::record::entries(entries) {
         let mut json = Vec::new();
         nagare_core::json::write_value(&mut json, record);
         out.push(Event {
