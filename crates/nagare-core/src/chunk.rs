@@ -66,17 +66,15 @@ impl Chunk {
     }
 
     /// Each entry's bytes whole (`[time, record]`), for outputs that pass
-    /// entries on as they are: one skip per entry, neither time nor record read.
+    /// entries on as they are (the walk of `record::entry_bounds`; the time
+    /// is not read).
     pub fn raw_entries(&self) -> impl Iterator<Item = &[u8]> {
         self.segments.iter().flat_map(|s| {
-            let mut p = 0;
-            std::iter::from_fn(move || {
-                // Entries were checked on the way in; a failure here would
-                // be a bug, and ending the iteration is the safe answer.
-                let end = nagare_forward::msgpack::skip_value(s, p).ok()?;
-                let entry = &s[p..end];
-                p = end;
-                Some(entry)
+            let mut start = 0;
+            crate::record::entry_bounds(s).map(move |(_, end)| {
+                let entry = &s[start..end];
+                start = end;
+                entry
             })
         })
     }

@@ -9,7 +9,7 @@
 //!   (the entries a filter keeps, with the fields it reads: [`Fields`]);
 //! - fields: [`field`] (a top-level str or bin value), [`FieldPath`] and
 //!   [`find_key`] (a field by path), [`value_text`];
-//! - the steps: [`skip`], [`map_at`], [`pair_at`], [`entry_at`].
+//! - the steps: [`skip`], [`str_at`], [`map_at`], [`pair_at`], [`entry_at`].
 //!
 //! Path syntax (Fluentd's record_accessor): `name` is the top-level key
 //! `name` as written, dots included; `$.a.b` is the key `b` inside the map
@@ -45,7 +45,7 @@ pub fn skip(buf: &[u8], pos: usize) -> Option<usize> {
 /// The text (start, end) of a str or bin at `pos` (a key, or a value read
 /// as text), or `None` for another type.
 #[inline]
-fn str_at(buf: &[u8], pos: usize) -> Option<(usize, usize)> {
+pub fn str_at(buf: &[u8], pos: usize) -> Option<(usize, usize)> {
     let (start, len) = match *buf.get(pos)? {
         b @ 0xa0..=0xbf => (pos + 1, (b & 0x1f) as usize),
         0xc4 | 0xd9 => (pos + 2, *buf.get(pos + 1)? as usize),

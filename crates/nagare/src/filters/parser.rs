@@ -13,7 +13,7 @@
 
 use bytes::Bytes;
 use nagare_forward::msgpack::{
-    read_map_len, read_str_or_bin, skip_value, write_map_len, write_str, write_str_header,
+    read_str_or_bin, write_map_len, write_str, write_str_header,
 };
 use serde::Deserialize;
 
@@ -277,22 +277,18 @@ impl Pair {
 /// first); `None` when it is not a well-formed map.
 fn pairs(map: &[u8], out: &mut Vec<Pair>) -> Option<()> {
     out.clear();
-    let (n, mut p) = read_map_len(map, 0).ok()?;
+    let (n, mut p) = nagare_core::record::map_at(map, 0)?;
     for _ in 0..n {
-        let (text, str_key, value) = match read_str_or_bin(map, p).ok()? {
-            Some((a, b)) => ((a, b), true, b),
-            None => ((p, p), false, skip_value(map, p).ok()?),
-        };
-        let end = skip_value(map, value).ok()?;
+        let pair = nagare_core::record::pair_at(map, p)?;
         out.push(Pair {
             start: p,
-            text,
-            str_key,
-            value,
-            end,
+            text: pair.key.unwrap_or((p, p)),
+            str_key: pair.key.is_some(),
+            value: pair.value,
+            end: pair.end,
             dropped: false,
         });
-        p = end;
+        p = pair.end;
     }
     Some(())
 }

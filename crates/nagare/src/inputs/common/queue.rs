@@ -64,7 +64,7 @@ pub(crate) fn decode_element(
 
 /// A string field of the record of entry `[time, record]`.
 pub(crate) fn record_field<'a>(entry: &'a [u8], key: &str) -> Option<&'a str> {
-    let rec = skip_value(entry, 1).ok()?;
+    let rec = nagare_core::record::skip(entry, 1)?;
     nagare_core::record::field(&entry[rec..], key.as_bytes())
         .and_then(|v| std::str::from_utf8(v).ok())
 }
