@@ -24,11 +24,15 @@
 # nagare-core is a crate of its own and depends only on nagare-forward:
 # cargo already refuses a circle between crates, so the check need not.
 #
-# Written in Python (standard library only) for the path parsing; runs in
-# well under a second. Usage: bash scripts/check-layers.sh
+# Before the check, a self-test plants one breach of each rule in a copy of
+# the tree and fails unless the check names each one (so a parser that
+# stopped finding paths cannot pass quietly).
+#
+# Written in Python (standard library only) for the path parsing; the two
+# runs take about a second. Usage: bash scripts/check-layers.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-exec python3 - crates/nagare/src/lib.rs <<'PY'
+CHECK=$(cat <<'PY'
 import os
 import re
 import sys
@@ -345,3 +349,40 @@ def sccs(edges):
 
 main()
 PY
+)
+
+# --- self-test: a copy of the tree with planted breaches ----------------------
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/crates/nagare" "$tmp/docs"
+cp -r crates/nagare/src "$tmp/crates/nagare/"
+cp -r docs/contributing "$tmp/docs/"
+src=$tmp/crates/nagare/src
+printf '\nuse crate::topology::Pipeline;\n' >>"$src/buffer/mod.rs"
+printf '\n#[cfg(test)]\nmod planted {\n    use super::super::tsv::Tsv;\n}\n' >>"$src/parsers/csv.rs"
+printf '\nuse crate::{inputs::{common, tail}, outputs::stdout::StdoutConfig};\n' >>"$src/outputs/file.rs"
+printf '\nuse crate::parsers::ParserConfig as _;\n' >>"$src/formats/mod.rs"
+printf '\nfn planted() {\n    crate::formats::otlp::planted();\n}\n' >>"$src/parsers/mod.rs"
+printf '\npub mod planted;\n' >>"$src/lib.rs"
+: >"$src/planted.rs"
+out=$(python3 -c "$CHECK" "$src/lib.rs" 2>&1) && { echo "check-layers self-test: the planted breaches passed"; exit 1; }
+missing=0
+for want in \
+  'buffer/mod.rs:.*upward import: `buffer` (layer 1) uses `topology` (layer 5): crate::topology::Pipeline' \
+  'circle among top-level modules: buffer -> topology -> buffer' \
+  'parsers/csv.rs:.*plugin imports a sibling plugin: `parsers/csv` uses `parsers/tsv`' \
+  'outputs/file.rs:.*`outputs/file` uses `inputs/tail`' \
+  'outputs/file.rs:.*`outputs/file` uses `outputs/stdout`' \
+  'circle among top-level modules: formats -> parsers -> formats' \
+  'top-level module `planted` is not in the layer list'; do
+  grep -q -- "$want" <<<"$out" || { echo "check-layers self-test: not reported: $want"; missing=1; }
+done
+if grep -q 'inputs/common' <<<"$out"; then
+  echo "check-layers self-test: inputs/common (shared) was reported"; missing=1
+fi
+if [ "$missing" = 1 ]; then
+  echo "--- what the check printed on the planted tree:"; echo "$out"; exit 1
+fi
+
+# --- the check ----------------------------------------------------------------
+exec python3 -c "$CHECK" crates/nagare/src/lib.rs
