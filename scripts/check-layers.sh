@@ -377,7 +377,7 @@ for want in \
   'top-level module `planted` is not in the layer list'; do
   grep -q -- "$want" <<<"$out" || { echo "check-layers self-test: not reported: $want"; missing=1; }
 done
-if grep -q 'inputs/common' <<<"$out"; then
+if grep -q 'uses `inputs/common`' <<<"$out"; then
   echo "check-layers self-test: inputs/common (shared) was reported"; missing=1
 fi
 if [ "$missing" = 1 ]; then
