@@ -115,6 +115,9 @@ fi
 
 # --- Rust --------------------------------------------------------------------
 suite "cargo fmt" cargo fmt --all -- --check
+# The layers of crates/nagare/src (lib.rs's module comment): no upward
+# import, no circle, no plugin importing a sibling.
+suite "layers" bash scripts/check-layers.sh
 # The daemon alone (no workspace feature unification): tests check it links
 # no font library.
 suite "cargo build --release" cargo build --release --locked -p nagare

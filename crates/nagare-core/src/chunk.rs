@@ -51,32 +51,30 @@ impl Chunk {
 
     /// Every event of the chunk: (time, record, whole entry).
     pub fn entries(&self) -> impl Iterator<Item = (nagare_forward::EventTime, &[u8], &[u8])> {
-        self.segments.iter().flat_map(|s| crate::event::entries(s))
+        self.segments.iter().flat_map(|s| crate::record::entries(s))
     }
 
     /// Each entry's record with the value of its top-level `key`, in one
-    /// walk (`event::entries_with_field`).
+    /// walk (`record::entries_with_field`).
     pub fn entries_with_field<'a>(
         &'a self,
         key: &'a [u8],
     ) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> {
         self.segments
             .iter()
-            .flat_map(move |s| crate::event::entries_with_field(s, key))
+            .flat_map(move |s| crate::record::entries_with_field(s, key))
     }
 
     /// Each entry's bytes whole (`[time, record]`), for outputs that pass
-    /// entries on as they are: one skip per entry, neither time nor record read.
+    /// entries on as they are (the walk of `record::entry_bounds`; the time
+    /// is not read).
     pub fn raw_entries(&self) -> impl Iterator<Item = &[u8]> {
         self.segments.iter().flat_map(|s| {
-            let mut p = 0;
-            std::iter::from_fn(move || {
-                // Entries were checked on the way in; a failure here would
-                // be a bug, and ending the iteration is the safe answer.
-                let end = nagare_forward::msgpack::skip_value(s, p).ok()?;
-                let entry = &s[p..end];
-                p = end;
-                Some(entry)
+            let mut start = 0;
+            crate::record::entry_bounds(s).map(move |(_, end)| {
+                let entry = &s[start..end];
+                start = end;
+                entry
             })
         })
     }

@@ -1,9 +1,10 @@
 //! nagare's core: what every other part of the daemon builds on, and that
 //! depends on none of them.
 //!
-//! - the event and batch model: PackedForward entries walked without
-//!   decoding ([`event`], [`record`]), their JSON text ([`json`]), the
-//!   closed [`chunk`] an output writes;
+//! - the event and batch model: PackedForward entries and their fields
+//!   walked without decoding ([`record`]), an event time's text
+//!   ([`event`]), a record's JSON text ([`json`]), the closed [`chunk`] an
+//!   output writes;
 //! - the plugin contracts: [`plugin`] (options, build context,
 //!   registration), [`filter`] and [`output`] (inputs' trait lives with the
 //!   router they route through, in the daemon's inputs/mod.rs);

@@ -6,8 +6,8 @@
 //!
 //! - nagare-core (its own crate): the event and batch model, plugin
 //!   contracts, option units, tag patterns, metrics;
-//! - `formats`, `parsers`, `net`, `proto`: shared encoders, parsers,
-//!   network code and protocol clients;
+//! - `logging`, `formats`, `parsers`, `net`, `proto`: the daemon's log,
+//!   shared encoders, parsers, network code and protocol clients;
 //! - `buffer`, then `router`: chunks, limits, retries; routing by tag;
 //! - `inputs`, `filters`, `outputs`: one file per plugin, never importing a
 //!   sibling (what they share is in `inputs/common`, `net`, `proto`, ...);

@@ -125,7 +125,7 @@ pub(super) fn split_batch(
         while pos < part.len() {
             // Entries were checked on the way in; a failure would be a bug, and
             // keeping the rest of the part whole is the safe answer.
-            let end = nagare_forward::msgpack::skip_value(part, pos).unwrap_or(part.len());
+            let end = nagare_core::record::entry_at(part, pos).map_or(part.len(), |(_, end)| end);
             let size = end - pos;
             if cur_n > 0 && (cur_n >= max_count || cur_len + size > max_len) {
                 if pos > start {

@@ -16,6 +16,7 @@ pub use messages::closest;
 #[cfg(test)]
 mod reference;
 mod source;
+pub mod test_spec;
 
 use std::fmt;
 use std::ops::Range;
@@ -35,8 +36,8 @@ use std::sync::Arc;
 
 use crate::buffer::{BufferConfig, BufferType};
 use crate::inputs::{Input, InputRegistration};
-use crate::test_tables::{Names, TestCase, TestSpec};
 use source::{join, KeySpans, Lines};
+use test_spec::{Names, TestCase, TestSpec};
 
 /// The embedded default configuration used by `nagare run` without `-c`.
 pub const DEFAULT_CONFIG: &str = include_str!("default.toml");
@@ -1096,5 +1097,7 @@ fn into_table(v: Spanned<DeValue<'_>>) -> (DeTable<'_>, Range<usize>) {
     }
 }
 
+#[cfg(test)]
+mod contributing_example;
 #[cfg(test)]
 mod tests;

@@ -23,21 +23,7 @@ fn every_example_config_is_valid() {
     for e in std::fs::read_dir(dir).expect("examples/") {
         let p = e.expect("entry").path();
         if p.extension().is_some_and(|x| x == "toml") {
-            let c = load(&p).unwrap_or_else(|e| panic!("{}: {e:?}", p.display()));
-            // An example with tests passes them (as `nagare test` runs them).
-            if !c.tests.is_empty() {
-                let outcomes = crate::test_tables::run::run_files(&p, &[])
-                    .unwrap_or_else(|e| panic!("{}: {e:?}", p.display()));
-                for o in outcomes {
-                    assert!(
-                        o.failures.is_empty(),
-                        "{}: test {:?}: {:?}",
-                        p.display(),
-                        o.name,
-                        o.failures
-                    );
-                }
-            }
+            load(&p).unwrap_or_else(|e| panic!("{}: {e:?}", p.display()));
             n += 1;
         }
     }

@@ -12,8 +12,9 @@ use bytes::Bytes;
 use regex_automata::meta;
 use serde::Deserialize;
 
-use nagare_core::record::{value_text, FieldPath, Fields, Span};
-use super::search::{CachePool, Pattern};
+use nagare_core::record::{Fields, Span};
+use super::common::rules::{rules, GrepRule, Rule};
+use super::common::search::CachePool;
 use nagare_core::filter::{Filter, Filtered};
 use nagare_core::filter::FilterPlugin;
 use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
@@ -41,19 +42,6 @@ pub struct GrepConfig {
     /// match; Fluentd's `<and>`).
     #[serde_inline_default(Combine::Or)]
     pub exclude_combine: Combine,
-}
-
-/// One rule: a field and a regular expression its text must match.
-#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct GrepRule {
-    /// The field: `name` (a top-level key, as written) or `$.a.b` (a nested
-    /// one). A str or bin value is matched as its bytes, nil as "", any
-    /// other value as its JSON text (`42`, `true`). Required.
-    pub key: String,
-    /// A regular expression (Rust regex syntax, unanchored: write `^…$` to
-    /// match the whole value). Required.
-    pub pattern: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -87,48 +75,6 @@ impl FilterPlugin for GrepConfig {
             fields,
             caches: CachePool::default(),
         }))
-    }
-}
-
-/// The rules of `[[filter.<what>]]`, checked (shared with sample's
-/// `exclude`); their fields are added to `fields`.
-pub(super) fn rules(what: &str, rules: &[GrepRule], fields: &mut Fields) -> Result<Vec<Rule>, OptionError> {
-    rules
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let key = FieldPath::parse(&r.key)
-                .map_err(|e| OptionError::new(format!("{what}[{i}].key"), e))?;
-            let pattern = Pattern::new(&r.pattern).map_err(|e| {
-                OptionError::new(format!("{what}[{i}].pattern"), format!("bad regex: {e}"))
-            })?;
-            Ok(Rule {
-                field: fields.add(&key),
-                pattern,
-            })
-        })
-        .collect()
-}
-
-pub(super) struct Rule {
-    /// The rule's field among the filter's `Fields`.
-    field: usize,
-    pattern: Pattern,
-}
-
-impl Rule {
-    /// The record has the field (`spans`: where the filter's `Fields` are
-    /// in it) and its text matches (searched with `cache`, one of this
-    /// rule's `cache()`s).
-    pub(super) fn matches_at(&self, record: &[u8], spans: &[Span], scratch: &mut Vec<u8>, cache: &mut meta::Cache) -> bool {
-        match spans[self.field] {
-            Some((a, b)) => self.pattern.is_match(cache, value_text(&record[a..b], scratch)),
-            None => false,
-        }
-    }
-
-    pub(super) fn cache(&self) -> meta::Cache {
-        self.pattern.regex().create_cache()
     }
 }
 
@@ -208,7 +154,7 @@ mod tests {
         }
         let out = f.filter("t", &[Bytes::from(a), Bytes::from(b)], records.len() as u32);
         let (bytes, n) = out.batch?;
-        let seqs: Vec<i64> = nagare_core::event::entries(&bytes)
+        let seqs: Vec<i64> = nagare_core::record::entries(&bytes)
             .map(|(_, r, _)| {
                 let v = rmpv::decode::read_value(&mut &r[..]).unwrap();
                 v.as_map().unwrap()[0].1.as_i64().unwrap()

@@ -814,7 +814,7 @@ mod tests {
     }
 
     fn decode(b: &[u8]) -> Vec<(EventTime, V)> {
-        nagare_core::event::entries(b)
+        nagare_core::record::entries(b)
             .map(|(t, r, _)| (t, rmpv::decode::read_value(&mut &r[..]).unwrap()))
             .collect()
     }
@@ -1333,7 +1333,7 @@ end
 #[cfg(test)]
 mod cost {
     use super::*;
-    use crate::filters::cost::{cpu_ns, median};
+    use crate::filters::common::timing::{cpu_ns, median};
     use std::hint::black_box;
 
     const CODE: &str = "function add_source(tag, ts, record) record.source = tag return 1, ts, record end";

@@ -12,9 +12,9 @@
 use nagare_core::filter::{filter, FilterRegistration};
 use nagare_core::registry;
 
+mod common;
 #[cfg(test)]
 mod cost;
-mod search;
 
 registry! {
     FilterRegistration;

@@ -642,7 +642,7 @@ mod tests {
         let out = f.filter(tag, &[Bytes::from(e)], 1);
         let (b, n) = out.batch.unwrap();
         assert_eq!(n, 1);
-        let (t, r, _) = nagare_core::event::entries(&b).next().unwrap();
+        let (t, r, _) = nagare_core::record::entries(&b).next().unwrap();
         assert_eq!(t, EventTime::new(1_795_309_323, 5));
         rmpv::decode::read_value(&mut &r[..]).unwrap()
     }
@@ -829,7 +829,7 @@ txt = "n=${record.n} m=${record.x.y} s=${record.s}"
         }
         let (out, n) = f.filter("app.web", &[Bytes::from(a), Bytes::from(b)], 3).batch.unwrap();
         assert_eq!(n, 3);
-        let got: Vec<V> = nagare_core::event::entries(&out)
+        let got: Vec<V> = nagare_core::record::entries(&out)
             .map(|(_, r, _)| rmpv::decode::read_value(&mut &r[..]).unwrap())
             .collect();
         let want = [

@@ -13,7 +13,7 @@
 
 use bytes::Bytes;
 use nagare_forward::msgpack::{
-    read_map_len, read_str_or_bin, skip_value, write_map_len, write_str, write_str_header,
+    read_str_or_bin, write_map_len, write_str, write_str_header,
 };
 use serde::Deserialize;
 
@@ -126,7 +126,7 @@ impl ParserFilter {
         if !parsed.ok || pairs(&s.parsed, &mut s.fields).is_none() {
             out.extend_from_slice(time);
             // The parser wrote {message_key: text, parse_error: reason}.
-            let reason = nagare_core::event::field(&s.parsed, PARSE_ERROR)
+            let reason = nagare_core::record::field(&s.parsed, PARSE_ERROR)
                 .filter(|r| !r.is_empty())
                 .unwrap_or(b"the field does not parse");
             return keep(record, &mut s.record, reason, out);
@@ -212,7 +212,7 @@ impl Filter for ParserFilter {
         // The marked records, when they go to the error label.
         let mut failed = Vec::new();
         for part in parts {
-            for (_, record, entry) in nagare_core::event::entries(part) {
+            for (_, record, entry) in nagare_core::record::entries(part) {
                 // entry = 0x92, time, record
                 let time = &entry[1..entry.len() - record.len()];
                 let at = out.len();
@@ -277,22 +277,18 @@ impl Pair {
 /// first); `None` when it is not a well-formed map.
 fn pairs(map: &[u8], out: &mut Vec<Pair>) -> Option<()> {
     out.clear();
-    let (n, mut p) = read_map_len(map, 0).ok()?;
+    let (n, mut p) = nagare_core::record::map_at(map, 0)?;
     for _ in 0..n {
-        let (text, str_key, value) = match read_str_or_bin(map, p).ok()? {
-            Some((a, b)) => ((a, b), true, b),
-            None => ((p, p), false, skip_value(map, p).ok()?),
-        };
-        let end = skip_value(map, value).ok()?;
+        let pair = nagare_core::record::pair_at(map, p)?;
         out.push(Pair {
             start: p,
-            text,
-            str_key,
-            value,
-            end,
+            text: pair.key.unwrap_or((p, p)),
+            str_key: pair.key.is_some(),
+            value: pair.value,
+            end: pair.end,
             dropped: false,
         });
-        p = end;
+        p = pair.end;
     }
     Some(())
 }
@@ -376,7 +372,7 @@ mod tests {
         let (bytes, n) = out.batch.expect("a new batch");
         assert_eq!(n as usize, records.len());
         assert!(out.tag.is_none());
-        let evs: Vec<_> = nagare_core::event::entries(&bytes)
+        let evs: Vec<_> = nagare_core::record::entries(&bytes)
             .map(|(t, r, _)| (t, rmpv::decode::read_value(&mut &r[..]).unwrap()))
             .collect();
         assert_eq!(evs.len(), records.len(), "every event comes out");
@@ -416,10 +412,10 @@ mod tests {
         let out = f.filter("t", &[Bytes::from(entries)], 3);
         let (kept, n) = out.batch.expect("a new batch");
         assert_eq!((n, out.errors), (2, 1));
-        assert_eq!(nagare_core::event::entries(&kept).count(), 2);
+        assert_eq!(nagare_core::record::entries(&kept).count(), 2);
         let (failed, fn_) = out.failed.expect("the failed event");
         assert_eq!(fn_, 1);
-        let evs: Vec<_> = nagare_core::event::entries(&failed)
+        let evs: Vec<_> = nagare_core::record::entries(&failed)
             .map(|(t, r, _)| (t, rmpv::decode::read_value(&mut &r[..]).unwrap()))
             .collect();
         assert_eq!(evs.len(), 1);
@@ -634,7 +630,7 @@ types = { code = "integer" }
         let (_, v, e) = one(&f, rec(&[("log", "nope".into())]));
         assert_eq!(e, 1);
         assert_eq!(
-            nagare_core::event::field(&rec_of(&v), b"log"),
+            nagare_core::record::field(&rec_of(&v), b"log"),
             Some(&b"nope"[..])
         );
     }

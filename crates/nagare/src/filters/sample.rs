@@ -17,9 +17,9 @@ use regex_automata::meta;
 use serde::Deserialize;
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::grep::{rules, GrepRule, Rule};
+use super::common::rules::{rules, GrepRule, Rule};
 use nagare_core::record::{value_text, FieldPath, Fields, Span};
-use super::search::CachePool;
+use super::common::search::CachePool;
 use nagare_core::filter::{Filter, Filtered};
 use nagare_core::filter::FilterPlugin;
 use nagare_core::plugin::{BuildContext, OptionError};
@@ -209,11 +209,11 @@ mod tests {
         let entries = match f.filter("t", std::slice::from_ref(&b), records.len() as u32).batch {
             None => b,
             Some((k, n)) => {
-                assert_eq!(nagare_core::event::entries(&k).count(), n as usize);
+                assert_eq!(nagare_core::record::entries(&k).count(), n as usize);
                 k
             }
         };
-        nagare_core::event::entries(&entries)
+        nagare_core::record::entries(&entries)
             .map(|(_, r, _)| {
                 let v = rmpv::decode::read_value(&mut &r[..]).unwrap();
                 v.as_map().unwrap()[0].1.as_i64().unwrap()

@@ -19,7 +19,7 @@ use lru::LruCache;
 use serde::Deserialize;
 
 use nagare_core::record::{value_text, FieldPath};
-use super::rewrite_tag::{render, tag_template, Part};
+use super::common::tag_template::{render, tag_template, Part};
 use nagare_core::filter::{Filter, Filtered};
 use nagare_core::units::Dur;
 use nagare_core::filter::FilterPlugin;
@@ -347,7 +347,7 @@ mod tests {
     }
 
     fn seqs(entries: &[u8]) -> Vec<i64> {
-        nagare_core::event::entries(entries)
+        nagare_core::record::entries(entries)
             .map(|(_, r, _)| {
                 let v = rmpv::decode::read_value(&mut &r[..]).unwrap();
                 v.as_map().unwrap()[0].1.as_i64().unwrap()

@@ -3,7 +3,7 @@
 
 use nagare_core::event::write_rfc3339;
 use nagare_core::json;
-use nagare_forward::msgpack::{read_map_len, read_str_or_bin, skip_value};
+use nagare_core::record;
 use nagare_forward::EventTime;
 use serde::Deserialize;
 
@@ -36,22 +36,17 @@ pub fn write_logstash_json(
     write_timestamp(out, time);
     out.push(b'"');
     // Records are maps (checked on the way in); anything else is kept whole.
-    let Ok((n, mut p)) = read_map_len(record, 0) else {
+    let Some((n, mut p)) = record::map_at(record, 0) else {
         out.extend_from_slice(b",\"message\":");
         json::write_value(out, record);
         return out.push(b'}');
     };
     for _ in 0..n {
-        let Ok(kend) = skip_value(record, p) else {
+        let Some(pair) = record::pair_at(record, p) else {
             break;
         };
-        let Ok(vend) = skip_value(record, kend) else {
-            break;
-        };
-        let key = match read_str_or_bin(record, p) {
-            Ok(Some((s, e))) => Some(&record[s..e]),
-            _ => None,
-        };
+        let (kend, vend) = (pair.value, pair.end);
+        let key = pair.key.map(|(s, e)| &record[s..e]);
         // The event's time is written above; a field of the same name would
         // make a second key.
         let skip = key.is_some_and(|k| {

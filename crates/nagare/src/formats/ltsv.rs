@@ -1,6 +1,6 @@
 //! msgpack → LTSV (labeled tab-separated values), one event per line.
 
-use nagare_forward::msgpack::{read_map_len, read_str_or_bin, skip_value};
+use nagare_core::record;
 use nagare_forward::EventTime;
 
 /// Writes `time:…<TAB>tag:…<TAB>key:value…` and a newline. String values are
@@ -10,28 +10,26 @@ pub fn write_event(out: &mut Vec<u8>, tag: &str, time: EventTime, record: &[u8])
     nagare_core::event::write_rfc3339(out, time);
     out.extend_from_slice(b"\ttag:");
     raw(out, tag.as_bytes());
-    if let Ok((n, mut p)) = read_map_len(record, 0) {
+    if let Some((n, mut p)) = record::map_at(record, 0) {
         for _ in 0..n {
+            let Some(pair) = record::pair_at(record, p) else {
+                break;
+            };
             out.push(b'\t');
-            p = match read_str_or_bin(record, p) {
-                Ok(Some((s, e))) => {
-                    raw(out, &record[s..e]);
-                    e
+            match pair.key {
+                Some((s, e)) => raw(out, &record[s..e]),
+                None => {
+                    nagare_core::json::write_value(out, &record[p..pair.value]);
                 }
-                _ => p + nagare_core::json::write_value(out, &record[p..]),
-            };
+            }
             out.push(b':');
-            p = match read_str_or_bin(record, p) {
-                Ok(Some((s, e))) => {
-                    raw(out, &record[s..e]);
-                    e
+            match record::str_at(record, pair.value) {
+                Some((s, e)) => raw(out, &record[s..e]),
+                None => {
+                    nagare_core::json::write_value(out, &record[pair.value..pair.end]);
                 }
-                _ => {
-                    let end = skip_value(record, p).unwrap_or(record.len());
-                    nagare_core::json::write_value(out, &record[p..end]);
-                    end
-                }
-            };
+            }
+            p = pair.end;
         }
     }
     out.push(b'\n');

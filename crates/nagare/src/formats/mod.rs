@@ -8,8 +8,8 @@ pub mod ltsv;
 pub mod otlp;
 
 use nagare_core::chunk::Chunk;
-use nagare_core::event::field;
 use nagare_core::json;
+use nagare_core::record::field;
 use serde::Deserialize;
 
 #[derive(

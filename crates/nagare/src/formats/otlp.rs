@@ -202,7 +202,7 @@ pub struct RequestBuilder {
 
 impl RequestBuilder {
     pub fn add_entries(&mut self, entries: &[u8]) {
-        for (time, rec, _) in nagare_core::event::entries(entries) {
+        for (time, rec, _) in nagare_core::record::entries(entries) {
             let Ok(v) = rmpv::decode::read_value(&mut &rec[..]) else {
                 continue;
             };
@@ -415,7 +415,7 @@ mod tests {
     fn log_records_become_events_in_the_layout() {
         let mut out = Vec::new();
         assert_eq!(write_entries(&sample(), EventTime::new(1, 0), &mut out), 2);
-        let events: Vec<_> = nagare_core::event::entries(&out)
+        let events: Vec<_> = nagare_core::record::entries(&out)
             .map(|(t, rec, _)| {
                 let mut j = Vec::new();
                 nagare_core::json::write_value(&mut j, rec);

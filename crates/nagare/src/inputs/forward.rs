@@ -199,7 +199,7 @@ pub async fn start(
             // runtime spreads over its workers. (No SO_REUSEPORT: it would let
             // a second nagare bind the same port and take connections.)
             // The listener an input this reload replaced left open, else a new one.
-            let l = match crate::topology::handover::take_tcp(addr) {
+            let l = match crate::net::handover::take_tcp(addr) {
                 Some(l) => TcpListener::from_std(l),
                 None => tcp_listener(addr),
             };
@@ -214,7 +214,7 @@ pub async fn start(
             tracing::info!(input = %name, %addr, "forward input listening");
         }
         (None, Some(path)) => {
-            let l = match crate::topology::handover::take_unix(Path::new(path)) {
+            let l = match crate::net::handover::take_unix(Path::new(path)) {
                 Some(l) => UnixListener::from_std(l),
                 None => remove_stale_socket(Path::new(path)).and_then(|_| UnixListener::bind(path)),
             };
@@ -272,7 +272,7 @@ async fn accept_tcp(
             _ = stopped(&mut sd) => {
                 // A reload passes the open listener to the input replacing this one.
                 if let Ok(l) = l.into_std() {
-                    drop(crate::topology::handover::give_tcp(addr, l));
+                    drop(crate::net::handover::give_tcp(addr, l));
                 }
                 return;
             }
@@ -297,7 +297,7 @@ async fn accept_unix(l: UnixListener, ctx: Arc<Ctx>, shutdown: watch::Receiver<b
             _ = stopped(&mut sd) => {
                 let path = ctx.cfg.path.clone().unwrap_or_default();
                 if let Ok(l) = l.into_std() {
-                    drop(crate::topology::handover::give_unix(Path::new(&path), l));
+                    drop(crate::net::handover::give_unix(Path::new(&path), l));
                 }
                 return;
             }

@@ -469,7 +469,7 @@ impl Batches {
             self.buf[at + 1..at + 11].copy_from_slice(&t.to_bytes());
         }
         let moved = self.tag_key.as_deref().and_then(|k| {
-            let tag = nagare_core::event::field(&self.buf[at + 11..], k)?;
+            let tag = nagare_core::record::field(&self.buf[at + 11..], k)?;
             let tag = std::str::from_utf8(tag).ok()?;
             (tag != self.tag && check_tag(tag).is_ok()).then(|| tag.to_string())
         });
@@ -546,7 +546,7 @@ mod tests {
     }
 
     fn records(e: &Events) -> Vec<(EventTime, serde_json::Value)> {
-        nagare_core::event::entries(&e.entries)
+        nagare_core::record::entries(&e.entries)
             .map(|(t, rec, _)| {
                 let mut j = Vec::new();
                 nagare_core::json::write_value(&mut j, rec);

@@ -42,7 +42,7 @@ use crate::proto::kafka::kafka_options;
 use crate::parsers::{Parser, ParserConfig, ParserType};
 use crate::inputs::{Input, InputContext, InputPlugin};
 use nagare_core::plugin::{BuildContext, OptionError};
-use crate::proto::redis::conn::Backoff;
+use crate::inputs::common::queue::Backoff;
 use nagare_core::metrics::PluginStats;
 
 /// Where a new consumer group starts in a partition it has no offset for.

@@ -112,7 +112,7 @@ fn render(batch: &Tapped, limiter: &mut Limiter) -> Option<String> {
     }
     let mut out = Vec::new();
     for part in &batch.parts {
-        for (time, record, _) in nagare_core::event::entries(part) {
+        for (time, record, _) in nagare_core::record::entries(part) {
             if limiter.keep() {
                 nagare_core::json::write_event(&mut out, &batch.tag, time, record);
             }

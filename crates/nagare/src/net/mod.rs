@@ -1,8 +1,9 @@
 //! Network code that inputs, outputs and the command line share: TLS, the
-//! sockets listeners bind, a client's connection with reconnects, and the
-//! HTTP client.
+//! sockets listeners bind (and hand over across a reload, handover.rs), a
+//! client's connection with reconnects, and the HTTP client.
 
 pub mod connection;
+pub mod handover;
 pub mod http_client;
 pub mod listen;
 pub mod tls;

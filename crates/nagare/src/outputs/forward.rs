@@ -888,7 +888,7 @@ impl ForwardOutput {
         let mut spans = Vec::with_capacity(chunk.count as usize);
         for (si, seg) in chunk.segments.iter().enumerate() {
             let mut start = 0;
-            for (record, end) in record::entries(seg) {
+            for (record, end) in record::entry_bounds(seg) {
                 spans.push((si, start, end, record));
                 start = end;
             }

@@ -161,7 +161,7 @@ impl HttpOutput {
         match self.cfg.format {
             BodyFormat::Ndjson => {
                 for seg in &chunk.segments {
-                    for (time, rec, _) in nagare_core::event::entries(seg) {
+                    for (time, rec, _) in nagare_core::record::entries(seg) {
                         fields.json(&mut out, time, rec);
                         out.push(b'\n');
                     }
@@ -170,7 +170,7 @@ impl HttpOutput {
             BodyFormat::JsonArray => {
                 out.push(b'[');
                 for seg in &chunk.segments {
-                    for (time, rec, _) in nagare_core::event::entries(seg) {
+                    for (time, rec, _) in nagare_core::record::entries(seg) {
                         if out.len() > 1 {
                             out.push(b',');
                         }
@@ -182,7 +182,7 @@ impl HttpOutput {
             BodyFormat::Msgpack => {
                 write_array_len(&mut out, chunk.count as usize);
                 for seg in &chunk.segments {
-                    for (time, rec, _) in nagare_core::event::entries(seg) {
+                    for (time, rec, _) in nagare_core::record::entries(seg) {
                         fields.msgpack(&mut out, time, rec);
                     }
                 }

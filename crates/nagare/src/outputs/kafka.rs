@@ -20,7 +20,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use nagare_forward::msgpack::{read_map_len, read_str_or_bin, skip_value};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Header, OwnedHeaders};
@@ -33,7 +32,7 @@ use crate::formats::logstash::{write_logstash_json, RedisFormat};
 use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
 use nagare_core::units::{Dur, Size};
-use nagare_core::event::field;
+use nagare_core::record::{self, field};
 use nagare_core::json;
 use crate::proto::kafka::kafka_options;
 use nagare_core::output::OutputPlugin;
@@ -388,24 +387,16 @@ fn flush_error(topic: &str, e: KafkaError) -> FlushError {
 /// binary as it is, anything else as JSON. False when there is no such field.
 pub(crate) fn field_text(record: &[u8], name: &str, out: &mut Vec<u8>) -> bool {
     out.clear();
-    let Ok((n, mut p)) = read_map_len(record, 0) else {
+    let Some((value, end)) = record::find_key(record, 0, name.as_bytes()) else {
         return false;
     };
-    for _ in 0..n {
-        let Ok(kend) = skip_value(record, p) else { return false };
-        let Ok(vend) = skip_value(record, kend) else { return false };
-        if matches!(read_str_or_bin(record, p), Ok(Some((s, e))) if &record[s..e] == name.as_bytes()) {
-            match read_str_or_bin(record, kend) {
-                Ok(Some((s, e))) => out.extend_from_slice(&record[s..e]),
-                _ => {
-                    json::write_value(out, &record[kend..vend]);
-                }
-            }
-            return true;
+    match record::str_at(record, value) {
+        Some((s, e)) => out.extend_from_slice(&record[s..e]),
+        None => {
+            json::write_value(out, &record[value..end]);
         }
-        p = vend;
     }
-    false
+    true
 }
 
 #[cfg(test)]

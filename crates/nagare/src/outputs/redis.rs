@@ -27,7 +27,7 @@ use tokio::sync::{Mutex, MutexGuard};
 use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
 use nagare_core::units::Dur;
-use nagare_core::event::field;
+use nagare_core::record::field;
 use nagare_core::output::OutputPlugin;
 use nagare_core::plugin::{BuildContext, OptionError};
 use crate::proto::redis::conn::{is_permanent, is_permanent_code, redis_options, Server};

@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 
+use super::common::zip;
 use super::{Fields, ParserConfig, Val};
 
 pub struct Csv {
@@ -40,7 +41,7 @@ impl Csv {
             .iter()
             .map(|v| Val::Str(Cow::Owned(v.to_vec())))
             .collect();
-        super::tsv::zip(&self.keys, values)
+        zip(&self.keys, values)
     }
 }
 

@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 
+use super::common::{find, split};
 use super::{Fields, ParserConfig, Val};
 
 pub struct Ltsv {
@@ -41,30 +42,6 @@ impl Ltsv {
         }
         Ok(f)
     }
-}
-
-pub fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    memchr::memmem::find(hay, needle)
-}
-
-pub fn split<'a>(mut s: &'a [u8], sep: &'a [u8]) -> impl Iterator<Item = &'a [u8]> + 'a {
-    let mut done = false;
-    std::iter::from_fn(move || {
-        if done {
-            return None;
-        }
-        match find(s, sep) {
-            Some(i) => {
-                let item = &s[..i];
-                s = &s[i + sep.len()..];
-                Some(item)
-            }
-            None => {
-                done = true;
-                Some(s)
-            }
-        }
-    })
 }
 
 #[cfg(test)]

@@ -17,6 +17,7 @@ use nagare_core::units::Dur;
 
 mod apache2;
 mod apache_error;
+mod common;
 mod csv;
 pub(crate) mod json;
 mod ltsv;
@@ -182,7 +183,7 @@ pub struct Parsed {
 enum Kind {
     None,
     Json,
-    Regex(regex::Rx),
+    Regex(common::Rx),
     Ltsv(ltsv::Ltsv),
     Csv(csv::Csv),
     Tsv(tsv::Tsv),
@@ -212,7 +213,7 @@ impl Parser {
                 let Some(e) = &cfg.expression else {
                     anyhow::bail!("parser type \"regex\" needs `expression`");
                 };
-                Kind::Regex(regex::Rx::new(e, false)?)
+                Kind::Regex(common::Rx::new(e, false)?)
             }
             ParserType::Multiline => Kind::Multiline(multiline::Multiline::new(cfg)?),
             ParserType::Ltsv => Kind::Ltsv(ltsv::Ltsv::new(cfg)?),
@@ -230,11 +231,11 @@ impl Parser {
                 } else {
                     nginx::EXPRESSION
                 };
-                Kind::Regex(regex::Rx::new(e, true)?)
+                Kind::Regex(common::Rx::new(e, true)?)
             }
             ParserType::ApacheError => {
                 default_fmt = Some(TimeFmt::Format(apache_error::TIME_FORMAT.into()));
-                Kind::Regex(regex::Rx::new(apache_error::EXPRESSION, false)?)
+                Kind::Regex(common::Rx::new(apache_error::EXPRESSION, false)?)
             }
             ParserType::Syslog => {
                 if !cfg.types.contains_key("pri") {

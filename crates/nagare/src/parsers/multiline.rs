@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use super::regex::Rx;
+use super::common::Rx;
 use super::{Fields, ParserConfig};
 
 pub struct Multiline {

@@ -1,56 +1,7 @@
 //! `regex`: the named captures of `expression` become the record's fields
-//! (captures that took no part in the match are left out). Also the engine
-//! of `apache2`, `apache_error` and `nginx`.
-
-use std::borrow::Cow;
-
-use super::{Fields, Val};
-
-pub struct Rx {
-    re: regex::bytes::Regex,
-    names: Vec<(usize, String)>,
-    /// A field that is exactly "-" becomes nil (apache2, nginx).
-    dash_nil: bool,
-}
-
-impl Rx {
-    pub fn new(expression: &str, dash_nil: bool) -> anyhow::Result<Rx> {
-        let re = regex::bytes::Regex::new(expression)
-            .map_err(|e| anyhow::anyhow!("bad parser expression: {e}"))?;
-        let names: Vec<(usize, String)> = re
-            .capture_names()
-            .enumerate()
-            .filter_map(|(i, n)| n.map(|n| (i, n.to_string())))
-            .collect();
-        if names.is_empty() {
-            anyhow::bail!("parser expression has no named captures (?<name>…)");
-        }
-        Ok(Rx {
-            re,
-            names,
-            dash_nil,
-        })
-    }
-
-    pub fn fields<'a>(&'a self, line: &'a [u8]) -> Result<Fields<'a>, String> {
-        let caps = self
-            .re
-            .captures(line)
-            .ok_or_else(|| "the line does not match the expression".to_string())?;
-        let mut f = Fields::with_capacity(self.names.len());
-        for (i, name) in &self.names {
-            if let Some(m) = caps.get(*i) {
-                let v = if self.dash_nil && m.as_bytes() == b"-" {
-                    Val::Nil
-                } else {
-                    Val::s(m.as_bytes())
-                };
-                f.push((Cow::Borrowed(name.as_str()), v));
-            }
-        }
-        Ok(f)
-    }
-}
+//! (captures that took no part in the match are left out). Its engine,
+//! `common::Rx`, is also that of `multiline`, `apache2`, `apache_error` and
+//! `nginx`.
 
 #[cfg(test)]
 mod tests {

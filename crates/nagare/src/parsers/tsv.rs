@@ -2,6 +2,7 @@
 
 use std::borrow::Cow;
 
+use super::common::{split, zip};
 use super::{Fields, ParserConfig, Val};
 
 pub struct Tsv {
@@ -25,7 +26,7 @@ impl Tsv {
     }
 
     pub fn fields<'a>(&'a self, line: &'a [u8]) -> Result<Fields<'a>, String> {
-        let values: Vec<&[u8]> = super::ltsv::split(line, &self.delimiter).collect();
+        let values: Vec<&[u8]> = split(line, &self.delimiter).collect();
         zip(
             &self.keys,
             values
@@ -34,18 +35,6 @@ impl Tsv {
                 .collect(),
         )
     }
-}
-
-/// Names values by keys: a missing value is nil, more values than keys is an error.
-pub fn zip<'a>(keys: &'a [String], values: Vec<Val<'a>>) -> Result<Fields<'a>, String> {
-    if values.len() > keys.len() {
-        return Err(format!("{} values for {} keys", values.len(), keys.len()));
-    }
-    let mut values = values.into_iter();
-    Ok(keys
-        .iter()
-        .map(|k| (Cow::Borrowed(k.as_str()), values.next().unwrap_or(Val::Nil)))
-        .collect())
 }
 
 #[cfg(test)]

@@ -11,8 +11,8 @@ use bytes::Bytes;
 use nagare_forward::{write_entry, EventTime};
 use serde_json::Value;
 
-use super::{Check, Expect, Target, TestCase};
 use crate::buffer::{Buffer, BufferConfig};
+use crate::config::test_spec::{Check, Expect, Target, TestCase};
 use crate::config::OutputTarget;
 use crate::config::{self, Config, ConfigError};
 use crate::router::OutputHandle;
@@ -97,7 +97,7 @@ impl Filter for Recorder {
 }
 
 fn decode(tag: &str, entries: &[u8], out: &mut Vec<Event>) {
-    for (time, record, _) in nagare_core::event::entries(entries) {
+    for (time, record, _) in nagare_core::record::entries(entries) {
         let mut json = Vec::new();
         nagare_core::json::write_value(&mut json, record);
         out.push(Event {
@@ -353,7 +353,7 @@ fn set(record: &mut Value, keys: &[String], value: Option<Value>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_tables::{ExpectSpec, Names};
+    use crate::config::test_spec::{ExpectSpec, Names};
 
     fn expect(toml_text: &str) -> Expect {
         let spec: ExpectSpec = toml::from_str(toml_text).unwrap();
@@ -401,5 +401,36 @@ mod tests {
         assert!(evaluate(&none, &[ev])
             .unwrap()
             .starts_with("expected 0 events, got 1"));
+    }
+
+    /// An example config with `[[test]]` tables passes them, as `nagare
+    /// test` runs them (config's `every_example_config_is_valid` loads
+    /// every example).
+    #[test]
+    fn every_example_configs_tests_pass() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples");
+        let mut n = 0;
+        for e in std::fs::read_dir(dir).expect("examples/") {
+            let p = e.expect("entry").path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                let c = config::load(&p).unwrap_or_else(|e| panic!("{}: {e:?}", p.display()));
+                if c.tests.is_empty() {
+                    continue;
+                }
+                let outcomes =
+                    run_files(&p, &[]).unwrap_or_else(|e| panic!("{}: {e:?}", p.display()));
+                for o in outcomes {
+                    assert!(
+                        o.failures.is_empty(),
+                        "{}: test {:?}: {:?}",
+                        p.display(),
+                        o.name,
+                        o.failures
+                    );
+                }
+                n += 1;
+            }
+        }
+        assert!(n >= 1, "expected an example config with tests, found {n}");
     }
 }

@@ -1,13 +1,13 @@
 //! The running pipeline and its life: building the running parts of a
 //! checked config (build.rs), starting them, reloading them without loss
-//! (pipeline.rs, with what a reload compares in sections.rs and the
-//! listeners it hands over in handover.rs), the control the monitor asks
-//! for reloads through (control.rs), draining at shutdown (shutdown.rs),
-//! the signals (signals.rs) and systemd's notifications (service.rs).
+//! (pipeline.rs, with what a reload compares in sections.rs; the listeners
+//! it hands over wait in net/handover.rs, which the inputs use too), the
+//! control the monitor asks for reloads through (control.rs), draining at
+//! shutdown (shutdown.rs), the signals (signals.rs) and systemd's
+//! notifications (service.rs).
 
 mod build;
 mod control;
-pub mod handover;
 mod pipeline;
 pub mod sections;
 pub mod service;

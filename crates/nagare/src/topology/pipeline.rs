@@ -19,7 +19,7 @@
 //! - a changed or removed input stops (its connections finish the frames
 //!   they sent and close) and the new one starts; a listener on the same
 //!   address passes from the old input to the new one without closing
-//!   (`handover`).
+//!   (`net::handover`).
 //!
 //! The route table is swapped whole (`RouteSwitch`); a batch that started
 //! on the old table finishes on it, and the removed buffers are drained only
@@ -562,7 +562,7 @@ impl Pipeline {
         stored_ids: &Arc<Vec<Bytes>>,
         summary: &mut Summary,
     ) -> Vec<String> {
-        let _handover = crate::topology::handover::Handover::begin();
+        let _handover = crate::net::handover::Handover::begin();
         let unchanged: Vec<bool> = self
             .inputs
             .iter()

@@ -421,7 +421,7 @@ mod tests {
                 kept
             };
             assert_eq!(marked.1, 4);
-            let records: Vec<_> = nagare_core::event::entries(&marked.0).collect();
+            let records: Vec<_> = nagare_core::record::entries(&marked.0).collect();
             assert_eq!(records.len(), 4);
             assert!(records.iter().all(|(_, r, _)| r.windows(10).any(|w| w == b"exec_error")));
         }

@@ -47,7 +47,7 @@ pub fn encode(format: ExecFormat, tag: &str, parts: &[Bytes], out: &mut Vec<u8>)
     let mut tag_json = Vec::with_capacity(tag.len() + 2);
     json::write_string(&mut tag_json, tag.as_bytes());
     for part in parts {
-        for (time, rec, entry) in nagare_core::event::entries(part) {
+        for (time, rec, entry) in nagare_core::record::entries(part) {
             match format {
                 ExecFormat::Json => {
                     out.extend_from_slice(b"{\"tag\":");
@@ -326,7 +326,7 @@ fn msgpack_event(buf: &[u8], pos: usize, out: &mut Answer) -> Result<usize, Stri
 pub fn mark(parts: &[Bytes], reason: &str, out: &mut Vec<u8>) {
     for part in parts {
         let mut start = 0;
-        for (rec, end) in record::entries(part) {
+        for (rec, end) in record::entry_bounds(part) {
             out.extend_from_slice(&part[start..rec]);
             mark_record(&part[rec..end], reason.as_bytes(), out);
             start = end;
@@ -505,7 +505,7 @@ mod tests {
         ];
         let mut out = Vec::new();
         mark(&[batch(&[t, t], &recs)], "it hung", &mut out);
-        let got: Vec<Value> = nagare_core::event::entries(&out)
+        let got: Vec<Value> = nagare_core::record::entries(&out)
             .map(|(time, r, _)| {
                 assert_eq!(time, t);
                 rmpv::decode::read_value(&mut &r[..]).unwrap()

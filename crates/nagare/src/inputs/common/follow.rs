@@ -786,8 +786,8 @@ mod tests {
             if let Some((entries, count)) = batch {
                 assert!(count <= 1000);
                 events += count;
-                for (_, record, _) in nagare_core::event::entries(&entries) {
-                    let msg = nagare_core::event::field(record, b"message").unwrap();
+                for (_, record, _) in nagare_core::record::entries(&entries) {
+                    let msg = nagare_core::record::field(record, b"message").unwrap();
                     assert_eq!(msg, format!("{next:010}").as_bytes());
                     next += 1;
                 }

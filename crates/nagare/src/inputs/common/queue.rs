@@ -1,5 +1,8 @@
 //! What the queue inputs (redis, kafka) share: the formats of the elements
-//! they read, and turning an element into an entry.
+//! they read, turning an element into an entry, and the backoff between
+//! reconnects.
+
+use std::time::Duration;
 
 use nagare_forward::msgpack::{read_array_len, skip_value, write_map_len, write_str};
 use nagare_forward::EventTime;
@@ -61,8 +64,8 @@ pub(crate) fn decode_element(
 
 /// A string field of the record of entry `[time, record]`.
 pub(crate) fn record_field<'a>(entry: &'a [u8], key: &str) -> Option<&'a str> {
-    let rec = skip_value(entry, 1).ok()?;
-    nagare_core::event::field(&entry[rec..], key.as_bytes())
+    let rec = nagare_core::record::skip(entry, 1)?;
+    nagare_core::record::field(&entry[rec..], key.as_bytes())
         .and_then(|v| std::str::from_utf8(v).ok())
 }
 
@@ -92,6 +95,28 @@ fn msgpack_event(v: &[u8]) -> Option<MsgpackEvent> {
     (time_ok && is_map(rec)?).then_some(())?;
     whole_from(rec)?;
     Some(MsgpackEvent::Entry)
+}
+
+/// Backoff between reconnects of an input: doubles from 100 ms to 5 s.
+pub struct Backoff(Duration);
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff(Duration::from_millis(100))
+    }
+}
+
+impl Backoff {
+    /// The next wait, with up to a quarter of jitter so consumers spread out.
+    pub fn next_wait(&mut self) -> Duration {
+        let d = self.0;
+        self.0 = (self.0 * 2).min(Duration::from_secs(5));
+        d + d.mul_f64(rand::random::<f64>() / 4.0)
+    }
+
+    pub fn reset(&mut self) {
+        self.0 = Duration::from_millis(100);
+    }
 }
 
 #[cfg(test)]

@@ -446,28 +446,6 @@ pub fn is_permanent_code(code: &str) -> bool {
     matches!(code, "WRONGTYPE" | "NOPERM" | "ERR")
 }
 
-/// Backoff between reconnects of an input: doubles from 100 ms to 5 s.
-pub struct Backoff(Duration);
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff(Duration::from_millis(100))
-    }
-}
-
-impl Backoff {
-    /// The next wait, with up to a quarter of jitter so consumers spread out.
-    pub fn next_wait(&mut self) -> Duration {
-        let d = self.0;
-        self.0 = (self.0 * 2).min(Duration::from_secs(5));
-        d + d.mul_f64(rand::random::<f64>() / 4.0)
-    }
-
-    pub fn reset(&mut self) {
-        self.0 = Duration::from_millis(100);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,7 +23,7 @@ use regex_syntax::hir::{Hir, HirKind, Literal, Look};
 ///
 /// A pattern that is one literal (`panic`) is looked for with memchr's
 /// `memmem`, without the regex's search set-up at all.
-pub(super) struct Pattern {
+pub(crate) struct Pattern {
     regex: meta::Regex,
     quick: Quick,
 }
@@ -42,7 +42,7 @@ impl Pattern {
     /// `pattern` as `regex::bytes::Regex::new` reads it (regex's builder,
     /// builders.rs). Its errors read as `regex::Error`'s do (regex's
     /// error.rs, `from_meta_build_error`).
-    pub(super) fn new(pattern: &str) -> Result<Pattern, String> {
+    pub(crate) fn new(pattern: &str) -> Result<Pattern, String> {
         let config = meta::Config::new()
             .nfa_size_limit(Some(10 * (1 << 20)))
             .hybrid_cache_capacity(2 * (1 << 20))
@@ -74,7 +74,7 @@ impl Pattern {
     /// Whether the pattern matches anywhere in `text` (`Regex::is_match`,
     /// with the caller's cache).
     #[inline]
-    pub(super) fn is_match(&self, cache: &mut meta::Cache, text: &[u8]) -> bool {
+    pub(crate) fn is_match(&self, cache: &mut meta::Cache, text: &[u8]) -> bool {
         match &self.quick {
             Quick::Literal(literal) => return literal.find(text).is_some(),
             Quick::Starts(starts) if !starts.iter().any(|s| text.starts_with(s)) => return false,
@@ -85,7 +85,7 @@ impl Pattern {
             .is_some()
     }
 
-    pub(super) fn regex(&self) -> &meta::Regex {
+    pub(crate) fn regex(&self) -> &meta::Regex {
         &self.regex
     }
 }
@@ -107,7 +107,7 @@ fn anchored_starts(hir: &Hir) -> Option<Vec<Vec<u8>>> {
 
 /// Search state (a filter's caches, one per rule) for as many batches as
 /// run at once: a batch takes a set and puts it back, two locks per batch.
-pub(super) struct CachePool<T> {
+pub(crate) struct CachePool<T> {
     free: Mutex<Vec<T>>,
 }
 
@@ -122,7 +122,7 @@ impl<T> Default for CachePool<T> {
 impl<T> CachePool<T> {
     /// Runs `f` with a set taken from the pool, or made by `make` when every
     /// set is in use, and puts the set back.
-    pub(super) fn with<R>(&self, make: impl FnOnce() -> T, f: impl FnOnce(&mut T) -> R) -> R {
+    pub(crate) fn with<R>(&self, make: impl FnOnce() -> T, f: impl FnOnce(&mut T) -> R) -> R {
         let taken = self.free.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let mut set = taken.unwrap_or_else(make);
         let result = f(&mut set);
