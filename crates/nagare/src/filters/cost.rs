@@ -72,7 +72,7 @@ fn build<C: FilterPlugin + serde::de::DeserializeOwned>(toml_text: &str) -> Box<
 }
 
 /// This thread's CPU time: the machine's other load does not count
-/// (lua.rs's `lua_cost` uses it too).
+/// (the lua filter's `lua_cost` uses it too).
 pub(super) fn cpu_ns() -> f64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
