@@ -35,6 +35,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 
+use crate::inputs::common::listeners::stopped;
 use crate::inputs::common::AckMode;
 use crate::net::tls::{TlsOptions, TlsServer};
 use crate::router::LiveRouter;
@@ -334,11 +335,6 @@ pub async fn start(
         })
     };
     Ok(vec![accept, waiter])
-}
-
-/// Resolves once shutdown has been signalled.
-async fn stopped(rx: &mut watch::Receiver<bool>) {
-    let _ = rx.wait_for(|v| *v).await;
 }
 
 async fn accept(l: TcpListener, ctx: Arc<Ctx>, shutdown: watch::Receiver<bool>) {

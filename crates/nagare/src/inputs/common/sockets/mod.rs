@@ -38,6 +38,7 @@ use tokio::time::Instant;
 
 use self::framing::{Framer, Framing, Message};
 use crate::inputs::common::append::append_batch;
+use crate::inputs::common::listeners::stopped;
 use crate::inputs::InputContext;
 use crate::net::tls::TlsServer;
 use crate::net::Stream;
@@ -263,11 +264,6 @@ fn after(d: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(d)
         .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
-}
-
-/// Resolves once shutdown has been signalled.
-async fn stopped(rx: &mut watch::Receiver<bool>) {
-    let _ = rx.wait_for(|v| *v).await;
 }
 
 enum Dgram {
