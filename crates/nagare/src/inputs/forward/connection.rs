@@ -246,7 +246,7 @@ where
             PluginStats::add(&ctx.stats.errors, 1);
             tracing::warn!(input = %ctx.name, tag = %tag, events = count, "no output matches this tag; events discarded");
         }
-        crate::router::tap::offer(tag, parts, count);
+        crate::router::tap_hub::offer(tag, parts, count);
         for out in outputs.iter().filter(|_| count > 0) {
             let appended = match kept {
                 // The filter chain's batches come in the same order from the

@@ -18,7 +18,7 @@
 //!
 //! With `tls` (TCP only), each accepted connection does its TLS handshake in
 //! its own task (a slow or failing handshake holds up no other client); a
-//! failed one is logged naming the peer and the reason (tls.rs).
+//! failed one is logged naming the peer and the reason (net/tls.rs).
 
 pub(crate) mod framing;
 pub(crate) mod lines;
