@@ -1,5 +1,5 @@
 //! `nagare run`: builds the pipeline from a config, runs it, reloads it on
-//! SIGHUP or `POST /api/reload` (reload/), and drains it on SIGTERM/SIGINT.
+//! SIGHUP or `POST /api/reload` (topology/), and drains it on SIGTERM/SIGINT.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -36,7 +36,7 @@ pub fn run(cfg: Config, text: String, source: Option<PathBuf>) -> anyhow::Result
 }
 
 /// Starts a built configuration (outputs' buffers, route table, monitor,
-/// inputs: see `reload::Pipeline`), reloads it on request, and drains it at
+/// inputs: see `topology::Pipeline`), reloads it on request, and drains it at
 /// the end. `nagare check` stops after building; this is the part that
 /// does I/O.
 async fn run_async(

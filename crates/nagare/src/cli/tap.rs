@@ -1,5 +1,6 @@
 //! `nagare tap [PATTERN]...`: prints the events a running daemon routes
-//! with a matching tag, as JSON lines, from its monitor's `/api/tap`.
+//! with a matching tag, as JSON lines, from its monitor's `/api/tap`
+//! (monitor/tap_endpoint.rs, fed by the router's tap hub, router/tap_hub.rs).
 
 use std::io::Write;
 use std::process::ExitCode;

@@ -1,6 +1,6 @@
 //! `nagare test -c FILE [TEST_FILE…]`: runs the `[[test]]` tables of the
 //! config (and of test files beside it) through the real router and
-//! filters, without sockets or outputs (see testing/). Exit 0 when every
+//! filters, without sockets or outputs (see test_tables/). Exit 0 when every
 //! test passes, 1 when one fails, 2 for a bad config or test file.
 
 use std::path::PathBuf;

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::Place;
+use super::loader::Place;
 use nagare_core::plugin::Listen;
 
 /// An error found: (byte offset for the line, key, message).

@@ -10,7 +10,7 @@
 //!   it is in every matched output's buffer; at start the processing list
 //!   is read first. A kill -9 loses nothing; a batch buffered just before
 //!   the kill is read again (at least once). Lists are read over a
-//!   connection of our own (`redis_resp`) that takes the popped elements
+//!   connection of our own (`proto::redis::resp`) that takes the popped elements
 //!   from its read buffer without a copy per element.
 //! - `data_type = "channel"` / `"pattern_channel"`: SUBSCRIBE / PSUBSCRIBE.
 //!   Redis keeps nothing for a subscriber: what is published while nagare

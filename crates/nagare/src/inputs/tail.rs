@@ -1,6 +1,6 @@
 //! `tail`: follows files and turns each line into an event. The file
 //! follower it runs (positions, rotation, inotify, parsers) is shared with
-//! the `directory` input: inputs/common/follow.rs.
+//! the `directory` input: inputs/common/follow/.
 
 use nagare_core::plugin::{BuildContext, OptionError};
 

@@ -1,6 +1,7 @@
 //! The HTTP monitor: `/metrics` (Prometheus text), `/health`, `/api/plugins` (JSON),
-//! `/api/config` and `POST /api/reload` (reload.rs), `/api/tap` (live events,
-//! see tap.rs) and the status page at `/` (status.html).
+//! `/api/config` and `POST /api/reload` (reload.rs), `/api/tap` (live events
+//! from the router's tap hub, router/tap_hub.rs, served by tap_endpoint.rs)
+//! and the status page at `/` (status.html).
 
 mod reload;
 
@@ -18,7 +19,7 @@ use tokio::sync::watch;
 use crate::topology::Control;
 use nagare_core::metrics::{PluginStats, Registry};
 
-mod tap;
+mod tap_endpoint;
 
 type Counter = fn(&PluginStats) -> u64;
 
@@ -186,7 +187,7 @@ pub async fn serve(
         .route("/metrics", get(metrics))
         .route("/health", get(health))
         .route("/api/plugins", get(plugins))
-        .route("/api/tap", get(tap::tap))
+        .route("/api/tap", get(tap_endpoint::tap))
         .merge(reload::routes(control.clone()))
         .layer(Extension(control))
         .with_state(reg);
@@ -195,7 +196,7 @@ pub async fn serve(
             .with_graceful_shutdown(async move {
                 let _ = shutdown.wait_for(|v| *v).await;
                 // Taps stream forever: end them, or the shutdown waits.
-                crate::router::tap::close_all();
+                crate::router::tap_hub::close_all();
             })
             .await;
     }))

@@ -1,7 +1,7 @@
 //! Outputs: each writes closed chunks to a destination. The buffer in front
 //! of each output (see `buffer`) owns batching, retries and backpressure.
 //! Each output type lives in its own file and is registered below (see
-//! plugin.rs).
+//! nagare-core's plugin.rs).
 
 use nagare_core::output::{output, OutputRegistration};
 use nagare_core::registry;

@@ -6,7 +6,7 @@
 //! of the chunk, a channel or a stream one pipeline of PUBLISH or XADD
 //! commands. To one server (or Sentinel's master) the commands are
 //! written as RESP straight from the chunk's events into the connection's
-//! reused write buffer (`redis_resp`); to a Redis Cluster through the
+//! reused write buffer (`proto::redis::resp`); to a Redis Cluster through the
 //! redis crate, which routes each key to its node. The chunk is committed in the buffer only when Redis answered
 //! every command. A reply that refuses the command (WRONGTYPE: the key
 //! holds another type) is permanent: the chunk goes to the secondary output
@@ -130,7 +130,7 @@ enum Client {
 
 enum Connection {
     /// To one server: the commands are written straight from the chunk's
-    /// events into the connection's write buffer (`redis_resp`).
+    /// events into the connection's write buffer (`proto::redis::resp`).
     Resp(RespConn),
     /// The redis crate's: sends each command to the node that holds its
     /// key, follows MOVED and ASK, and reconnects.

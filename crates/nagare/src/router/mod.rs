@@ -24,7 +24,7 @@ use crate::buffer::Buffer;
 
 mod live;
 mod stage;
-pub mod tap;
+pub mod tap_hub;
 pub use live::{LiveRouter, RouteSwitch};
 pub use stage::Stage;
 

@@ -46,7 +46,7 @@ pub(crate) async fn append_batch(
             PluginStats::add(&stats.errors, 1);
             tracing::warn!(input = %name, tag, events = n, "no output matches this tag; events discarded");
         }
-        crate::router::tap::offer(tag, parts, n);
+        crate::router::tap_hub::offer(tag, parts, n);
         for out in outputs.iter().filter(|_| n > 0) {
             if let Err(e) = out.append(tag, parts, n, durable, false, &[]).await {
                 tracing::warn!(input = %name, error = %e, "cannot append");

@@ -9,7 +9,7 @@
 //! A plugin says how a body becomes batches ([`Decode`]); this module does
 //! the rest. Connections are served over any `AsyncRead + AsyncWrite`
 //! stream: with `tls`, the accepted socket does its TLS handshake in its
-//! connection's task (tls.rs logs a failed one with the peer and reason)
+//! connection's task (net/tls.rs logs a failed one with the peer and reason)
 //! and HTTPS is served over the TLS stream.
 //!
 //! The options are declared by [`http_listener_options!`], which appends
@@ -35,6 +35,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio::task::JoinHandle;
 
+use crate::inputs::common::listeners::stopped;
 use crate::inputs::common::AckMode;
 use crate::net::tls::{TlsOptions, TlsServer};
 use crate::router::LiveRouter;
@@ -310,11 +311,6 @@ pub async fn start(
         })
     };
     Ok(vec![accept, waiter])
-}
-
-/// Resolves once shutdown has been signalled.
-async fn stopped(rx: &mut watch::Receiver<bool>) {
-    let _ = rx.wait_for(|v| *v).await;
 }
 
 async fn accept(l: TcpListener, ctx: Arc<Ctx>, shutdown: watch::Receiver<bool>) {
@@ -667,7 +663,7 @@ async fn deliver(ctx: &Ctx, batches: Vec<Events>) -> Result<(), Refused> {
             PluginStats::add(&ctx.stats.errors, 1);
             tracing::warn!(input = %ctx.name, tag = %tag, events = count, "no output matches this tag; events discarded");
         }
-        crate::router::tap::offer(tag, parts, *count);
+        crate::router::tap_hub::offer(tag, parts, *count);
         for out in outputs.iter().filter(|_| *count > 0) {
             let rx = out
                 .append(tag, parts, *count, true, delivered, &[])

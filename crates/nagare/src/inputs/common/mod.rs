@@ -1,6 +1,7 @@
 //! What inputs share, so that no input imports another: appending batches
 //! to the outputs' buffers, the forward chunk-id window, the HTTP listener,
-//! the socket listeners of the line inputs, the file follower of `tail` and
+//! TCP and UNIX listeners kept open across a reload (listeners.rs), the
+//! socket listeners of the line inputs, the file follower of `tail` and
 //! `directory`, and a line's entry.
 
 pub mod append;
@@ -8,6 +9,7 @@ pub mod dedup;
 pub mod follow;
 pub mod http_listener;
 pub mod lines;
+pub mod listeners;
 pub mod queue;
 pub mod sockets;
 

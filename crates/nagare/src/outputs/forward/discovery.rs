@@ -14,7 +14,8 @@ use hickory_resolver::proto::rr::RData;
 use hickory_resolver::TokioResolver;
 use serde::Deserialize;
 
-use super::{check_address, Pool, ServerConfig};
+use super::pool::Pool;
+use super::{check_address, ServerConfig};
 use nagare_core::units::Dur;
 
 #[derive(

@@ -294,7 +294,7 @@ impl Connection<'_> {
     }
 
     /// TLS for a connection that is not the redis crate's (the input's
-    /// lists, see `redis_resp`): the same `tls` table, or rediss://, read
+    /// lists, see resp.rs): the same `tls` table, or rediss://, read
     /// into a [`TlsClient`] (None when TLS is off).
     pub fn tls_client(
         &self,

@@ -18,7 +18,7 @@
 //!
 //! With `tls` (TCP only), each accepted connection does its TLS handshake in
 //! its own task (a slow or failing handshake holds up no other client); a
-//! failed one is logged naming the peer and the reason (tls.rs).
+//! failed one is logged naming the peer and the reason (net/tls.rs).
 
 pub(crate) mod framing;
 pub(crate) mod lines;
@@ -38,6 +38,7 @@ use tokio::time::Instant;
 
 use self::framing::{Framer, Framing, Message};
 use crate::inputs::common::append::append_batch;
+use crate::inputs::common::listeners::stopped;
 use crate::inputs::InputContext;
 use crate::net::tls::TlsServer;
 use crate::net::Stream;
@@ -262,11 +263,6 @@ fn after(d: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(d)
         .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
-}
-
-/// Resolves once shutdown has been signalled.
-async fn stopped(rx: &mut watch::Receiver<bool>) {
-    let _ = rx.wait_for(|v| *v).await;
 }
 
 enum Dgram {

@@ -1,16 +1,18 @@
-//! `tail`: follows files matching globs and turns each line into an event
-//! `{"message": "<line>"}` (parser `none`) or the record its parser makes
-//! (`[input.parser]`, see parsers/), like Fluentd's in_tail.
+//! The file follower of the `tail` and `directory` inputs: follows files
+//! matching globs and turns each line into an event `{"message": "<line>"}`
+//! (parser `none`) or the record its parser makes (`[input.parser]`, see
+//! parsers/), like Fluentd's in_tail.
 //!
 //! Files are read in big blocks and split on newlines with memchr; a batch's
 //! entries are written straight into one buffer (no allocation per line). The
 //! position of every file (by inode) is saved after its batch is in the
-//! outputs' buffers, so a restart neither re-reads nor skips lines beyond the
-//! last unsaved batch. Rotation by rename (a new inode at the path: the old
-//! file is read to its end first), copytruncate (the file got shorter: read
-//! again from the start) and deletion are detected on every scan.
+//! outputs' buffers (positions.rs), so a restart neither re-reads nor skips
+//! lines beyond the last unsaved batch. Rotation by rename (a new inode at
+//! the path: the old file is read to its end first), copytruncate (the file
+//! got shorter: read again from the start) and deletion are detected on
+//! every scan.
 //!
-//! With `watch` (default), inotify (tail/fswatch.rs) wakes the loop as soon as a
+//! With `watch` (default), inotify (fswatch.rs) wakes the loop as soon as a
 //! file appears or grows; the refresh and poll timers stay as the fallback.
 
 mod fswatch;

@@ -1,5 +1,6 @@
-//! Taps: live copies of routed batches for `nagare tap` (served by the
-//! monitor as `GET /api/tap`).
+//! The tap hub: live copies of routed batches for `nagare tap` (the
+//! command, cli/tap.rs), which the monitor serves as `GET /api/tap` (the
+//! tap endpoint, monitor/tap_endpoint.rs, a subscriber of this hub).
 //!
 //! The inputs offer every batch to `offer` after the filter chain, with the
 //! tag it is routed by. With nobody tapping that is one relaxed atomic load

@@ -1,5 +1,6 @@
-//! `GET /api/tap?pattern=P&rate=R&sample=N`: the events routed with a tag
-//! matching P, as server-sent events, for `nagare tap`.
+//! The tap endpoint, `GET /api/tap?pattern=P&rate=R&sample=N`: the events
+//! routed with a tag matching P, as server-sent events, for `nagare tap`
+//! (cli/tap.rs). It subscribes to the router's tap hub (router/tap_hub.rs).
 //!
 //! - `event: events`: `data:` lines, one JSON event each
 //!   (`{"time":"…","tag":"…","record":{…}}`, as the stdout output writes).
@@ -20,7 +21,7 @@ use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 
-use crate::router::tap::{self, Limiter, Subscription, Tapped};
+use crate::router::tap_hub::{self, Limiter, Subscription, Tapped};
 use nagare_core::pattern::Pattern;
 
 #[serde_inline_default]
@@ -64,7 +65,7 @@ pub async fn tap(
     }
     tracing::info!(pattern = %q.pattern, rate = q.rate, sample = q.sample, "tap started");
     let state = Tapping {
-        sub: tap::subscribe(patterns),
+        sub: tap_hub::subscribe(patterns),
         limiter: Limiter::new(q.sample, q.rate),
         last_report: Instant::now(),
     };
