@@ -4,12 +4,11 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde::Deserialize;
-use tokio::io::AsyncWriteExt;
-
 use nagare_core::chunk::Chunk;
 use nagare_core::output::{FlushError, Output, OutputPlugin};
 use nagare_core::plugin::{BuildContext, OptionError};
+use serde::Deserialize;
+use tokio::io::AsyncWriteExt;
 
 /// The options: one serde struct; its doc comments become the reference.
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]

@@ -238,12 +238,6 @@ pub fn join(prefix: &str, key: &str) -> String {
     }
 }
 
-/// `#[serde(default = "nagare_core::plugin::yes")]`: an option that is on
-/// unless turned off.
-pub fn yes() -> bool {
-    true
-}
-
 /// Option defaults written as literals next to their fields:
 ///
 /// ```ignore

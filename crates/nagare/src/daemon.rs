@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use nagare_core::metrics::Registry;
 use tokio::sync::watch;
 
 use crate::config::Config;
@@ -12,7 +13,6 @@ use crate::monitor;
 use crate::topology::service;
 use crate::topology::signals::{Signal, StopSignals};
 use crate::topology::Pipeline;
-use nagare_core::metrics::Registry;
 
 pub fn worker_count(cfg: &Config) -> usize {
     if cfg.system.workers > 0 {

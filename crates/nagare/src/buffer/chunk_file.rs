@@ -36,9 +36,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use nagare_core::holder::{LockError, PidLock};
 
 use super::recovery::Recovered;
-use nagare_core::holder::{LockError, PidLock};
 
 pub(super) const MAGIC: &[u8; 7] = b"NAGAREB";
 /// Replaces MAGIC in a slot whose chunk was delivered.

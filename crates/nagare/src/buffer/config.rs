@@ -3,9 +3,8 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
-
 use nagare_core::units::{Dur, Size};
+use serde::Deserialize;
 
 /// When a file buffer fsyncs its chunk files.
 #[derive(

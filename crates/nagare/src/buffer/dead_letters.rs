@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::Bytes;
+use nagare_core::metrics::PluginStats;
+use nagare_core::output::FlushError;
 
 use super::chunk_file::{start_chunk, Slot};
 use super::{Buffer, Chunk};
-use nagare_core::metrics::PluginStats;
-use nagare_core::output::FlushError;
 
 impl Buffer {
     /// Hands over a chunk whose output gave up on it (retries exhausted, or

@@ -6,11 +6,11 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nagare_core::metrics::PluginStats;
+use nagare_core::output::FlushError;
 use tokio::task::JoinHandle;
 
 use super::{Buffer, Chunk};
-use nagare_core::metrics::PluginStats;
-use nagare_core::output::FlushError;
 
 impl Buffer {
     /// Starts the flush workers and the interval timer.

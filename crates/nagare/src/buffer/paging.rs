@@ -4,9 +4,10 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use nagare_core::metrics::PluginStats;
+
 use super::recovery::read_chunk_file;
 use super::{Buffer, Chunk, State};
-use nagare_core::metrics::PluginStats;
 
 /// A file buffer keeps a queued chunk on disk only (its events are read back
 /// when it is sent) while the chunks held in memory pass `memory_limit`: so

@@ -12,12 +12,12 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
+use nagare_core::metrics::PluginStats;
 
 use super::chunk_file::{
     open_slot, FileStore, Slot, FREE_MAGIC, ID_LEN, MAGIC, RECORD_HEADER, VERSION,
 };
 use super::{Chunk, State};
-use nagare_core::metrics::PluginStats;
 
 /// A chunk found on disk at start.
 pub struct Recovered {

@@ -4,11 +4,11 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-
-use super::{Buffer, BufferConfig, Chunk, FileStore};
 use nagare_core::metrics::PluginStats;
 use nagare_core::output::{FlushError, Output};
 use nagare_core::units::Size;
+
+use super::{Buffer, BufferConfig, Chunk, FileStore};
 
 /// An entry `[i, {}]`.
 pub fn entry(i: u8) -> Bytes {

@@ -11,13 +11,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use bytes::BytesMut;
+use nagare_core::plugin::BuildContext;
 use nagare_forward::handshake::ClientHandshake;
 use nagare_forward::{encode_packed_forward, write_entry, Compression, EventTime};
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use crate::net::tls::{TlsClient, TlsOptions};
 use crate::proto::forward_io::{self, ClientError};
-use nagare_core::plugin::BuildContext;
 
 /// Without acks, how long cat waits at the end for the server to close the
 /// connection (it has read everything then; a server that wanted a

@@ -3,8 +3,9 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use crate::{filters, inputs, outputs};
 use nagare_core::plugin::Registration;
+
+use crate::{filters, inputs, outputs};
 
 #[derive(clap::Args)]
 pub struct PluginsArgs {

@@ -3,8 +3,9 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::{config, daemon, logging};
 use nagare_core::holder::PidLock;
+
+use crate::{config, daemon, logging};
 
 #[derive(clap::Args)]
 pub struct RunArgs {

@@ -9,8 +9,9 @@ use std::net::SocketAddr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use super::loader::Place;
 use nagare_core::plugin::Listen;
+
+use super::loader::Place;
 
 /// An error found: (byte offset for the line, key, message).
 pub type Found = (usize, String, String);

@@ -6,10 +6,11 @@
 #[path = "../../../../docs/contributing/tally.rs"]
 mod tally;
 
-use super::{parse_with, OutputTarget, Registries};
-use crate::outputs::REGISTRY;
 use nagare_core::chunk::Chunk;
 use nagare_core::output::{output, OutputRegistration};
+
+use super::{parse_with, OutputTarget, Registries};
+use crate::outputs::REGISTRY;
 
 #[tokio::test]
 async fn the_example_output_loads_and_writes() {

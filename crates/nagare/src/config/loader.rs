@@ -8,24 +8,23 @@
 
 use std::ops::Range;
 
-use serde::de::DeserializeOwned;
-use toml::de::{DeTable, DeValue};
-use toml::Spanned;
-
 use nagare_core::filter::FilterRegistration;
 use nagare_core::output::OutputRegistration;
 use nagare_core::pattern::Pattern;
 use nagare_core::plugin::{
     self, read, BuildContext, Built, Listen, OptionError, Registration, Section, SectionError,
 };
+use serde::de::DeserializeOwned;
+use toml::de::{DeTable, DeValue};
+use toml::Spanned;
 
 use super::labels::LabelUse;
 use super::source::{self, join, KeySpans, Lines};
+use super::test_spec::Names;
 use super::{checks, messages};
 use super::{Config, ConfigError, FilterSection, InputSection, MonitorConfig, OutputSection};
 use super::{OutputTarget, SystemConfig};
 use crate::inputs::InputRegistration;
-use super::test_spec::Names;
 
 /// The registries a config is loaded with.
 #[derive(Clone, Copy)]

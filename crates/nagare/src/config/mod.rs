@@ -22,8 +22,8 @@ mod outputs;
 #[cfg(test)]
 mod reference;
 mod source;
-pub mod test_spec;
 mod test_sections;
+pub mod test_spec;
 
 use std::fmt;
 use std::path::Path;

@@ -8,10 +8,10 @@ use nagare_core::filter::Filter;
 use nagare_core::output::Output;
 use nagare_core::pattern::Pattern;
 
+use super::test_spec::{Names, TestCase};
 use super::ConfigError;
 use crate::buffer::BufferConfig;
 use crate::inputs::Input;
-use super::test_spec::{Names, TestCase};
 
 #[derive(Debug, Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema, Default)]
 #[serde(deny_unknown_fields)]

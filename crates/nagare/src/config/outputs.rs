@@ -2,10 +2,9 @@
 //! `[output.buffer]` table and its checks, a copy output's stores and an
 //! `[output.secondary]`, each built as an output section of its own.
 
+use nagare_core::plugin::{read, Built, SectionError};
 use toml::de::DeValue;
 use toml::Spanned;
-
-use nagare_core::plugin::{read, Built, SectionError};
 
 use super::loader::{into_table, Loader, Place};
 use super::source::{join, KeySpans};

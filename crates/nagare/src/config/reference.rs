@@ -2,6 +2,7 @@
 //! options structs (their doc comments, types and defaults), so code and docs
 //! cannot drift: a test fails when the file differs from what this renders.
 
+use nagare_core::plugin::{type_list, Registration};
 use schemars::JsonSchema;
 use serde_json::Value;
 
@@ -9,7 +10,6 @@ use crate::buffer::BufferConfig;
 use crate::config::{MonitorConfig, SystemConfig};
 use crate::parsers::options as parser;
 use crate::{filters, inputs, outputs};
-use nagare_core::plugin::{type_list, Registration};
 
 pub const BEGIN: &str =
     "<!-- BEGIN GENERATED: option tables (cargo test regenerates with NAGARE_UPDATE_DOCS=1) -->";

@@ -4,14 +4,13 @@
 
 use std::path::Path;
 
-use toml::de::{DeTable, DeValue};
-
 use nagare_core::plugin::read;
+use toml::de::{DeTable, DeValue};
 
 use super::loader::{Loader, Registries};
 use super::source::{join, KeySpans};
-use super::ConfigError;
 use super::test_spec::{Names, TestCase, TestSpec};
+use super::ConfigError;
 
 /// Reads the `[[test]]` tables of a test file (a file of tests only, beside
 /// the config); `names` are the config's sections.

@@ -6,13 +6,12 @@
 
 use std::collections::BTreeMap;
 
+use nagare_core::plugin::OptionError;
+use nagare_core::record::FieldPath;
 use nagare_forward::EventTime;
 use regex::Regex;
 use serde::Deserialize;
 use serde_json::{Map, Value};
-
-use nagare_core::plugin::OptionError;
-use nagare_core::record::FieldPath;
 
 /// A `[[test]]` table as written.
 #[derive(Debug, Deserialize)]

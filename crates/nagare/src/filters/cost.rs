@@ -13,15 +13,14 @@
 use std::hint::black_box;
 
 use bytes::Bytes;
+use nagare_core::filter::Filter;
+use nagare_core::plugin::{BuildContext, Built, Section};
 use nagare_forward::msgpack::{write_map_len, write_str};
 use nagare_forward::EventTime;
-
 use toml::de::{DeTable, DeValue};
 use toml::Spanned;
 
 use super::common::timing::{cpu_ns, median};
-use nagare_core::filter::Filter;
-use nagare_core::plugin::{BuildContext, Built, Section};
 
 const EVENTS: u32 = 200;
 

@@ -9,15 +9,15 @@
 //! one new batch.
 
 use bytes::Bytes;
+use nagare_core::filter::FilterPlugin;
+use nagare_core::filter::{Filter, Filtered};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use nagare_core::record::{Fields, Span};
 use regex_automata::meta;
 use serde::Deserialize;
 
-use nagare_core::record::{Fields, Span};
 use super::common::rules::{rules, GrepRule, Rule};
 use super::common::search::CachePool;
-use nagare_core::filter::{Filter, Filtered};
-use nagare_core::filter::FilterPlugin;
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
 #[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -44,7 +44,9 @@ pub struct GrepConfig {
     pub exclude_combine: Combine,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Combine {
     /// Every rule.
@@ -92,7 +94,13 @@ struct Grep {
 }
 
 impl Grep {
-    fn keeps(&self, record: &[u8], spans: &[Span], scratch: &mut Vec<u8>, caches: &mut [meta::Cache]) -> bool {
+    fn keeps(
+        &self,
+        record: &[u8],
+        spans: &[Span],
+        scratch: &mut Vec<u8>,
+        caches: &mut [meta::Cache],
+    ) -> bool {
         // Rules by index, not zipped iterators: for one or two rules the
         // zips' set-up cost more than the rules' own tests.
         let mut hit = |i: usize| self.rules[i].matches_at(record, spans, scratch, &mut caches[i]);
@@ -116,12 +124,13 @@ impl Filter for Grep {
     fn filter(&self, _tag: &str, parts: &[Bytes], _count: u32) -> Filtered {
         let make = || self.rules.iter().map(Rule::cache).collect();
         let mut scratch = Vec::new();
-        self.caches.with(make, |caches: &mut Vec<meta::Cache>| Filtered {
-            batch: nagare_core::record::retain_with(parts, &self.fields, |record, _, spans| {
-                self.keeps(record, spans, &mut scratch, caches)
-            }),
-            ..Filtered::default()
-        })
+        self.caches
+            .with(make, |caches: &mut Vec<meta::Cache>| Filtered {
+                batch: nagare_core::record::retain_with(parts, &self.fields, |record, _, spans| {
+                    self.keeps(record, spans, &mut scratch, caches)
+                }),
+                ..Filtered::default()
+            })
     }
 }
 
@@ -149,7 +158,11 @@ mod tests {
         for (i, r) in records.iter().enumerate() {
             let mut bytes = Vec::new();
             rmpv::encode::write_value(&mut bytes, r).unwrap();
-            let half = if i < records.len() / 2 { &mut a } else { &mut b };
+            let half = if i < records.len() / 2 {
+                &mut a
+            } else {
+                &mut b
+            };
             write_entry(half, EventTime::new(1, 0), &bytes);
         }
         let out = f.filter("t", &[Bytes::from(a), Bytes::from(b)], records.len() as u32);
@@ -190,9 +203,22 @@ pattern = "healthz"
             ev(0, &[("level", "warn".into()), ("http", http(503))]),
             ev(1, &[("level", "info".into()), ("http", http(503))]),
             ev(2, &[("level", "error".into()), ("http", http(200))]),
-            ev(3, &[("level", "error".into()), ("http", http(500)), ("path", "/healthz".into())]),
+            ev(
+                3,
+                &[
+                    ("level", "error".into()),
+                    ("http", http(500)),
+                    ("path", "/healthz".into()),
+                ],
+            ),
             ev(4, &[("level", "error".into())]),
-            ev(5, &[("level", Value::Binary(b"error".to_vec())), ("http", http(502))]),
+            ev(
+                5,
+                &[
+                    ("level", Value::Binary(b"error".to_vec())),
+                    ("http", http(502)),
+                ],
+            ),
         ];
         assert_eq!(kept(&*f, &records), Some(vec![0, 5]));
         // Every event passes: the batch goes on as it came.

@@ -16,13 +16,12 @@
 
 use bytes::Bytes;
 use chrono::format::Item;
+use nagare_core::filter::FilterPlugin;
+use nagare_core::filter::{Filter, Filtered};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use nagare_core::record::{self, value_text, FieldPath, Fields, Span};
 use nagare_forward::msgpack::{write_map_len, write_str};
 use serde::Deserialize;
-
-use nagare_core::record::{self, value_text, FieldPath, Fields, Span};
-use nagare_core::filter::{Filter, Filtered};
-use nagare_core::filter::FilterPlugin;
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
 #[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -94,7 +93,10 @@ enum Part {
 
 enum Op {
     Remove,
-    Put { value: Value, if_absent: bool },
+    Put {
+        value: Value,
+        if_absent: bool,
+    },
     /// Changes inside the map under this key.
     Into(Node),
 }
@@ -175,10 +177,26 @@ impl Modify {
         for path in &b.sources {
             fields.add(path);
         }
-        let batch_constant = |op: &Op| matches!(op, Op::Put { value: Value::Fixed(_) | Value::PerTag(_), .. });
-        let appends = (b.root.keep.is_none() && b.root.ops.iter().all(|(_, op)| batch_constant(op))).then(|| {
-            let key = |k: &Vec<u8>| FieldPath { keys: vec![k.clone()] };
-            b.root.ops.iter().map(|(k, _)| fields.add(&key(k))).collect()
+        let batch_constant = |op: &Op| {
+            matches!(
+                op,
+                Op::Put {
+                    value: Value::Fixed(_) | Value::PerTag(_),
+                    ..
+                }
+            )
+        };
+        let appends = (b.root.keep.is_none()
+            && b.root.ops.iter().all(|(_, op)| batch_constant(op)))
+        .then(|| {
+            let key = |k: &Vec<u8>| FieldPath {
+                keys: vec![k.clone()],
+            };
+            b.root
+                .ops
+                .iter()
+                .map(|(k, _)| fields.add(&key(k)))
+                .collect()
         });
         Ok(Modify {
             uses_time: b.uses_time,
@@ -217,7 +235,13 @@ impl Builder {
         }
     }
 
-    fn put(&mut self, key: &str, field: &str, value: Value, if_absent: bool) -> Result<(), OptionError> {
+    fn put(
+        &mut self,
+        key: &str,
+        field: &str,
+        value: Value,
+        if_absent: bool,
+    ) -> Result<(), OptionError> {
         self.change(key, field, Op::Put { value, if_absent })
     }
 
@@ -233,11 +257,16 @@ impl Builder {
         if node.ops.iter().any(|(k, _)| k == last) {
             return Err(OptionError::new(
                 key,
-                format!("{field:?} is already changed by another option (each field may change once)"),
+                format!(
+                    "{field:?} is already changed by another option (each field may change once)"
+                ),
             ));
         }
         if node.ops.len() == MAX_OPS {
-            return Err(OptionError::new(key, format!("more than {MAX_OPS} changes in one map")));
+            return Err(OptionError::new(
+                key,
+                format!("more than {MAX_OPS} changes in one map"),
+            ));
         }
         node.ops.push((last.clone(), op));
         Ok(())
@@ -256,7 +285,10 @@ impl Builder {
             [Part::Text(t)] => Value::Fixed(str_value(t)),
             // A value that is one field keeps the field's type.
             [Part::Field(i)] => Value::Field(*i),
-            _ if parts.iter().all(|p| matches!(p, Part::Text(_) | Part::Tag | Part::TagIndex(_))) => {
+            _ if parts
+                .iter()
+                .all(|p| matches!(p, Part::Text(_) | Part::Tag | Part::TagIndex(_))) =>
+            {
                 self.per_tag.push(parts);
                 Value::PerTag(self.per_tag.len() - 1)
             }
@@ -286,8 +318,13 @@ impl Builder {
                     Part::Time
                 }
                 _ => {
-                    if let Some(n) = name.strip_prefix("tag_parts[").and_then(|r| r.strip_suffix(']')) {
-                        let n = n.parse().map_err(|_| format!("`${{{name}}}`: the index must be an integer"))?;
+                    if let Some(n) = name
+                        .strip_prefix("tag_parts[")
+                        .and_then(|r| r.strip_suffix(']'))
+                    {
+                        let n = n
+                            .parse()
+                            .map_err(|_| format!("`${{{name}}}`: the index must be an integer"))?;
                         Part::TagIndex(n)
                     } else if let Some(field) = name.strip_prefix("record.") {
                         let path = FieldPath::parse(&format!("$.{field}"))?;
@@ -388,7 +425,13 @@ impl Node {
     /// Writes the map at `pos` of `ev.record` (an empty map when `None`)
     /// with this node's changes; returns where that map ends (`pos` when
     /// `None`), or `None` when it is cut short.
-    fn write(&self, ev: &Event, pos: Option<usize>, out: &mut Vec<u8>, s: &mut Scratch) -> Option<usize> {
+    fn write(
+        &self,
+        ev: &Event,
+        pos: Option<usize>,
+        out: &mut Vec<u8>,
+        s: &mut Scratch,
+    ) -> Option<usize> {
         let rec = ev.record;
         let base = s.pairs.len();
         let mut seen = 0u64;
@@ -406,10 +449,14 @@ impl Node {
                         seen |= 1 << i;
                         match &self.ops[i].1 {
                             Op::Remove => Action::Skip,
-                            Op::Put { if_absent: true, .. } => Action::Copy,
+                            Op::Put {
+                                if_absent: true, ..
+                            } => Action::Copy,
                             Op::Put { value, .. } if present(value, ev) => Action::Put(i),
                             Op::Put { .. } => Action::Copy,
-                            Op::Into(_) if rec.get(value).is_some_and(|b| is_map(*b)) => Action::Into(i),
+                            Op::Into(_) if rec.get(value).is_some_and(|b| is_map(*b)) => {
+                                Action::Into(i)
+                            }
                             Op::Into(_) => Action::Copy,
                         }
                     }
@@ -423,7 +470,10 @@ impl Node {
                 // Pairs copied as they are, one after the other, are one
                 // copy (often the whole map).
                 match s.pairs[base..].last_mut() {
-                    Some(last) if matches!((last.action, action), (Action::Copy, Action::Copy)) && last.end == p => {
+                    Some(last)
+                        if matches!((last.action, action), (Action::Copy, Action::Copy))
+                            && last.end == p =>
+                    {
                         last.end = end
                     }
                     _ => s.pairs.push(Planned {
@@ -548,7 +598,11 @@ impl Filter for Modify {
             .per_tag
             .iter()
             .map(|parts| {
-                let text: Vec<u8> = parts.iter().flat_map(|p| tag_text(p, tag)).copied().collect();
+                let text: Vec<u8> = parts
+                    .iter()
+                    .flat_map(|p| tag_text(p, tag))
+                    .copied()
+                    .collect();
                 let mut v = Vec::new();
                 write_str(&mut v, &text);
                 v
@@ -560,8 +614,14 @@ impl Filter for Modify {
             for (key, op) in &self.root.ops {
                 write_str(&mut appended, key);
                 match op {
-                    Op::Put { value: Value::Fixed(v), .. } => appended.extend_from_slice(v),
-                    Op::Put { value: Value::PerTag(i), .. } => appended.extend_from_slice(&per_tag[*i]),
+                    Op::Put {
+                        value: Value::Fixed(v),
+                        ..
+                    } => appended.extend_from_slice(v),
+                    Op::Put {
+                        value: Value::PerTag(i),
+                        ..
+                    } => appended.extend_from_slice(&per_tag[*i]),
                     _ => unreachable!("appends holds only batch-constant values"),
                 }
             }
@@ -592,8 +652,9 @@ impl Filter for Modify {
                 if self.uses_time {
                     let t = record::entry_time(head);
                     time.clear();
-                    let dt = chrono::DateTime::from_timestamp(t.secs as i64, t.nanos.min(999_999_999))
-                        .unwrap_or_default();
+                    let dt =
+                        chrono::DateTime::from_timestamp(t.secs as i64, t.nanos.min(999_999_999))
+                            .unwrap_or_default();
                     use std::io::Write;
                     let _ = write!(time, "{}", dt.format_with_items(self.time_format.iter()));
                 }
@@ -627,11 +688,18 @@ mod tests {
     }
 
     fn build_err(toml_text: &str) -> OptionError {
-        Modify::new(toml::from_str(toml_text).unwrap()).err().unwrap()
+        Modify::new(toml::from_str(toml_text).unwrap())
+            .err()
+            .unwrap()
     }
 
     fn m(pairs: &[(&str, V)]) -> V {
-        V::Map(pairs.iter().map(|(k, v)| (V::from(*k), v.clone())).collect())
+        V::Map(
+            pairs
+                .iter()
+                .map(|(k, v)| (V::from(*k), v.clone()))
+                .collect(),
+        )
     }
 
     fn run(f: &Modify, tag: &str, record: &V) -> V {
@@ -769,7 +837,11 @@ txt = "n=${record.n} m=${record.x.y} s=${record.s}"
 "#,
         );
         let host = gethostname::gethostname().to_string_lossy().into_owned();
-        let got = run(&f, "app.web.api", &m(&[("n", 5.into()), ("s", "str".into())]));
+        let got = run(
+            &f,
+            "app.web.api",
+            &m(&[("n", 5.into()), ("s", "str".into())]),
+        );
         assert_eq!(
             got,
             m(&[
@@ -793,7 +865,11 @@ txt = "n=${record.n} m=${record.x.y} s=${record.s}"
     fn pairs_appended_to_records_without_the_changed_keys() {
         let f = modify("[set]\nhost = \"h1\"\nsource = \"${tag}\"\n[add]\nenv = 7\n");
         assert!(f.appends.is_some(), "these changes only append pairs");
-        let added = [("host", V::from("h1")), ("source", "app.web".into()), ("env", 7.into())];
+        let added = [
+            ("host", V::from("h1")),
+            ("source", "app.web".into()),
+            ("env", 7.into()),
+        ];
         let with = |pairs: &[(&str, V)]| {
             let mut all = pairs.to_vec();
             all.extend(added.iter().cloned());
@@ -802,14 +878,28 @@ txt = "n=${record.n} m=${record.x.y} s=${record.s}"
         // No changed key: the pairs are appended; a map of 15 pairs grows
         // past what a fixmap header holds.
         let fifteen: Vec<(String, V)> = (0..15).map(|i| (format!("k{i}"), V::from(i))).collect();
-        let fifteen: Vec<(&str, V)> = fifteen.iter().map(|(k, v)| (k.as_str(), v.clone())).collect();
-        let nested = [("a", m(&[("host", "inner".into())])), ("b", V::Array(vec![1.into()]))];
+        let fifteen: Vec<(&str, V)> = fifteen
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.clone()))
+            .collect();
+        let nested = [
+            ("a", m(&[("host", "inner".into())])),
+            ("b", V::Array(vec![1.into()])),
+        ];
         for rec in [&[][..], &fifteen, &nested] {
             assert_eq!(run(&f, "app.web", &m(rec)), with(rec));
         }
         // A changed key in the record: set replaces it in place, add keeps it.
         assert_eq!(
-            run(&f, "app.web", &m(&[("env", "dev".into()), ("host", "old".into()), ("x", 1.into())])),
+            run(
+                &f,
+                "app.web",
+                &m(&[
+                    ("env", "dev".into()),
+                    ("host", "old".into()),
+                    ("x", 1.into())
+                ])
+            ),
             m(&[
                 ("env", "dev".into()),
                 ("host", "h1".into()),
@@ -821,13 +911,24 @@ txt = "n=${record.n} m=${record.x.y} s=${record.s}"
         // kinds, in two parts, keeps its order.
         let mut a = Vec::new();
         let mut b = Vec::new();
-        let records = [m(&[("s", 1.into())]), "not a map".into(), m(&[("host", "x".into())])];
+        let records = [
+            m(&[("s", 1.into())]),
+            "not a map".into(),
+            m(&[("host", "x".into())]),
+        ];
         for (i, r) in records.iter().enumerate() {
             let mut bytes = Vec::new();
             rmpv::encode::write_value(&mut bytes, r).unwrap();
-            write_entry(if i == 0 { &mut a } else { &mut b }, EventTime::new(1, 0), &bytes);
+            write_entry(
+                if i == 0 { &mut a } else { &mut b },
+                EventTime::new(1, 0),
+                &bytes,
+            );
         }
-        let (out, n) = f.filter("app.web", &[Bytes::from(a), Bytes::from(b)], 3).batch.unwrap();
+        let (out, n) = f
+            .filter("app.web", &[Bytes::from(a), Bytes::from(b)], 3)
+            .batch
+            .unwrap();
         assert_eq!(n, 3);
         let got: Vec<V> = nagare_core::record::entries(&out)
             .map(|(_, r, _)| rmpv::decode::read_value(&mut &r[..]).unwrap())
@@ -835,12 +936,21 @@ txt = "n=${record.n} m=${record.x.y} s=${record.s}"
         let want = [
             with(&[("s", 1.into())]),
             "not a map".into(),
-            m(&[("host", "h1".into()), ("source", "app.web".into()), ("env", 7.into())]),
+            m(&[
+                ("host", "h1".into()),
+                ("source", "app.web".into()),
+                ("env", 7.into()),
+            ]),
         ];
         assert_eq!(got, want);
         // A template reading the record or the time, or a keep list, takes
         // the general rewrite.
-        for other in ["[set]\nt = \"${time}\"\n", "[set]\nc = \"${record.s}\"\n", "remove = [\"s\"]\n", "keep = [\"s\"]\n[set]\na = 1\n"] {
+        for other in [
+            "[set]\nt = \"${time}\"\n",
+            "[set]\nc = \"${record.s}\"\n",
+            "remove = [\"s\"]\n",
+            "keep = [\"s\"]\n[set]\na = 1\n",
+        ] {
             assert!(modify(other).appends.is_none(), "{other}");
         }
     }
@@ -849,7 +959,10 @@ txt = "n=${record.n} m=${record.x.y} s=${record.s}"
     fn bad_options_name_their_key() {
         let e = build_err("[set]\na = \"${tags}\"\n");
         assert_eq!(e.key, "set.a");
-        assert!(e.message.contains("unknown template variable `${tags}`"), "{e}");
+        assert!(
+            e.message.contains("unknown template variable `${tags}`"),
+            "{e}"
+        );
         let e = build_err("[set]\na = \"${tag_parts[x]}\"\n");
         assert_eq!(e.key, "set.a");
         let e = build_err("[set]\na = \"${tag\"\n");

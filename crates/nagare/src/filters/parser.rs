@@ -12,15 +12,13 @@
 //! go to that label instead of on with the others.
 
 use bytes::Bytes;
-use nagare_forward::msgpack::{
-    read_str_or_bin, write_map_len, write_str, write_str_header,
-};
+use nagare_core::filter::FilterPlugin;
+use nagare_core::filter::{Filter, Filtered};
+use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_forward::msgpack::{read_str_or_bin, write_map_len, write_str, write_str_header};
 use serde::Deserialize;
 
-use nagare_core::filter::{Filter, Filtered};
 use crate::parsers::{Parser, ParserConfig};
-use nagare_core::filter::FilterPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
 
 impl FilterPlugin for ParserFilterConfig {
     const TYPE: &'static str = "parser";
@@ -84,7 +82,8 @@ impl ParserFilter {
             return Err(OptionError::new("key_name", "must name the field to parse"));
         }
         crate::parsers::check_options("parser", &cfg.parser)?;
-        let parser = Parser::new(&cfg.parser).map_err(|e| OptionError::new("parser", format!("{e:#}")))?;
+        let parser =
+            Parser::new(&cfg.parser).map_err(|e| OptionError::new("parser", format!("{e:#}")))?;
         Ok(ParserFilter {
             cfg: cfg.clone(),
             parser,
@@ -229,7 +228,11 @@ impl Filter for ParserFilter {
                 }
             }
         }
-        let failed_count = if self.failures_routed { errors as u32 } else { 0 };
+        let failed_count = if self.failures_routed {
+            errors as u32
+        } else {
+            0
+        };
         Filtered {
             batch: Some((Bytes::from(out), count)),
             errors,
@@ -420,7 +423,12 @@ mod tests {
             .collect();
         assert_eq!(evs.len(), 1);
         assert_eq!(evs[0].0, T0);
-        let pe = evs[0].1.as_map().unwrap().iter().find(|(k, _)| k.as_str() == Some("parse_error"));
+        let pe = evs[0]
+            .1
+            .as_map()
+            .unwrap()
+            .iter()
+            .find(|(k, _)| k.as_str() == Some("parse_error"));
         assert!(pe.is_some(), "marked with parse_error: {:?}", evs[0].1);
         // A batch that all parses has nothing failed.
         let mut entries = Vec::new();
@@ -653,10 +661,9 @@ types = { code = "integer" }
             "key_name = \"m\"\n[parser]\ntype = \"regex\"\n"
         )
         .is_err());
-        let cfg: ParserFilterConfig = toml::from_str(
-            "key_name = \"m\"\n[parser]\ntype = \"regex\"\nexpression = \"(x\"\n",
-        )
-        .unwrap();
+        let cfg: ParserFilterConfig =
+            toml::from_str("key_name = \"m\"\n[parser]\ntype = \"regex\"\nexpression = \"(x\"\n")
+                .unwrap();
         let e = ParserFilter::new(&cfg).err().unwrap();
         assert_eq!(e.key, "parser.expression");
         assert!(toml::from_str::<ParserFilterConfig>("[parser]\ntype = \"json\"\n").is_err());

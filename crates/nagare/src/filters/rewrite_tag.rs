@@ -9,17 +9,17 @@
 //! uncopied.
 
 use bytes::Bytes;
+use nagare_core::filter::FilterPlugin;
+use nagare_core::filter::{Filter, Filtered};
+use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::record::{value_text, FieldPath, Fields, Span};
 use regex_automata::meta;
 use regex_automata::util::captures::Captures;
 use regex_automata::Input;
 use serde::Deserialize;
 
-use nagare_core::record::{value_text, FieldPath, Fields, Span};
 use super::common::search::{CachePool, Pattern};
 use super::common::tag_template::{render, tag_template, Part};
-use nagare_core::filter::{Filter, Filtered};
-use nagare_core::filter::FilterPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -70,14 +70,20 @@ impl FilterPlugin for RewriteTagConfig {
 
     fn build(self, _cx: &mut BuildContext) -> Result<Box<dyn Filter>, OptionError> {
         if self.rule.is_empty() {
-            return Err(OptionError::new("rule", "needs at least one [[filter.rule]]"));
+            return Err(OptionError::new(
+                "rule",
+                "needs at least one [[filter.rule]]",
+            ));
         }
         let mut fields = Fields::default();
         let rules: Vec<Rule> = self
             .rule
             .iter()
             .enumerate()
-            .map(|(i, r)| Rule::new(r, &mut fields).map_err(|(k, e)| OptionError::new(format!("rule[{i}].{k}"), e)))
+            .map(|(i, r)| {
+                Rule::new(r, &mut fields)
+                    .map_err(|(k, e)| OptionError::new(format!("rule[{i}].{k}"), e))
+            })
             .collect::<Result<_, _>>()?;
         Ok(Box::new(RewriteTag {
             rules,
@@ -105,7 +111,11 @@ impl Rule {
         let key = FieldPath::parse(&r.key).map_err(|e| ("key", e))?;
         let test = Pattern::new(&r.pattern).map_err(|e| ("pattern", format!("bad regex: {e}")))?;
         let tag = tag_template(&r.tag).map_err(|e| ("tag", e))?;
-        let groups = test.regex().group_info().group_len(regex_automata::PatternID::ZERO) - 1;
+        let groups = test
+            .regex()
+            .group_info()
+            .group_len(regex_automata::PatternID::ZERO)
+            - 1;
         let mut captures = false;
         for p in &tag {
             if let Part::Capture(n) = p {
@@ -161,7 +171,9 @@ impl Rule {
         }
         if self.captures {
             let Search { cache, caps } = search;
-            self.test.regex().search_captures_with(cache, &Input::new(text), caps);
+            self.test
+                .regex()
+                .search_captures_with(cache, &Input::new(text), caps);
             if caps.is_match() {
                 render(&self.tag, tag, Some((caps, text)), out);
             }
@@ -445,7 +457,10 @@ tag = "kept.${tag_parts[-1]}"
             ]
         );
         // Nothing moves: the batch goes on as it came.
-        assert_eq!(run(&*f, "app.api", &[ev(0, &[("level", "debug".into())])]), (None, vec![]));
+        assert_eq!(
+            run(&*f, "app.api", &[ev(0, &[("level", "debug".into())])]),
+            (None, vec![])
+        );
     }
 
     #[test]
@@ -454,13 +469,19 @@ tag = "kept.${tag_parts[-1]}"
         let (stay, moved) = run(
             &*f,
             "app.api",
-            &[ev(0, &[("level", "debug".into())]), ev(1, &[("level", "warn".into())])],
+            &[
+                ev(0, &[("level", "debug".into())]),
+                ev(1, &[("level", "warn".into())]),
+            ],
         );
         assert_eq!(stay, Some(vec![]));
         assert_eq!(moved, [("alert.warn.api".to_string(), vec![1])]);
         // A rule whose tag is the event's own keeps it in the batch.
         let f = build("[[rule]]\nkey = \"a\"\npattern = \"x\"\ntag = \"${tag}\"\n").unwrap();
-        assert_eq!(run(&*f, "t", &[ev(0, &[("a", "x".into())])]), (None, vec![]));
+        assert_eq!(
+            run(&*f, "t", &[ev(0, &[("a", "x".into())])]),
+            (None, vec![])
+        );
     }
 
     #[test]
@@ -479,7 +500,17 @@ tag = "kept.${tag_parts[-1]}"
         // One tag for a while, then another: the first ones become a group.
         let debug = |i| ev(i, &[("level", "debug".into())]);
         assert_eq!(
-            run(&*f, "app.api", &[warn(0), warn(1), debug(2), warn(3), ev(4, &[("level", "info".into())])]),
+            run(
+                &*f,
+                "app.api",
+                &[
+                    warn(0),
+                    warn(1),
+                    debug(2),
+                    warn(3),
+                    ev(4, &[("level", "info".into())])
+                ]
+            ),
             (
                 Some(vec![2]),
                 vec![
@@ -490,11 +521,15 @@ tag = "kept.${tag_parts[-1]}"
         );
         // Every event dropped: an empty batch.
         let f = build(&format!("unmatched = \"drop\"\n{RULES}")).unwrap();
-        let out = f.filter("app.api", &[{
-            let mut e = Vec::new();
-            write_entry(&mut e, EventTime::new(1, 0), &debug(0));
-            Bytes::from(e)
-        }], 1);
+        let out = f.filter(
+            "app.api",
+            &[{
+                let mut e = Vec::new();
+                write_entry(&mut e, EventTime::new(1, 0), &debug(0));
+                Bytes::from(e)
+            }],
+            1,
+        );
         assert_eq!((out.tag, out.batch.map(|b| b.1)), (None, Some(0)));
     }
 
@@ -509,7 +544,10 @@ tag = "kept.${tag_parts[-1]}"
         let e = err("[[rule]]\nkey = \"a\"\npattern = \"(x)\"\ninvert = true\ntag = \"t.$1\"\n");
         assert!(e.message.contains("inverted"), "{e}");
         let e = err("[[rule]]\nkey = \"a\"\npattern = \"x\"\ntag = \"${tags}\"\n");
-        assert!(e.message.contains("unknown template variable `${tags}`"), "{e}");
+        assert!(
+            e.message.contains("unknown template variable `${tags}`"),
+            "{e}"
+        );
         let e = err("[[rule]]\nkey = \"$.\"\npattern = \"x\"\ntag = \"t\"\n");
         assert_eq!(e.key, "rule[0].key");
         assert_eq!(err("rule = []\n").key, "rule");

@@ -13,16 +13,16 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use bytes::Bytes;
+use nagare_core::filter::FilterPlugin;
+use nagare_core::filter::{Filter, Filtered};
+use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::record::{value_text, FieldPath, Fields, Span};
 use regex_automata::meta;
 use serde::Deserialize;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::common::rules::{rules, GrepRule, Rule};
-use nagare_core::record::{value_text, FieldPath, Fields, Span};
 use super::common::search::CachePool;
-use nagare_core::filter::{Filter, Filtered};
-use nagare_core::filter::FilterPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -65,16 +65,20 @@ impl SampleConfig {
     fn sample(self) -> Result<Sample, OptionError> {
         let share = match (self.rate, self.ratio) {
             (Some(_), Some(_)) => {
-                return Err(OptionError::new("ratio", "give `rate` or `ratio`, not both"))
-            }
-            (None, None) => {
                 return Err(OptionError::new(
-                    "",
-                    "a sample filter needs `rate` (keep 1 in N) or `ratio` (keep a share, e.g. 0.1)",
+                    "ratio",
+                    "give `rate` or `ratio`, not both",
                 ))
             }
+            (None, None) => return Err(OptionError::new(
+                "",
+                "a sample filter needs `rate` (keep 1 in N) or `ratio` (keep a share, e.g. 0.1)",
+            )),
             (Some(0), None) => {
-                return Err(OptionError::new("rate", "must be at least 1 (1 keeps every event)"))
+                return Err(OptionError::new(
+                    "rate",
+                    "must be at least 1 (1 keeps every event)",
+                ))
             }
             (Some(n), None) => Share::new(1, n),
             (None, Some(r)) => {
@@ -98,7 +102,9 @@ impl SampleConfig {
         let exclude = rules("exclude", &self.exclude, &mut fields)?;
         let key = match &self.key {
             None => None,
-            Some(k) => Some(fields.add(&FieldPath::parse(k).map_err(|e| OptionError::new("key", e))?)),
+            Some(k) => {
+                Some(fields.add(&FieldPath::parse(k).map_err(|e| OptionError::new("key", e))?))
+            }
         };
         Ok(Sample {
             share,
@@ -157,7 +163,13 @@ struct Sample {
 }
 
 impl Sample {
-    fn keeps(&self, record: &[u8], spans: &[Span], scratch: &mut Vec<u8>, caches: &mut [meta::Cache]) -> bool {
+    fn keeps(
+        &self,
+        record: &[u8],
+        spans: &[Span],
+        scratch: &mut Vec<u8>,
+        caches: &mut [meta::Cache],
+    ) -> bool {
         let mut rules = self.exclude.iter().zip(caches);
         if rules.any(|(r, cache)| r.matches_at(record, spans, scratch, cache)) {
             return true;
@@ -173,12 +185,13 @@ impl Filter for Sample {
     fn filter(&self, _tag: &str, parts: &[Bytes], _count: u32) -> Filtered {
         let make = || self.exclude.iter().map(Rule::cache).collect();
         let mut scratch = Vec::new();
-        self.caches.with(make, |caches: &mut Vec<meta::Cache>| Filtered {
-            batch: nagare_core::record::retain_with(parts, &self.fields, |record, _, spans| {
-                self.keeps(record, spans, &mut scratch, caches)
-            }),
-            ..Filtered::default()
-        })
+        self.caches
+            .with(make, |caches: &mut Vec<meta::Cache>| Filtered {
+                batch: nagare_core::record::retain_with(parts, &self.fields, |record, _, spans| {
+                    self.keeps(record, spans, &mut scratch, caches)
+                }),
+                ..Filtered::default()
+            })
     }
 }
 
@@ -206,7 +219,10 @@ mod tests {
     /// field is its seq).
     fn kept(f: &Sample, records: &[Value]) -> Vec<i64> {
         let b = batch(records);
-        let entries = match f.filter("t", std::slice::from_ref(&b), records.len() as u32).batch {
+        let entries = match f
+            .filter("t", std::slice::from_ref(&b), records.len() as u32)
+            .batch
+        {
             None => b,
             Some((k, n)) => {
                 assert_eq!(nagare_core::record::entries(&k).count(), n as usize);
@@ -269,7 +285,11 @@ mod tests {
         let want: Vec<i64> = (0..200)
             .filter(|&i| xxh3_64(ids[i as usize].as_bytes()).is_multiple_of(4))
             .collect();
-        assert!((30..70).contains(&want.len()), "about a quarter: {}", want.len());
+        assert!(
+            (30..70).contains(&want.len()),
+            "about a quarter: {}",
+            want.len()
+        );
         assert_eq!(kept(&f, &evs), want);
         // Again, in another order and another filter: the same values kept.
         let g = build("rate = 4\nkey = \"$.req.id\"\n").unwrap();

@@ -16,14 +16,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use lru::LruCache;
+use nagare_core::filter::FilterPlugin;
+use nagare_core::filter::{Filter, Filtered};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use nagare_core::record::{value_text, FieldPath};
+use nagare_core::units::Dur;
 use serde::Deserialize;
 
-use nagare_core::record::{value_text, FieldPath};
 use super::common::tag_template::{render, tag_template, Part};
-use nagare_core::filter::{Filter, Filtered};
-use nagare_core::units::Dur;
-use nagare_core::filter::FilterPlugin;
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
 #[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -69,7 +69,6 @@ pub struct ThrottleConfig {
     pub log: bool,
 }
 
-
 impl FilterPlugin for ThrottleConfig {
     const TYPE: &'static str = "throttle";
     const DOC: &'static str = "Limits each group of events (by `group_key` fields) to `rate` events per `period` with a token bucket, like Fluent Bit's throttle; the excess is dropped or re-tagged with `excess_tag`. Events over the limit count as `throttled_events_total` of the filter (dropped ones also as `dropped_events_total`).";
@@ -83,7 +82,10 @@ impl ThrottleConfig {
     /// Checks the options and makes the filter.
     fn throttle(self, cx: &BuildContext) -> Result<Throttle, OptionError> {
         if self.rate == 0 {
-            return Err(OptionError::new("rate", "must be at least 1 (events per period)"));
+            return Err(OptionError::new(
+                "rate",
+                "must be at least 1 (events per period)",
+            ));
         }
         if self.period.0.is_zero() {
             return Err(OptionError::new("period", "must be longer than 0s"));
@@ -128,7 +130,9 @@ impl ThrottleConfig {
 fn excess_tag(t: &str) -> Result<Vec<Part>, String> {
     let parts = tag_template(t)?;
     if parts.iter().any(|p| matches!(p, Part::Capture(_))) {
-        return Err(format!("{t:?}: `$N` has no meaning here (no pattern, no capture groups)"));
+        return Err(format!(
+            "{t:?}: `$N` has no meaning here (no pattern, no capture groups)"
+        ));
     }
     if parts.is_empty() {
         return Err("must not be empty".into());
@@ -418,7 +422,10 @@ mod tests {
         assert_eq!(seqs(&out.batch.unwrap().0), [3, 4, 8]);
         assert_eq!(out.throttled, 8);
         // 31 s later each group has one token again (2 per minute).
-        assert_eq!(kept(&f, t0 + Duration::from_secs(31), &b), [0, 3, 4, 5, 8, 9]);
+        assert_eq!(
+            kept(&f, t0 + Duration::from_secs(31), &b),
+            [0, 3, 4, 5, 8, 9]
+        );
     }
 
     #[test]
@@ -521,7 +528,10 @@ mod tests {
         assert_eq!((seqs(&k), n), (vec![0], 1));
         assert_eq!(out.moved.len(), 1);
         let (tag, e, n) = &out.moved[0];
-        assert_eq!((tag.as_str(), seqs(e), *n), ("app.web.over.app", vec![1, 2], 2));
+        assert_eq!(
+            (tag.as_str(), seqs(e), *n),
+            ("app.web.over.app", vec![1, 2], 2)
+        );
         assert_eq!(out.throttled, 2);
         // An excess tag that comes out empty drops the excess.
         let f2 = build("rate = 1\nexcess_tag = \"${tag_parts[3]}\"\n").unwrap();
@@ -547,8 +557,15 @@ mod tests {
         assert!(e.message.contains("is not a field"), "{e}");
         let e = err("rate = 1\nexcess_tag = \"${tag}\"\n");
         assert!(e.message.contains("own tag"), "{e}");
-        assert!(err("rate = 1\nexcess_tag = \"x.$1\"\n").message.contains("no capture"));
-        assert!(err("rate = 1\nexcess_tag = \"${host}\"\n").message.contains("unknown template variable"));
-        assert!(toml::from_str::<ThrottleConfig>("period = \"1s\"\n").is_err(), "rate is required");
+        assert!(err("rate = 1\nexcess_tag = \"x.$1\"\n")
+            .message
+            .contains("no capture"));
+        assert!(err("rate = 1\nexcess_tag = \"${host}\"\n")
+            .message
+            .contains("unknown template variable"));
+        assert!(
+            toml::from_str::<ThrottleConfig>("period = \"1s\"\n").is_err(),
+            "rate is required"
+        );
     }
 }

@@ -7,21 +7,20 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use nagare_core::metrics::PluginStats;
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use nagare_core::units::{Dur, Size};
 use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::inputs::common::DEFAULT_MAX_LINE;
 use crate::inputs::common::follow::{
-    start_with, DEFAULT_POLL, DEFAULT_REFRESH, DirectoryMode, LongLines,
-    OneOrMany, TailConfig,
+    start_with, DirectoryMode, LongLines, OneOrMany, TailConfig, DEFAULT_POLL, DEFAULT_REFRESH,
 };
-use nagare_core::units::{Dur, Size};
+use crate::inputs::common::DEFAULT_MAX_LINE;
+use crate::inputs::{Input, InputContext, InputPlugin};
 use crate::parsers::ParserConfig;
 use crate::router::LiveRouter;
-use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
-use nagare_core::metrics::PluginStats;
 
 #[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -105,7 +104,12 @@ impl InputPlugin for DirectoryConfig {
     const DOC: &'static str = "A drop box: every file created in the folder tree, or appended to, is shipped line by line from its start, tagged by its relative path; `remove_after` removes shipped files.";
 
     fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
-        crate::inputs::common::follow::check_globs_and_parser("path", &[], &self.exclude, self.parser.as_deref())?;
+        crate::inputs::common::follow::check_globs_and_parser(
+            "path",
+            &[],
+            &self.exclude,
+            self.parser.as_deref(),
+        )?;
         // The folder is created at start; files are removed from it with remove_after.
         cx.writes_in("path", &self.path);
         if let Some(p) = &self.position_db {

@@ -27,15 +27,19 @@ use bytes::Bytes;
 use hyper::header;
 use hyper::http::request::Parts;
 use hyper::StatusCode;
-use nagare_forward::msgpack::{read_array_len, read_map_len, read_str_or_bin, skip_value, write_map_len};
+use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_forward::msgpack::{
+    read_array_len, read_map_len, read_str_or_bin, skip_value, write_map_len,
+};
 use nagare_forward::EventTime;
 use tokio::task::JoinHandle;
 
-use crate::inputs::common::http_listener::{self, http_listener_options, Body, Decode, Events, Reject};
-use crate::parsers::{Parser, ParserConfig, ParserType};
+use crate::inputs::common::http_listener::{
+    self, http_listener_options, Body, Decode, Events, Reject,
+};
 use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{BuildContext, OptionError};
 use crate::net::tls::TlsServer;
+use crate::parsers::{Parser, ParserConfig, ParserType};
 
 http_listener_options!(
     HttpInputConfig {
@@ -69,7 +73,8 @@ impl InputPlugin for HttpInputConfig {
         if self.tag_key.as_deref() == Some("") {
             return Err(OptionError::new("tag_key", "must name a field"));
         }
-        self.parser().map_err(|e| OptionError::new("time_key", e.to_string()))?;
+        self.parser()
+            .map_err(|e| OptionError::new("time_key", e.to_string()))?;
         Ok(Box::new(HttpInput { cfg: self, tls }))
     }
 }
@@ -121,7 +126,10 @@ fn check_tag(t: &str) -> Result<(), String> {
     if t.is_empty() {
         return Err("must not be empty".into());
     }
-    match t.chars().find(|c| c.is_whitespace() || c.is_control() || *c == '/') {
+    match t
+        .chars()
+        .find(|c| c.is_whitespace() || c.is_control() || *c == '/')
+    {
         Some(c) => Err(format!("{t:?} is not a tag: it holds {c:?}")),
         None => Ok(()),
     }
@@ -188,7 +196,10 @@ impl Decode for HttpDecode {
         let (kind, data): (BodyKind, Bytes) = match mime.as_str() {
             // curl -d sends JSON with the form type: taken as JSON.
             "application/x-www-form-urlencoded"
-                if matches!(body.iter().find(|b| !b.is_ascii_whitespace()), Some(b'{' | b'[')) =>
+                if matches!(
+                    body.iter().find(|b| !b.is_ascii_whitespace()),
+                    Some(b'{' | b'[')
+                ) =>
             {
                 (BodyKind::Json, body)
             }
@@ -326,7 +337,10 @@ impl HttpDecode {
         let bad = |what: &str| Reject::bad(format!("bad msgpack body: {what}"));
         let end = skip_value(body, 0).map_err(|e| bad(&e.to_string()))?;
         if end != body.len() {
-            return Err(bad(&format!("{} bytes after the first value", body.len() - end)));
+            return Err(bad(&format!(
+                "{} bytes after the first value",
+                body.len() - end
+            )));
         }
         match read_map_len(body, 0) {
             Ok(_) => self.msgpack_record(body, out).map_err(|e| bad(&e)),
@@ -397,7 +411,10 @@ fn msgpack_time(v: &[u8]) -> Option<EventTime> {
 fn epoch_time(secs: f64) -> Option<EventTime> {
     (secs.is_finite() && (0.0..4_294_967_296.0).contains(&secs)).then(|| {
         let whole = secs.trunc();
-        EventTime::new(whole as u32, ((secs - whole) * 1e9).round().min(999_999_999.0) as u32)
+        EventTime::new(
+            whole as u32,
+            ((secs - whole) * 1e9).round().min(999_999_999.0) as u32,
+        )
     })
 }
 
@@ -580,16 +597,25 @@ mod tests {
         assert!(e.message.starts_with("line 4: "), "{}", e.message);
         // CRLF lines, and a last line without its newline.
         let e = d
-            .decode(&request("/t", "application/x-ndjson"), one("{\"a\":1}\r\n{\"a\":"))
+            .decode(
+                &request("/t", "application/x-ndjson"),
+                one("{\"a\":1}\r\n{\"a\":"),
+            )
             .unwrap_err();
         assert!(e.message.starts_with("line 2: "), "{}", e.message);
         let b = d
-            .decode(&request("/t", "application/x-ndjson"), one("{\"a\":1}\r\n\r\n{\"a\":2}"))
+            .decode(
+                &request("/t", "application/x-ndjson"),
+                one("{\"a\":1}\r\n\r\n{\"a\":2}"),
+            )
             .unwrap();
         assert_eq!(b[0].count, 2);
         // NDJSON sent as application/json is taken too.
         let b = d
-            .decode(&request("/t", "application/json"), one("{\"a\":1}\n{\"a\":2}\n"))
+            .decode(
+                &request("/t", "application/json"),
+                one("{\"a\":1}\n{\"a\":2}\n"),
+            )
             .unwrap();
         assert_eq!(b[0].count, 2);
     }
@@ -599,7 +625,10 @@ mod tests {
         let d = decoder(None);
         let text = "{\"a\":1}\r\n\n{\"a\":2,\"b\":\"xyz\"}\n{\"a\":3}";
         let whole = d
-            .decode(&request("/t?time=1700000000", "application/x-ndjson"), one(text))
+            .decode(
+                &request("/t?time=1700000000", "application/x-ndjson"),
+                one(text),
+            )
             .unwrap();
         assert_eq!(whole[0].count, 3);
         // Every way of cutting the body in three gives the same entries.
@@ -612,7 +641,11 @@ mod tests {
                 let b = d
                     .decode(&request("/t?time=1700000000", "application/x-ndjson"), body)
                     .unwrap();
-                assert_eq!((b[0].count, records(&b[0])), (3, records(&whole[0])), "{i} {j}");
+                assert_eq!(
+                    (b[0].count, records(&b[0])),
+                    (3, records(&whole[0])),
+                    "{i} {j}"
+                );
             }
         }
         // A bad line cut in two is named by its number.
@@ -630,7 +663,10 @@ mod tests {
         let d = decoder(Some("t"));
         let body = "json=%5B%7B%22t%22%3A%22x.y%22%7D%2C%7B%22n%22%3A1%7D%5D&time=1700000001";
         let b = d
-            .decode(&request("/in", "application/x-www-form-urlencoded"), one(body))
+            .decode(
+                &request("/in", "application/x-www-form-urlencoded"),
+                one(body),
+            )
             .unwrap();
         assert_eq!(b.len(), 2);
         assert_eq!((b[0].tag.as_str(), b[0].count), ("in", 1));
@@ -654,7 +690,13 @@ mod tests {
             .decode(&request("/m", "application/msgpack"), one(body.clone()))
             .unwrap();
         let r = records(&b[0]);
-        assert_eq!(r[0], (EventTime::new(1_700_000_002, 0), serde_json::json!({"k": "v"})));
+        assert_eq!(
+            r[0],
+            (
+                EventTime::new(1_700_000_002, 0),
+                serde_json::json!({"k": "v"})
+            )
+        );
         body.pop();
         assert!(d
             .decode(&request("/m", "application/msgpack"), one(body))

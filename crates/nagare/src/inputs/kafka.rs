@@ -25,9 +25,14 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use futures_util::FutureExt;
+use nagare_core::metrics::PluginStats;
+use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::units::Dur;
 use nagare_forward::EventTime;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::consumer::{
+    BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance, StreamConsumer,
+};
 use rdkafka::error::KafkaError;
 use rdkafka::message::BorrowedMessage;
 use rdkafka::{ClientContext, Message, Offset, TopicPartitionList};
@@ -36,14 +41,11 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::inputs::common::append::append_batch;
-use crate::inputs::common::queue::{decode_element, record_field, InputFormat};
-use nagare_core::units::Dur;
-use crate::proto::kafka::kafka_options;
-use crate::parsers::{Parser, ParserConfig, ParserType};
-use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{BuildContext, OptionError};
 use crate::inputs::common::queue::Backoff;
-use nagare_core::metrics::PluginStats;
+use crate::inputs::common::queue::{decode_element, record_field, InputFormat};
+use crate::inputs::{Input, InputContext, InputPlugin};
+use crate::parsers::{Parser, ParserConfig, ParserType};
+use crate::proto::kafka::kafka_options;
 
 /// Where a new consumer group starts in a partition it has no offset for.
 #[derive(
@@ -103,7 +105,10 @@ impl InputPlugin for KafkaInputConfig {
 
     fn build(self, _cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
         if self.topics.is_empty() || self.topics.iter().any(|t| t.trim().is_empty()) {
-            return Err(OptionError::new("topics", "must list at least one topic (or \"^regex\")"));
+            return Err(OptionError::new(
+                "topics",
+                "must list at least one topic (or \"^regex\")",
+            ));
         }
         for t in self.topics.iter().filter(|t| t.starts_with('^')) {
             regex::Regex::new(t).map_err(|e| OptionError::new("topics", format!("{t}: {e}")))?;
@@ -146,7 +151,10 @@ impl KafkaInputConfig {
             // Offsets are committed by the input, once buffered.
             ("enable.auto.commit", "false".into()),
             ("enable.auto.offset.store", "false".into()),
-            ("client.id", gethostname::gethostname().to_string_lossy().into_owned()),
+            (
+                "client.id",
+                gethostname::gethostname().to_string_lossy().into_owned(),
+            ),
             // librdkafka prefetches up to 64 MiB by default; 16 MiB still
             // holds thousands of batches (`properties` can raise these).
             ("queued.max.messages.kbytes", "16384".into()),
@@ -243,12 +251,18 @@ impl ConsumerContext for Offsets {
                 tracing::info!(input = %self.name, partitions = tpl.count(), assigned = st.assigned.len(),
                     "kafka input: partitions assigned");
             }
-            Rebalance::Error(e) => tracing::warn!(input = %self.name, error = %e, "kafka input: rebalance failed"),
+            Rebalance::Error(e) => {
+                tracing::warn!(input = %self.name, error = %e, "kafka input: rebalance failed")
+            }
             Rebalance::Revoke(_) => {}
         }
     }
 
-    fn commit_callback(&self, result: rdkafka::error::KafkaResult<()>, _offsets: &TopicPartitionList) {
+    fn commit_callback(
+        &self,
+        result: rdkafka::error::KafkaResult<()>,
+        _offsets: &TopicPartitionList,
+    ) {
         if let Err(e) = result {
             self.commit_failed.store(true, Relaxed);
             tracing::warn!(input = %self.name, error = %e, "kafka input: offset commit failed; trying again");
@@ -370,7 +384,12 @@ impl Reader {
         }
     }
 
-    async fn error(&self, e: &KafkaError, backoff: &mut Backoff, shutdown: &mut watch::Receiver<bool>) {
+    async fn error(
+        &self,
+        e: &KafkaError,
+        backoff: &mut Backoff,
+        shutdown: &mut watch::Receiver<bool>,
+    ) {
         PluginStats::add(&self.stats.errors, 1);
         let wait = backoff.next_wait();
         tracing::warn!(input = %self.name, error = %e, retry_in = ?wait, "kafka input: cannot read; trying again");
@@ -403,7 +422,12 @@ impl Reader {
             if !decode_element(self.cfg.format, &self.parser, payload, time, &mut entries) {
                 PluginStats::add(&self.stats.bad_input, 1);
             }
-            let this = match self.cfg.tag_key.as_deref().and_then(|k| record_field(&entries[start..], k)) {
+            let this = match self
+                .cfg
+                .tag_key
+                .as_deref()
+                .and_then(|k| record_field(&entries[start..], k))
+            {
                 Some(t) => t,
                 None => {
                     if topic_tag.as_ref().is_none_or(|(t, _)| *t != m.topic()) {
@@ -430,7 +454,16 @@ impl Reader {
     }
 
     async fn append(&self, tag: &str, entries: Vec<u8>, n: u32) -> bool {
-        append_batch(&self.name, &self.router, &self.stats, tag, Bytes::from(entries), n, true).await
+        append_batch(
+            &self.name,
+            &self.router,
+            &self.stats,
+            tag,
+            Bytes::from(entries),
+            n,
+            true,
+        )
+        .await
     }
 }
 

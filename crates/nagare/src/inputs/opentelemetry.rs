@@ -14,6 +14,7 @@ use http_body_util::Full;
 use hyper::header::{self, HeaderValue};
 use hyper::http::request::Parts;
 use hyper::{Response, StatusCode};
+use nagare_core::plugin::{BuildContext, OptionError};
 use nagare_forward::EventTime;
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsServiceRequest, ExportLogsServiceResponse,
@@ -21,18 +22,17 @@ use opentelemetry_proto::tonic::collector::logs::v1::{
 use prost::Message;
 use tokio::task::JoinHandle;
 
-use crate::inputs::common::http_listener::{self, http_listener_options, Body, Decode, Events, Reject};
+use crate::inputs::common::http_listener::{
+    self, http_listener_options, Body, Decode, Events, Reject,
+};
 use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{BuildContext, OptionError};
 use crate::net::tls::TlsServer;
 
-http_listener_options!(
-    OtlpInputConfig {
-        /// The tag of the events (default "otlp.logs").
-        #[serde_inline_default("otlp.logs".into())]
-        tag: String,
-    }
-);
+http_listener_options!(OtlpInputConfig {
+    /// The tag of the events (default "otlp.logs").
+    #[serde_inline_default("otlp.logs".into())]
+    tag: String,
+});
 
 /// The path OTLP/HTTP exporters post logs to.
 const LOGS_PATH: &str = "/v1/logs";
@@ -44,7 +44,10 @@ impl InputPlugin for OtlpInputConfig {
     fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
         let tls = self.listener().check(cx)?;
         if self.tag.is_empty() || self.tag.contains(char::is_whitespace) {
-            return Err(OptionError::new("tag", "must be a tag (dotted words, no spaces)"));
+            return Err(OptionError::new(
+                "tag",
+                "must be a tag (dotted words, no spaces)",
+            ));
         }
         Ok(Box::new(OtlpInput { cfg: self, tls }))
     }
@@ -112,7 +115,10 @@ impl Decode for OtlpDecode {
         if head.uri.path() != LOGS_PATH {
             return Err(Reject::new(
                 StatusCode::NOT_FOUND,
-                format!("{}: this input takes logs at {LOGS_PATH} (no traces or metrics)", head.uri.path()),
+                format!(
+                    "{}: this input takes logs at {LOGS_PATH} (no traces or metrics)",
+                    head.uri.path()
+                ),
             ));
         }
         let req = if is_json(head)? {

@@ -27,7 +27,6 @@
 //! `parse_error` field. A Redis error (the server down, a key of another
 //! type) is logged and the consumer tries again with backoff; it never stops.
 
-use crate::inputs::common::queue::{decode_element, record_field, InputFormat};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,22 +36,23 @@ use ::redis::{AsyncConnectionConfig, RedisError, Value};
 use anyhow::Context as _;
 use bytes::Bytes;
 use futures_util::{FutureExt, StreamExt};
+use nagare_core::metrics::PluginStats;
+use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::units::Dur;
 use nagare_forward::EventTime;
 use serde::Deserialize;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::inputs::common::append::append_batch;
-use nagare_core::units::Dur;
-use crate::parsers::{Parser, ParserConfig, ParserType};
-use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{BuildContext, OptionError};
 use crate::inputs::common::queue::Backoff;
+use crate::inputs::common::queue::{decode_element, record_field, InputFormat};
+use crate::inputs::{Input, InputContext, InputPlugin};
+use crate::net::tls::TlsClient;
+use crate::parsers::{Parser, ParserConfig, ParserType};
 use crate::proto::redis::conn::{redis_options, Server};
 use crate::proto::redis::resp::RespConn;
-use crate::net::tls::TlsClient;
 use crate::router::LiveRouter;
-use nagare_core::metrics::PluginStats;
 
 /// Where the events are read from.
 #[derive(
@@ -146,7 +146,10 @@ impl InputPlugin for RedisInputConfig {
 
     fn build(self, _cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
         if self.key.is_empty() {
-            return Err(OptionError::new("key", "must name a list, channel or stream"));
+            return Err(OptionError::new(
+                "key",
+                "must name a list, channel or stream",
+            ));
         }
         if !self.addresses.is_empty() {
             return Err(OptionError::new(
@@ -210,7 +213,10 @@ impl Input for RedisInputConfig {
             .connection()
             .server()
             .map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
-        let tls = self.connection().tls_client(&cx.name).map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
+        let tls = self
+            .connection()
+            .tls_client(&cx.name)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
         let parser = Parser::new(&self.parser_config())
             .map_err(|e| anyhow::anyhow!("{}: [input.parser]: {e}", cx.name))?;
         let consumer = self
@@ -248,7 +254,9 @@ async fn consume(s: Arc<Shared>, consumer: String, mut shutdown: watch::Receiver
     while !*shutdown.borrow() {
         let result = match s.cfg.data_type {
             DataType::Channel | DataType::PatternChannel => {
-                subscribe(&s, &mut shutdown, &mut backoff).await.map_err(anyhow::Error::from)
+                subscribe(&s, &mut shutdown, &mut backoff)
+                    .await
+                    .map_err(anyhow::Error::from)
             }
             _ => match reader.connect().await {
                 Ok(()) => reader.run(&mut shutdown, &mut backoff).await,
@@ -308,7 +316,12 @@ impl Reader {
     async fn connect(&mut self) -> anyhow::Result<()> {
         if self.s.cfg.data_type == DataType::List {
             if self.resp.is_none() {
-                let client = self.s.server.client().await.with_context(|| self.s.server.name())?;
+                let client = self
+                    .s
+                    .server
+                    .client()
+                    .await
+                    .with_context(|| self.s.server.name())?;
                 let con = RespConn::connect(
                     client.get_connection_info(),
                     self.s.tls.as_ref(),
@@ -327,8 +340,17 @@ impl Reader {
             let config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(Duration::from_secs(5)))
                 .set_response_timeout(Some(BLOCK + Duration::from_secs(10)));
-            let client = self.s.server.client().await.with_context(|| self.s.server.name())?;
-            self.con = Some(client.get_multiplexed_async_connection_with_config(&config).await?);
+            let client = self
+                .s
+                .server
+                .client()
+                .await
+                .with_context(|| self.s.server.name())?;
+            self.con = Some(
+                client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?,
+            );
             // A restarted server may have lost the group; a new connection
             // checks. Entries whose XACK was lost with the old connection are
             // still pending for this consumer: read them again.
@@ -342,7 +364,11 @@ impl Reader {
         self.con.as_mut().expect("connected")
     }
 
-    async fn run(&mut self, shutdown: &mut watch::Receiver<bool>, backoff: &mut Backoff) -> anyhow::Result<()> {
+    async fn run(
+        &mut self,
+        shutdown: &mut watch::Receiver<bool>,
+        backoff: &mut Backoff,
+    ) -> anyhow::Result<()> {
         while !*shutdown.borrow() {
             match self.s.cfg.data_type {
                 DataType::List if self.s.cfg.reliable => self.reliable_list().await?,
@@ -360,8 +386,16 @@ impl Reader {
         let key = &s.cfg.key;
         let con = self.resp.as_mut().expect("connected");
         let count = itoa::Buffer::new().format(s.cfg.batch_count).to_string();
-        con.call(&[b"BLMPOP", BLOCK_SECS, b"1", key.as_bytes(), b"LEFT", b"COUNT", count.as_bytes()])
-            .await?;
+        con.call(&[
+            b"BLMPOP",
+            BLOCK_SECS,
+            b"1",
+            key.as_bytes(),
+            b"LEFT",
+            b"COUNT",
+            count.as_bytes(),
+        ])
+        .await?;
         // [key, [element, …]], or nil when the list stayed empty.
         if con.reply_len() > 1 {
             s.dispatch(key, con.bulks(1)).await;
@@ -381,8 +415,11 @@ impl Reader {
         let con = self.resp.as_mut().expect("connected");
         let mut got = 0;
         if !self.recovered {
-            let last = itoa::Buffer::new().format(s.cfg.batch_count - 1).to_string();
-            con.call(&[b"LRANGE", processing, b"0", last.as_bytes()]).await?;
+            let last = itoa::Buffer::new()
+                .format(s.cfg.batch_count - 1)
+                .to_string();
+            con.call(&[b"LRANGE", processing, b"0", last.as_bytes()])
+                .await?;
             got = con.reply_len();
             if got > 0 {
                 tracing::info!(input = %s.name, list = %self.processing, events = got,
@@ -392,12 +429,21 @@ impl Reader {
             }
         }
         if got == 0 {
-            con.call(&[b"EVAL", MOVE_BATCH.as_bytes(), b"2", key, processing, count.as_bytes()]).await?;
+            con.call(&[
+                b"EVAL",
+                MOVE_BATCH.as_bytes(),
+                b"2",
+                key,
+                processing,
+                count.as_bytes(),
+            ])
+            .await?;
             got = con.reply_len();
         }
         if got == 0 {
             // Empty: wait for one element, then take the rest at once next round.
-            con.call(&[b"BLMOVE", key, processing, b"LEFT", b"RIGHT", BLOCK_SECS]).await?;
+            con.call(&[b"BLMOVE", key, processing, b"LEFT", b"RIGHT", BLOCK_SECS])
+                .await?;
             got = con.bulks(0).count();
         }
         if got == 0 {
@@ -405,7 +451,8 @@ impl Reader {
         }
         if s.dispatch(&s.cfg.key, con.bulks(0)).await {
             let n = itoa::Buffer::new().format(got).to_string();
-            con.call(&[b"LTRIM", processing, n.as_bytes(), b"-1"]).await?;
+            con.call(&[b"LTRIM", processing, n.as_bytes(), b"-1"])
+                .await?;
         } else {
             // Not buffered: the batch stays in the processing list, read
             // again first.
@@ -436,7 +483,10 @@ impl Reader {
             let r = self.read_group("0", None).await?;
             self.pending_done = r.is_empty();
             r
-        } else if self.last_claim.is_none_or(|t| t.elapsed() >= c.claim_idle.0 / 2) {
+        } else if self
+            .last_claim
+            .is_none_or(|t| t.elapsed() >= c.claim_idle.0 / 2)
+        {
             self.last_claim = Some(tokio::time::Instant::now());
             let claimed: StreamAutoClaimReply = ::redis::cmd("XAUTOCLAIM")
                 .arg(&c.key)
@@ -461,8 +511,15 @@ impl Reader {
         if entries.is_empty() {
             return Ok(());
         }
-        let values: Vec<Vec<u8>> = entries.iter().map(|e| entry_value(e, &c.stream_field)).collect();
-        if self.s.dispatch(&c.key, values.iter().map(Vec::as_slice)).await {
+        let values: Vec<Vec<u8>> = entries
+            .iter()
+            .map(|e| entry_value(e, &c.stream_field))
+            .collect();
+        if self
+            .s
+            .dispatch(&c.key, values.iter().map(Vec::as_slice))
+            .await
+        {
             let ids: Vec<&str> = entries.iter().map(|e| e.id.as_str()).collect();
             ::redis::cmd("XACK")
                 .arg(&c.key)
@@ -474,10 +531,18 @@ impl Reader {
         Ok(())
     }
 
-    async fn read_group(&mut self, from: &str, block: Option<Duration>) -> Result<Vec<StreamId>, RedisError> {
+    async fn read_group(
+        &mut self,
+        from: &str,
+        block: Option<Duration>,
+    ) -> Result<Vec<StreamId>, RedisError> {
         let c = &self.s.cfg;
         let mut cmd = ::redis::cmd("XREADGROUP");
-        cmd.arg("GROUP").arg(&c.group).arg(&self.consumer).arg("COUNT").arg(c.batch_count);
+        cmd.arg("GROUP")
+            .arg(&c.group)
+            .arg(&self.consumer)
+            .arg("COUNT")
+            .arg(c.batch_count);
         if let Some(b) = block {
             cmd.arg("BLOCK").arg(b.as_millis() as u64);
         }
@@ -520,7 +585,11 @@ fn entry_value(e: &StreamId, field: &str) -> Vec<u8> {
 }
 
 /// Subscribes and appends what arrives, in batches of what is there at once.
-async fn subscribe(s: &Shared, shutdown: &mut watch::Receiver<bool>, backoff: &mut Backoff) -> Result<(), RedisError> {
+async fn subscribe(
+    s: &Shared,
+    shutdown: &mut watch::Receiver<bool>,
+    backoff: &mut Backoff,
+) -> Result<(), RedisError> {
     let mut pubsub = s.server.client().await?.get_async_pubsub().await?;
     match s.cfg.data_type {
         DataType::PatternChannel => pubsub.psubscribe(&s.cfg.key).await?,
@@ -551,8 +620,12 @@ async fn subscribe(s: &Shared, shutdown: &mut watch::Receiver<bool>, backoff: &m
         let mut i = 0;
         while i < batch.len() {
             let channel = batch[i].get_channel_name().to_string();
-            let j = i + batch[i..].iter().take_while(|m| m.get_channel_name() == channel).count();
-            s.dispatch(&channel, batch[i..j].iter().map(|m| m.get_payload_bytes())).await;
+            let j = i + batch[i..]
+                .iter()
+                .take_while(|m| m.get_channel_name() == channel)
+                .count();
+            s.dispatch(&channel, batch[i..j].iter().map(|m| m.get_payload_bytes()))
+                .await;
             i = j;
         }
     }
@@ -562,7 +635,11 @@ impl Shared {
     /// Turns elements read from `source` into events and appends them,
     /// durably, to the outputs their tags route to. False when an output
     /// refused them (shutting down): they must not be removed from Redis.
-    async fn dispatch<'a>(&self, source: &str, values: impl Iterator<Item = &'a [u8]> + Clone) -> bool {
+    async fn dispatch<'a>(
+        &self,
+        source: &str,
+        values: impl Iterator<Item = &'a [u8]> + Clone,
+    ) -> bool {
         let now = EventTime::now();
         // Room for the entries at once: an entry is its element plus a few
         // bytes (array header, time; a JSON text shrinks as msgpack).
@@ -601,7 +678,17 @@ impl Shared {
         }
         for (tag, entries, n) in runs {
             let entries = Bytes::from(entries);
-            if !append_batch(&self.name, &self.router, &self.stats, &tag, entries, n, true).await {
+            if !append_batch(
+                &self.name,
+                &self.router,
+                &self.stats,
+                &tag,
+                entries,
+                n,
+                true,
+            )
+            .await
+            {
                 return false;
             }
         }

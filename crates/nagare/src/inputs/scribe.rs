@@ -21,6 +21,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
+use nagare_core::metrics::PluginStats;
+use nagare_core::plugin::{serde_inline_default, BuildContext, Listen, OptionError};
+use nagare_core::units::{Dur, Size};
 use nagare_forward::EventTime;
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -34,14 +37,11 @@ use crate::inputs::common::lines::encode_line;
 use crate::inputs::common::{
     check_max_connections, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_WAIT_FOR_ROOM,
 };
-use nagare_core::units::{Dur, Size};
-use crate::parsers::{Parser, ParserConfig, ParserType};
 use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{serde_inline_default, BuildContext, Listen, OptionError};
-use crate::router::LiveRouter;
-use nagare_core::metrics::PluginStats;
-use crate::proto::thrift::{self, ResultCode};
 use crate::net::tls::{TlsOptions, TlsServer};
+use crate::parsers::{Parser, ParserConfig, ParserType};
+use crate::proto::thrift::{self, ResultCode};
+use crate::router::LiveRouter;
 
 /// How a Scribe message becomes a record.
 #[derive(
@@ -113,7 +113,8 @@ impl InputPlugin for ScribeInputConfig {
     const DOC: &'static str = "Receives Scribe `Log` calls (Thrift framed, binary protocol) and answers `OK`, or `TRY_LATER` while buffers are full (see [Scribe](scribe.md)).";
 
     fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
-        let addr = nagare_core::address::resolve(&self.bind).map_err(|e| OptionError::new("bind", e))?;
+        let addr =
+            nagare_core::address::resolve(&self.bind).map_err(|e| OptionError::new("bind", e))?;
         cx.listen("bind", Listen::Tcp(addr));
         check_max_connections(self.max_connections)?;
         if self.max_frame_size.0 < 64 || self.max_frame_size.0 > i32::MAX as u64 {
@@ -123,7 +124,10 @@ impl InputPlugin for ScribeInputConfig {
             ));
         }
         if self.add_prefix.as_deref() == Some("") {
-            return Err(OptionError::new("add_prefix", "must not be empty (leave it out instead)"));
+            return Err(OptionError::new(
+                "add_prefix",
+                "must not be empty (leave it out instead)",
+            ));
         }
         if self.message_key.is_empty() {
             return Err(OptionError::new("message_key", "must not be empty"));
@@ -267,9 +271,19 @@ where
                 let name = String::from_utf8_lossy(name).into_owned();
                 tracing::debug!(input = %ctx.name, peer = %peer, method = %name, "unknown method");
                 let text = format!("unknown method {name:?}: this server has only Log");
-                thrift::encode_exception(&mut answer, name.as_bytes(), m.seqid, thrift::UNKNOWN_METHOD, &text);
+                thrift::encode_exception(
+                    &mut answer,
+                    name.as_bytes(),
+                    m.seqid,
+                    thrift::UNKNOWN_METHOD,
+                    &text,
+                );
             }
-            (kind, _) => return Err(format!("Thrift message type {kind} where a call was expected")),
+            (kind, _) => {
+                return Err(format!(
+                    "Thrift message type {kind} where a call was expected"
+                ))
+            }
         }
         s.write_all(&answer)
             .await
@@ -320,10 +334,10 @@ where
         match read {
             Err(_) if started.is_some() => {
                 return Err(format!(
-                    "slow client: a call not complete after request_timeout = {} ({} bytes received)",
-                    ctx.cfg.request_timeout,
-                    buf.len()
-                ))
+                "slow client: a call not complete after request_timeout = {} ({} bytes received)",
+                ctx.cfg.request_timeout,
+                buf.len()
+            ))
             }
             Err(_) => return Err(format!("idle for {}", ctx.cfg.idle_timeout)),
             Ok(Err(e)) => return Err(format!("read error: {e}")),
@@ -366,7 +380,11 @@ async fn take_call(args: &[u8], ctx: &Ctx, peer: &str) -> Result<ResultCode, Str
                 // Most calls have one category: its entries take about the
                 // call's size (a msgpack entry is a Thrift one plus a few
                 // bytes), allocated once rather than doubled up to it.
-                let size = if runs.is_empty() { args.len() + args.len() / 8 } else { 0 };
+                let size = if runs.is_empty() {
+                    args.len() + args.len() / 8
+                } else {
+                    0
+                };
                 runs.push(Run {
                     category,
                     entries: Vec::with_capacity(size),
@@ -411,7 +429,16 @@ async fn take_call(args: &[u8], ctx: &Ctx, peer: &str) -> Result<ResultCode, Str
         PluginStats::add(&ctx.stats.errors, unparsed);
     }
     for (tag, entries, count) in runs {
-        let ok = append_batch(&ctx.name, &ctx.router, &ctx.stats, &tag, Bytes::from(entries), count, true).await;
+        let ok = append_batch(
+            &ctx.name,
+            &ctx.router,
+            &ctx.stats,
+            &tag,
+            Bytes::from(entries),
+            count,
+            true,
+        )
+        .await;
         if !ok {
             // A buffer refused (shutting down, throw, disk): the client sends
             // the call again, here or to another server.

@@ -17,20 +17,20 @@
 
 use std::sync::Arc;
 
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use nagare_core::units::{Dur, Size};
+use nagare_forward::msgpack::{write_map_len, write_str};
+use nagare_forward::EventTime;
 use serde::Deserialize;
 use tokio::task::JoinHandle;
 
 use crate::inputs::common::sockets::framing::Framing;
 use crate::inputs::common::sockets::{self, Batches, Decoder, Endpoint, Peer, Settings};
-use crate::inputs::common::{check_max_connections, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
 use crate::inputs::common::SocketType;
-use nagare_core::units::{Dur, Size};
-use crate::parsers::{Parser, ParserConfig, ParserType, SyslogFormat};
+use crate::inputs::common::{check_max_connections, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
 use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use crate::net::tls::{TlsOptions, TlsServer};
-use nagare_forward::msgpack::{write_map_len, write_str};
-use nagare_forward::EventTime;
+use crate::parsers::{Parser, ParserConfig, ParserType, SyslogFormat};
 
 /// The transport of a syslog input with `bind`.
 #[derive(
@@ -200,7 +200,11 @@ fn hostless_3164(after_pri: &[u8]) -> Option<usize> {
 /// The PRI of a message (0..=191) and the bytes `<PRI>` takes.
 fn priority(msg: &[u8]) -> Option<(usize, usize)> {
     let rest = msg.strip_prefix(b"<")?;
-    let digits = rest.iter().take(4).take_while(|c| c.is_ascii_digit()).count();
+    let digits = rest
+        .iter()
+        .take(4)
+        .take_while(|c| c.is_ascii_digit())
+        .count();
     if !(1..=3).contains(&digits) || rest.get(digits) != Some(&b'>') {
         return None;
     }
@@ -210,7 +214,11 @@ fn priority(msg: &[u8]) -> Option<(usize, usize)> {
 
 /// The length of RFC 5424's `VERSION SP` at the start of `rest`, if there.
 fn version(rest: &[u8]) -> Option<usize> {
-    let digits = rest.iter().take(4).take_while(|c| c.is_ascii_digit()).count();
+    let digits = rest
+        .iter()
+        .take(4)
+        .take_while(|c| c.is_ascii_digit())
+        .count();
     let ok = (1..=3).contains(&digits) && rest[0] != b'0' && rest.get(digits) == Some(&b' ');
     ok.then_some(digits + 1)
 }
@@ -251,7 +259,13 @@ impl Decoder for SyslogDecoder {
         let with_host;
         let after_pri = match (rfc5424, hostless_3164(after_pri)) {
             (None, Some(at)) => {
-                with_host = [&after_pri[..at], self.hostname.as_bytes(), b" ", &after_pri[at..]].concat();
+                with_host = [
+                    &after_pri[..at],
+                    self.hostname.as_bytes(),
+                    b" ",
+                    &after_pri[at..],
+                ]
+                .concat();
                 &with_host[..]
             }
             _ => after_pri,
@@ -265,7 +279,9 @@ impl Decoder for SyslogDecoder {
             let parsed = match (pri, rfc5424) {
                 (None, _) => Err("no <PRI> at the start of the message".to_string()),
                 (Some(_), Some(None)) => Err("no RFC 5424 version after the <PRI>".to_string()),
-                (Some(_), Some(Some(v))) => Ok(self.rfc5424.parse_with(&after_pri[v..], extra, buf)),
+                (Some(_), Some(Some(v))) => {
+                    Ok(self.rfc5424.parse_with(&after_pri[v..], extra, buf))
+                }
                 (Some(_), None) => Ok(self.rfc3164.parse_with(after_pri, extra, buf)),
             };
             match parsed {
@@ -338,7 +354,9 @@ struct SyslogInput {
 impl Input for SyslogInput {
     async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
         let cfg = &self.cfg;
-        let endpoint = cfg.endpoint().map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
+        let endpoint = cfg
+            .endpoint()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
         let settings = Settings {
             framing: Framing::Syslog,
             max_message: cfg.max_message_size.0 as usize,
@@ -409,12 +427,19 @@ mod tests {
         assert_eq!(field(&v, "facility"), "local4");
         assert_eq!(field(&v, "severity"), "notice");
         assert_eq!(field(&v, "from"), "192.0.2.1");
-        assert!(v.as_map().unwrap().iter().all(|(k, _)| k.as_str() != Some("pri")));
+        assert!(v
+            .as_map()
+            .unwrap()
+            .iter()
+            .all(|(k, _)| k.as_str() != Some("pri")));
     }
 
     #[test]
     fn rfc3164() {
-        let (tag, v, _, ok) = decode(CFG, "<34>Oct 11 22:14:15 mymachine su[77]: 'su root' failed");
+        let (tag, v, _, ok) = decode(
+            CFG,
+            "<34>Oct 11 22:14:15 mymachine su[77]: 'su root' failed",
+        );
         assert!(ok, "{v}");
         assert_eq!(tag, "sys.auth.crit");
         assert_eq!(field(&v, "host"), "mymachine");

@@ -3,7 +3,6 @@
 //! the `directory` input: inputs/common/follow/.
 
 use nagare_core::plugin::{BuildContext, OptionError};
-
 use tokio::task::JoinHandle;
 
 pub use super::common::follow::TailConfig;
@@ -15,7 +14,12 @@ impl InputPlugin for TailConfig {
     const DOC: &'static str = "Follows files and turns each line into an event: `{\"message\": \"<line>\"}` with the default parser `none`, or the record its `[input.parser]` makes; rotation (rename and copytruncate), truncation and deletion are detected; positions survive restarts. New files and lines are found at once through inotify (`watch`), the two intervals are the fallback (see [The tail and directory inputs](#the-tail-and-directory-inputs)).";
 
     fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
-        check_globs_and_parser("path", &self.path.list(), &self.exclude, self.parser.as_deref())?;
+        check_globs_and_parser(
+            "path",
+            &self.path.list(),
+            &self.exclude,
+            self.parser.as_deref(),
+        )?;
         match &self.position_db {
             Some(p) => cx.writes_file("position_db", p),
             None => cx.warn(
@@ -33,4 +37,3 @@ impl Input for TailConfig {
         start(&cx.name, *self, cx.router, cx.stats, cx.shutdown).await
     }
 }
-

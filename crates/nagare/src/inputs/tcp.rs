@@ -2,19 +2,22 @@
 //! `{"message": "<line>"}`), like Fluentd's in_tcp (and its `<transport
 //! tls>` with `[input.tls]`). The shared socket code is in net/.
 
-use crate::inputs::common::{check_max_connections, DEFAULT_DELIMITER, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_LINE};
 use std::sync::Arc;
 
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use nagare_core::units::{Dur, Size};
 use serde::Deserialize;
 use tokio::task::JoinHandle;
 
 use crate::inputs::common::sockets::lines::LineOptions;
 use crate::inputs::common::sockets::{self, Endpoint, Settings};
-use nagare_core::units::{Dur, Size};
-use crate::parsers::ParserConfig;
+use crate::inputs::common::{
+    check_max_connections, DEFAULT_DELIMITER, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_LINE,
+};
 use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use crate::net::tls::{TlsOptions, TlsServer};
+use crate::parsers::ParserConfig;
 
 #[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -65,7 +68,8 @@ impl InputPlugin for TcpInputConfig {
     const DOC: &'static str = "Receives lines over TCP; each line becomes an event through `[input.parser]` (see [Network inputs](network-inputs.md)).";
 
     fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
-        let addr = nagare_core::address::resolve(&self.bind).map_err(|e| OptionError::new("bind", e))?;
+        let addr =
+            nagare_core::address::resolve(&self.bind).map_err(|e| OptionError::new("bind", e))?;
         cx.listen("bind", Endpoint::Tcp(addr).listen());
         self.lines().check()?;
         check_max_connections(self.max_connections)?;

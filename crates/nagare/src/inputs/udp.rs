@@ -2,16 +2,16 @@
 //! ended by `delimiter`), each through the input's parser, like Fluentd's
 //! in_udp. The shared socket code is in net/.
 
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use nagare_core::units::Size;
 use serde::Deserialize;
 use tokio::task::JoinHandle;
 
 use crate::inputs::common::sockets::lines::LineOptions;
 use crate::inputs::common::sockets::{self, Endpoint, Settings};
 use crate::inputs::common::{DEFAULT_DELIMITER, DEFAULT_MAX_LINE};
-use nagare_core::units::Size;
-use crate::parsers::ParserConfig;
 use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use crate::parsers::ParserConfig;
 
 #[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -53,7 +53,8 @@ impl InputPlugin for UdpInputConfig {
     const DOC: &'static str = "Receives lines in UDP datagrams; each line becomes an event through `[input.parser]` (see [Network inputs](network-inputs.md)).";
 
     fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
-        let addr = nagare_core::address::resolve(&self.bind).map_err(|e| OptionError::new("bind", e))?;
+        let addr =
+            nagare_core::address::resolve(&self.bind).map_err(|e| OptionError::new("bind", e))?;
         cx.listen("bind", Endpoint::Udp(addr).listen());
         self.lines().check()?;
         Ok(Box::new(self))

@@ -2,17 +2,20 @@
 //! datagram (like `udp`), each through the input's parser. The shared
 //! socket code is in net/.
 
-use crate::inputs::common::SocketType;
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use nagare_core::units::{Dur, Size};
 use serde::Deserialize;
 use tokio::task::JoinHandle;
 
 use crate::inputs::common::sockets::lines::LineOptions;
 use crate::inputs::common::sockets::{self, Endpoint, Settings};
-use crate::inputs::common::{check_max_connections, DEFAULT_DELIMITER, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_LINE};
-use nagare_core::units::{Dur, Size};
-use crate::parsers::ParserConfig;
+use crate::inputs::common::SocketType;
+use crate::inputs::common::{
+    check_max_connections, DEFAULT_DELIMITER, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_LINE,
+};
 use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use crate::parsers::ParserConfig;
 
 #[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]

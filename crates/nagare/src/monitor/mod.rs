@@ -14,10 +14,10 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Extension;
 use axum::{Json, Router};
+use nagare_core::metrics::{PluginStats, Registry};
 use tokio::sync::watch;
 
 use crate::topology::Control;
-use nagare_core::metrics::{PluginStats, Registry};
 
 mod tap_endpoint;
 

@@ -10,9 +10,9 @@ use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use nagare_core::metrics::Registry;
 
 use crate::topology::Control;
-use nagare_core::metrics::Registry;
 
 pub fn routes(control: Arc<Control>) -> Router<Arc<Registry>> {
     Router::new()

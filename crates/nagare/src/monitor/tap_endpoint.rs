@@ -12,7 +12,6 @@
 //! `sample`: keep one event in N (default 1); `rate`: at most R events per
 //! second (default 0: no limit).
 
-use nagare_core::plugin::serde_inline_default;
 use std::convert::Infallible;
 use std::time::{Duration, Instant};
 
@@ -20,9 +19,10 @@ use axum::extract::Query;
 use axum::http::StatusCode;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use nagare_core::pattern::Pattern;
+use nagare_core::plugin::serde_inline_default;
 
 use crate::router::tap_hub::{self, Limiter, Subscription, Tapped};
-use nagare_core::pattern::Pattern;
 
 #[serde_inline_default]
 #[derive(serde::Deserialize)]

@@ -8,15 +8,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use nagare_core::output::FlushError;
+use nagare_core::plugin::OptionError;
+use nagare_core::units::Dur;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Mutex;
 
 use crate::net::tls::TlsClient;
 use crate::net::Stream;
-use nagare_core::output::FlushError;
-use nagare_core::plugin::OptionError;
-use nagare_core::units::Dur;
 
 pub(crate) struct Connection {
     address: String,

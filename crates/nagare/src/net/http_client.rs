@@ -9,7 +9,6 @@
 //! `tls` table with it is an error (the URL would say one thing and the
 //! connection do another).
 
-use serde::Deserialize;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,10 +18,11 @@ use hyper::client::conn::http1::SendRequest;
 use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::{Request, StatusCode, Uri};
 use hyper_util::rt::TokioIo;
-
-use crate::net::tls::{TlsClient, TlsOptions};
 use nagare_core::output::FlushError;
 use nagare_core::plugin::{BuildContext, OptionError};
+use serde::Deserialize;
+
+use crate::net::tls::{TlsClient, TlsOptions};
 
 /// Where requests go: parsed from an `endpoint` option.
 #[derive(Debug, Clone)]

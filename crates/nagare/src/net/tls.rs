@@ -30,6 +30,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::server::WebPkiClientVerifier;
@@ -39,8 +40,6 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
 /// A TLS handshake that takes longer fails that connection.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -17,14 +17,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use nagare_core::output::OutputPlugin;
+use nagare_core::output::{FlushError, Output};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use serde::Deserialize;
 
-use crate::formats::{render_entry, DEFAULT_MESSAGE_KEY};
-use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
 use crate::formats::Format;
-use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use crate::formats::{render_entry, DEFAULT_MESSAGE_KEY};
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
@@ -53,7 +53,6 @@ pub struct FileConfig {
     #[serde(default)]
     pub compress: Option<FileCompression>,
 }
-
 
 pub struct FileOutput {
     cfg: FileConfig,
@@ -177,9 +176,11 @@ impl FileOutput {
             let dt = chrono::DateTime::from_timestamp(secs as i64, 0).unwrap_or_default();
             let mut timed = String::new();
             // fmt::Write returns a bad field's error; io::Write would panic.
-            std::fmt::Write::write_fmt(&mut timed, format_args!("{}", dt.format(&p))).map_err(|_| {
-                FlushError::Permanent(format!("bad strftime field in path {:?}", self.cfg.path))
-            })?;
+            std::fmt::Write::write_fmt(&mut timed, format_args!("{}", dt.format(&p))).map_err(
+                |_| {
+                    FlushError::Permanent(format!("bad strftime field in path {:?}", self.cfg.path))
+                },
+            )?;
             p = timed;
         }
         if self.cfg.compress.is_some() && !p.ends_with(".gz") {
@@ -188,7 +189,6 @@ impl FileOutput {
         Ok(PathBuf::from(p))
     }
 }
-
 
 /// A tag as a path part: no directory separators, no parent references, and
 /// `%` escaped when the template is also a strftime format.
@@ -328,8 +328,23 @@ fn write_pieces(
 
 impl FileOutput {
     /// One event as a line of the configured format.
-    fn render(&self, tag: &str, time: nagare_forward::EventTime, record: &[u8], entry: &[u8], out: &mut Vec<u8>) {
-        render_entry(self.cfg.format, &self.cfg.message_key, tag, time, record, entry, out);
+    fn render(
+        &self,
+        tag: &str,
+        time: nagare_forward::EventTime,
+        record: &[u8],
+        entry: &[u8],
+        out: &mut Vec<u8>,
+    ) {
+        render_entry(
+            self.cfg.format,
+            &self.cfg.message_key,
+            tag,
+            time,
+            record,
+            entry,
+            out,
+        );
     }
 
     /// Consecutive events that go to the same file form a group (both ways
@@ -379,7 +394,12 @@ impl FileOutput {
         tx: &tokio::sync::mpsc::Sender<Piece>,
     ) -> Result<(), FlushError> {
         let new_buf = || {
-            let mut b = self.spare.lock().expect("spare buffers").pop().unwrap_or_default();
+            let mut b = self
+                .spare
+                .lock()
+                .expect("spare buffers")
+                .pop()
+                .unwrap_or_default();
             b.reserve(PIECE + PIECE / 4);
             b
         };
@@ -390,7 +410,12 @@ impl FileOutput {
             let current = group.as_ref().map(|g| g.1.as_path());
             if let Some(p) = self.next_group(&chunk.tag, time.secs, &mut last_secs, current)? {
                 let i = group.as_ref().map_or(0, |g| g.0 + 1);
-                if !buf.is_empty() && tx.send(Piece::Text(std::mem::take(&mut buf))).await.is_err() {
+                if !buf.is_empty()
+                    && tx
+                        .send(Piece::Text(std::mem::take(&mut buf)))
+                        .await
+                        .is_err()
+                {
                     return Ok(());
                 }
                 if i >= skip && tx.send(Piece::Open(i, p.clone())).await.is_err() {
@@ -406,7 +431,12 @@ impl FileOutput {
                 buf = new_buf();
             }
             self.render(&chunk.tag, time, record, entry, &mut buf);
-            if buf.len() >= PIECE && tx.send(Piece::Text(std::mem::take(&mut buf))).await.is_err() {
+            if buf.len() >= PIECE
+                && tx
+                    .send(Piece::Text(std::mem::take(&mut buf)))
+                    .await
+                    .is_err()
+            {
                 return Ok(());
             }
         }
@@ -429,7 +459,12 @@ impl Output for FileOutput {
         for (time, record, entry) in chunk.entries() {
             let current = groups.last().map(|g| g.0.as_path());
             if let Some(p) = self.next_group(&chunk.tag, time.secs, &mut last_secs, current)? {
-                let mut buf = self.spare.lock().expect("spare buffers").pop().unwrap_or_default();
+                let mut buf = self
+                    .spare
+                    .lock()
+                    .expect("spare buffers")
+                    .pop()
+                    .unwrap_or_default();
                 // JSON lines of small records are about 1.5x their msgpack.
                 buf.reserve(chunk.len + chunk.len / 2);
                 groups.push((p, buf));
@@ -443,38 +478,38 @@ impl Output for FileOutput {
         tokio::task::spawn_blocking(move || {
             let written = if append { appends.written(&id) } else { 0 };
             let result = (|| {
-            for (i, (path, data)) in groups.iter().enumerate().skip(written) {
-                let path = if append {
-                    path.clone()
-                } else {
-                    with_chunk_id(path, &format!("{}_{i}", hex::encode(id)))
-                };
-                let done = (|| {
-                    let zipped;
-                    let data: &[u8] = if compress {
-                        zipped = gzip(data)?;
-                        &zipped
+                for (i, (path, data)) in groups.iter().enumerate().skip(written) {
+                    let path = if append {
+                        path.clone()
                     } else {
-                        data
+                        with_chunk_id(path, &format!("{}_{i}", hex::encode(id)))
                     };
-                    if append {
-                        appends.append(&path, data)
-                    } else {
-                        write_new_file(&path, data)
+                    let done = (|| {
+                        let zipped;
+                        let data: &[u8] = if compress {
+                            zipped = gzip(data)?;
+                            &zipped
+                        } else {
+                            data
+                        };
+                        if append {
+                            appends.append(&path, data)
+                        } else {
+                            write_new_file(&path, data)
+                        }
+                    })();
+                    if let Err(e) = done {
+                        if append {
+                            // The groups before this one are in their files.
+                            appends.set_written(&id, Some(i));
+                        }
+                        return Err(write_error(&path, e));
                     }
-                })();
-                if let Err(e) = done {
-                    if append {
-                        // The groups before this one are in their files.
-                        appends.set_written(&id, Some(i));
-                    }
-                    return Err(write_error(&path, e));
                 }
-            }
-            if append && written > 0 {
-                appends.set_written(&id, None);
-            }
-            Ok(())
+                if append && written > 0 {
+                    appends.set_written(&id, None);
+                }
+                Ok(())
             })();
             let mut kept = spare.lock().expect("spare buffers");
             for (_, mut buf) in groups {
@@ -506,7 +541,10 @@ impl OutputPlugin for FileConfig {
         cx.writes_in("path", dir);
         let out = FileOutput::new(self, &cx.name).map_err(|e| {
             let m = format!("{e:#}");
-            let m = m.strip_prefix(&format!("{}: ", cx.name)).unwrap_or(&m).to_string();
+            let m = m
+                .strip_prefix(&format!("{}: ", cx.name))
+                .unwrap_or(&m)
+                .to_string();
             OptionError::new("path", m)
         })?;
         Ok(Arc::new(out))
@@ -579,7 +617,10 @@ mod tests {
         f.write(&chunk).await.unwrap();
         assert_eq!((lines(&one), lines(&two)), (20_000, 3));
         let text = std::fs::read_to_string(&one).unwrap();
-        assert!(text.lines().enumerate().all(|(i, l)| l.contains(&format!("\"m\":\"{i} x"))));
+        assert!(text
+            .lines()
+            .enumerate()
+            .all(|(i, l)| l.contains(&format!("\"m\":\"{i} x"))));
         // A chunk written whole in one go is forgotten: writing it again appends it again.
         f.write(&chunk).await.unwrap();
         assert_eq!((lines(&one), lines(&two)), (40_000, 6));

@@ -10,7 +10,6 @@
 //! The client (keep-alive, connections, retry rules) is http_client.rs,
 //! shared with the `opentelemetry` output.
 
-use crate::net::http_client::Compress;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Arc;
@@ -19,16 +18,17 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{self, HeaderName, HeaderValue};
+use nagare_core::output::OutputPlugin;
+use nagare_core::output::{FlushError, Output};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use nagare_core::units::Dur;
 use nagare_forward::msgpack::{read_map_len, write_array_len, write_map_len, write_str};
 use nagare_forward::EventTime;
 use serde::Deserialize;
 
-use crate::net::http_client::{self, Client, Endpoint};
 use crate::buffer::Chunk;
-use nagare_core::units::Dur;
-use nagare_core::output::{FlushError, Output};
-use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use crate::net::http_client::Compress;
+use crate::net::http_client::{self, Client, Endpoint};
 
 /// How a chunk's events are written in a request body.
 #[derive(
@@ -142,9 +142,9 @@ impl Output for HttpOutput {
         for (k, v) in &self.headers {
             req = req.header(k, v);
         }
-        let req = req
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| FlushError::Permanent(format!("building the request for {path:?}: {e}")))?;
+        let req = req.body(Full::new(Bytes::from(body))).map_err(|e| {
+            FlushError::Permanent(format!("building the request for {path:?}: {e}"))
+        })?;
         let answer = self.client.send(req).await.map_err(FlushError::Retry)?;
         self.client.judge(answer).await.map(|_| ())
     }
@@ -271,7 +271,8 @@ mod tests {
         nagare_core::json::msgpack_from_json(&rec, &mut mp);
         let mut out = Vec::new();
         f.json(&mut out, EventTime::new(5, 7), &mp);
-        serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)))
+        serde_json::from_slice(&out)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)))
     }
 
     #[test]
@@ -281,13 +282,22 @@ mod tests {
             tag: Some(("tag", "a.b")),
         };
         let v = json_of(&both, serde_json::json!({"k": 1}));
-        assert_eq!(v, serde_json::json!({"time": 5.000000007, "tag": "a.b", "k": 1}));
-        assert_eq!(json_of(&both, serde_json::json!({})), serde_json::json!({"time": 5.000000007, "tag": "a.b"}));
+        assert_eq!(
+            v,
+            serde_json::json!({"time": 5.000000007, "tag": "a.b", "k": 1})
+        );
+        assert_eq!(
+            json_of(&both, serde_json::json!({})),
+            serde_json::json!({"time": 5.000000007, "tag": "a.b"})
+        );
         let none = Fields {
             time_key: None,
             tag: None,
         };
-        assert_eq!(json_of(&none, serde_json::json!({"k": 1})), serde_json::json!({"k": 1}));
+        assert_eq!(
+            json_of(&none, serde_json::json!({"k": 1})),
+            serde_json::json!({"k": 1})
+        );
         assert_eq!(json_of(&none, serde_json::json!({})), serde_json::json!({}));
     }
 }

@@ -16,10 +16,15 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering::AcqRel};
 use std::sync::{Arc, Mutex};
-
 use std::time::Duration;
 
 use async_trait::async_trait;
+use nagare_core::json;
+use nagare_core::output::OutputPlugin;
+use nagare_core::output::{FlushError, Output};
+use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::record::{self, field};
+use nagare_core::units::{Dur, Size};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{DeliveryResult, Header, OwnedHeaders};
@@ -28,15 +33,9 @@ use rdkafka::{ClientConfig, ClientContext};
 use serde::Deserialize;
 use tokio::sync::Notify;
 
-use crate::formats::logstash::{write_logstash_json, RedisFormat};
-use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
-use nagare_core::units::{Dur, Size};
-use nagare_core::record::{self, field};
-use nagare_core::json;
+use crate::formats::logstash::{write_logstash_json, RedisFormat};
 use crate::proto::kafka::kafka_options;
-use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
 
 /// How many replicas must have a message before the broker confirms it.
 #[derive(
@@ -134,7 +133,10 @@ impl OutputPlugin for KafkaOutputConfig {
             ));
         }
         if self.batch_size.0 == 0 || self.batch_size.0 > i32::MAX as u64 {
-            return Err(OptionError::new("batch_size", "must be between 1 byte and 2GiB"));
+            return Err(OptionError::new(
+                "batch_size",
+                "must be between 1 byte and 2GiB",
+            ));
         }
         let config = self.connection().config(&self.settings())?;
         Ok(Arc::new(KafkaOutput {
@@ -250,7 +252,14 @@ impl KafkaOutput {
     }
 
     /// The message text of one event.
-    fn payload<'a>(&self, tag: &str, time: nagare_forward::EventTime, record: &'a [u8], entry: &'a [u8], text: &'a mut Vec<u8>) -> &'a [u8] {
+    fn payload<'a>(
+        &self,
+        tag: &str,
+        time: nagare_forward::EventTime,
+        record: &'a [u8],
+        entry: &'a [u8],
+        text: &'a mut Vec<u8>,
+    ) -> &'a [u8] {
         match self.cfg.format {
             RedisFormat::Msgpack => entry,
             RedisFormat::Json => {

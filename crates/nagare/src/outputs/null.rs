@@ -1,13 +1,14 @@
 //! `null`: counts events and discards them (for tests and benchmarks).
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
+use nagare_core::output::OutputPlugin;
+use nagare_core::output::{FlushError, Output};
+use nagare_core::plugin::{BuildContext, OptionError};
 use serde::Deserialize;
 
-use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
-use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
-use std::sync::Arc;
 
 /// `type = "null"` takes no options.
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema, Default)]

@@ -16,18 +16,18 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::header::{self, HeaderName, HeaderValue};
+use nagare_core::output::OutputPlugin;
+use nagare_core::output::{FlushError, Output};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use nagare_core::units::Dur;
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceResponse;
 use prost::Message;
 use serde::Deserialize;
 
+use crate::buffer::Chunk;
+use crate::formats::otlp::RequestBuilder;
 use crate::net::http_client::Compress;
 use crate::net::http_client::{self, Client, Endpoint};
-use crate::buffer::Chunk;
-use nagare_core::units::Dur;
-use crate::formats::otlp::RequestBuilder;
-use nagare_core::output::{FlushError, Output};
-use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
 /// The OTLP/HTTP body encoding.
 #[derive(

@@ -14,25 +14,25 @@
 //! retried chunk may have been written before the connection broke, so
 //! delivery is at least once (see docs/queues.md).
 
-use crate::formats::logstash::{write_logstash_json, RedisFormat};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
 use ::redis::cluster::ClusterClient;
 use ::redis::cluster_async::ClusterConnection;
 use async_trait::async_trait;
+use nagare_core::output::OutputPlugin;
+use nagare_core::output::{FlushError, Output};
+use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::record::field;
+use nagare_core::units::Dur;
 use serde::Deserialize;
 use tokio::sync::{Mutex, MutexGuard};
 
-use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
-use nagare_core::units::Dur;
-use nagare_core::record::field;
-use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{BuildContext, OptionError};
+use crate::formats::logstash::{write_logstash_json, RedisFormat};
+use crate::net::tls::TlsClient;
 use crate::proto::redis::conn::{is_permanent, is_permanent_code, redis_options, Server};
 use crate::proto::redis::resp::{self as resp, RespConn};
-use crate::net::tls::TlsClient;
 
 /// What the events are written to.
 #[derive(
@@ -143,7 +143,10 @@ impl OutputPlugin for RedisOutputConfig {
 
     fn build(self, cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
         if self.key.trim().is_empty() {
-            return Err(OptionError::new("key", "must name a list, channel or stream"));
+            return Err(OptionError::new(
+                "key",
+                "must name a list, channel or stream",
+            ));
         }
         if self.workers == 0 {
             return Err(OptionError::new("workers", "must be at least 1"));
@@ -193,7 +196,8 @@ impl RedisOutput {
     /// Opens a connection to the server (or the cluster).
     async fn open(&self) -> Result<Connection, FlushError> {
         let timeout = self.cfg.timeout.0;
-        let retry = |e: String| FlushError::Retry(format!("connecting to redis {}: {e}", self.target()));
+        let retry =
+            |e: String| FlushError::Retry(format!("connecting to redis {}: {e}", self.target()));
         let info = match &self.client {
             Client::Cluster(c) => {
                 return c
@@ -306,7 +310,10 @@ impl RedisOutput {
                 replies += 1;
             }),
             DataType::Stream => {
-                let maxlen = self.cfg.maxlen.map(|n| itoa::Buffer::new().format(n).to_string());
+                let maxlen = self
+                    .cfg
+                    .maxlen
+                    .map(|n| itoa::Buffer::new().format(n).to_string());
                 self.for_each_element(chunk, |v| {
                     resp::array(out, if maxlen.is_some() { 8 } else { 5 });
                     resp::bulk(out, b"XADD");
@@ -397,14 +404,17 @@ impl RedisOutput {
                 }
             }
         };
-        pipe.query_async::<Vec<i64>>(&mut con).await.map(drop).map_err(|e| {
-            let msg = format!("redis {}: {e}", self.target());
-            if is_permanent(&e) {
-                FlushError::Permanent(msg)
-            } else {
-                FlushError::Retry(msg)
-            }
-        })
+        pipe.query_async::<Vec<i64>>(&mut con)
+            .await
+            .map(drop)
+            .map_err(|e| {
+                let msg = format!("redis {}: {e}", self.target());
+                if is_permanent(&e) {
+                    FlushError::Permanent(msg)
+                } else {
+                    FlushError::Retry(msg)
+                }
+            })
     }
 }
 

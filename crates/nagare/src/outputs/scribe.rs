@@ -10,25 +10,25 @@
 //! a chunk duplicates nothing. With `[output.tls]` the framed transport
 //! runs inside TLS (as Thrift's `TSSLSocket`).
 
-use crate::formats::DEFAULT_MESSAGE_KEY;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI32, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use futures_util::FutureExt;
+use nagare_core::json;
+use nagare_core::output::OutputPlugin;
+use nagare_core::output::{FlushError, Output};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use nagare_core::units::Dur;
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
-use nagare_core::units::Dur;
-use nagare_core::json;
-use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
-use crate::proto::thrift::{self, LogCall, ResultCode};
+use crate::formats::DEFAULT_MESSAGE_KEY;
 use crate::net::tls::{MaybeTls, TlsClient, TlsOptions};
+use crate::proto::thrift::{self, LogCall, ResultCode};
 
 /// How a record becomes a Scribe message.
 #[derive(
@@ -176,10 +176,13 @@ impl ScribeOutput {
                 return Ok(c);
             }
         }
-        let c = tokio::time::timeout(self.cfg.connect_timeout.0, TcpStream::connect(&self.cfg.address))
-            .await
-            .map_err(|_| format!("connecting to {}: timed out", self.cfg.address))?
-            .map_err(|e| format!("connecting to {}: {e}", self.cfg.address))?;
+        let c = tokio::time::timeout(
+            self.cfg.connect_timeout.0,
+            TcpStream::connect(&self.cfg.address),
+        )
+        .await
+        .map_err(|_| format!("connecting to {}: timed out", self.cfg.address))?
+        .map_err(|e| format!("connecting to {}: {e}", self.cfg.address))?;
         let _ = c.set_nodelay(true);
         crate::net::tls::connect(&self.tls, c, &self.cfg.address)
             .await
@@ -204,7 +207,9 @@ async fn call<S>(s: &mut S, frame: &[u8], seqid: i32) -> Result<ResultCode, Stri
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    s.write_all(frame).await.map_err(|e| format!("sending: {e}"))?;
+    s.write_all(frame)
+        .await
+        .map_err(|e| format!("sending: {e}"))?;
     let mut head = [0u8; 4];
     s.read_exact(&mut head)
         .await
@@ -220,7 +225,9 @@ where
         .map_err(|e| format!("reading the answer: {e}"))?;
     let (got, code) = thrift::decode_log_reply(&body).map_err(|e| e.to_string())?;
     if got != seqid {
-        return Err(format!("an answer to call {got} where call {seqid} was waited for"));
+        return Err(format!(
+            "an answer to call {got} where call {seqid} was waited for"
+        ));
     }
     Ok(code)
 }
@@ -228,7 +235,12 @@ where
 #[async_trait]
 impl Output for ScribeOutput {
     async fn write(&self, chunk: &Chunk) -> Result<(), FlushError> {
-        let mut frame = self.frames.lock().expect("frames").pop().unwrap_or_default();
+        let mut frame = self
+            .frames
+            .lock()
+            .expect("frames")
+            .pop()
+            .unwrap_or_default();
         let done = self.send_chunk(chunk, &mut frame).await;
         // A frame that grew past twice a chunk's payload (a chunk of JSON
         // messages) is not kept.
@@ -279,7 +291,9 @@ impl ScribeOutput {
             c.finish(frame, n as usize);
             let answer = tokio::time::timeout(self.cfg.timeout.0, call(&mut conn, frame, seqid))
                 .await
-                .unwrap_or_else(|_| Err(format!("no answer within timeout = {}", self.cfg.timeout)));
+                .unwrap_or_else(|_| {
+                    Err(format!("no answer within timeout = {}", self.cfg.timeout))
+                });
             match answer {
                 Ok(ResultCode::Ok) => taken += n,
                 Ok(ResultCode::TryLater) => {

@@ -1,16 +1,17 @@
 //! `stdout`: one line per event (JSON or LTSV), or raw msgpack entries.
 
-use crate::formats::{render, DEFAULT_MESSAGE_KEY};
+use std::sync::Arc;
+
 use async_trait::async_trait;
+use nagare_core::output::OutputPlugin;
+use nagare_core::output::{FlushError, Output};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use serde::Deserialize;
 use tokio::io::AsyncWriteExt;
 
-use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
 use crate::formats::Format;
-use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
-use std::sync::Arc;
+use crate::formats::{render, DEFAULT_MESSAGE_KEY};
 
 #[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema, Default)]

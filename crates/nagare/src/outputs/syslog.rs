@@ -10,23 +10,23 @@
 //! `message_key`, or the whole record as JSON when it has no such field.
 //! The time is the event's.
 
-use crate::formats::DEFAULT_MESSAGE_KEY;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use nagare_core::json;
+use nagare_core::output::OutputPlugin;
+use nagare_core::output::{FlushError, Output};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use nagare_core::record::field;
+use nagare_core::units::Dur;
 use serde::Deserialize;
 use tokio::net::UdpSocket;
 use tokio::sync::OnceCell;
 
+use crate::buffer::Chunk;
+use crate::formats::DEFAULT_MESSAGE_KEY;
 use crate::net::connection::Connection;
 use crate::net::connection::{check_address, DEFAULT_TIMEOUT};
-use nagare_core::output::{FlushError, Output};
-use crate::buffer::Chunk;
-use nagare_core::units::Dur;
-use nagare_core::record::field;
-use nagare_core::json;
-use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use crate::net::tls::{TlsClient, TlsOptions};
 
 #[derive(
@@ -180,7 +180,11 @@ struct SyslogOutput {
 fn header_field(out: &mut Vec<u8>, value: Option<&[u8]>, max: usize) {
     let v = value.unwrap_or_default();
     let start = out.len();
-    out.extend(v.iter().take(max).map(|&c| if (b'!'..=b'~').contains(&c) { c } else { b'_' }));
+    out.extend(
+        v.iter()
+            .take(max)
+            .map(|&c| if (b'!'..=b'~').contains(&c) { c } else { b'_' }),
+    );
     if out.len() == start {
         out.push(b'-');
     }
@@ -207,8 +211,9 @@ impl SyslogOutput {
         let _ = write!(out, "<{}>", self.pri(record));
         match self.cfg.message_format {
             MessageFormat::Rfc5424 => {
-                let t = chrono::DateTime::from_timestamp(time.secs as i64, time.nanos.min(999_999_999))
-                    .unwrap_or_default();
+                let t =
+                    chrono::DateTime::from_timestamp(time.secs as i64, time.nanos.min(999_999_999))
+                        .unwrap_or_default();
                 let _ = write!(out, "1 {} ", t.format("%Y-%m-%dT%H:%M:%S%.6fZ"));
                 header_field(out, Some(host), 255);
                 out.push(b' ');
@@ -219,7 +224,9 @@ impl SyslogOutput {
                 header_field(out, get(&self.cfg.msgid_key), 32);
                 out.push(b' ');
                 match get(&self.cfg.structured_data_key) {
-                    Some(sd) if sd.starts_with(b"[") && sd.ends_with(b"]") => out.extend_from_slice(sd),
+                    Some(sd) if sd.starts_with(b"[") && sd.ends_with(b"]") => {
+                        out.extend_from_slice(sd)
+                    }
                     _ => out.push(b'-'),
                 }
             }
@@ -250,13 +257,19 @@ impl SyslogOutput {
     async fn udp(&self) -> Result<&UdpSocket, FlushError> {
         self.udp
             .get_or_try_init(|| async {
-                let local = if self.cfg.address.starts_with('[') { "[::]:0" } else { "0.0.0.0:0" };
+                let local = if self.cfg.address.starts_with('[') {
+                    "[::]:0"
+                } else {
+                    "0.0.0.0:0"
+                };
                 let s = UdpSocket::bind(local).await?;
                 s.connect(&self.cfg.address).await?;
                 Ok(s)
             })
             .await
-            .map_err(|e: std::io::Error| FlushError::Retry(format!("UDP to {}: {e}", self.cfg.address)))
+            .map_err(|e: std::io::Error| {
+                FlushError::Retry(format!("UDP to {}: {e}", self.cfg.address))
+            })
     }
 }
 
@@ -307,10 +320,22 @@ impl OutputPlugin for SyslogOutputConfig {
     fn build(self, cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
         check_address(&self.address)?;
         let facility = facility_number(&self.facility).ok_or_else(|| {
-            OptionError::new("facility", format!("{:?} is not a facility (e.g. \"user\", \"local0\", 0-23)", self.facility))
+            OptionError::new(
+                "facility",
+                format!(
+                    "{:?} is not a facility (e.g. \"user\", \"local0\", 0-23)",
+                    self.facility
+                ),
+            )
         })?;
         let severity = severity_number(&self.severity).ok_or_else(|| {
-            OptionError::new("severity", format!("{:?} is not a severity (e.g. \"info\", \"warn\", 0-7)", self.severity))
+            OptionError::new(
+                "severity",
+                format!(
+                    "{:?} is not a severity (e.g. \"info\", \"warn\", 0-7)",
+                    self.severity
+                ),
+            )
         })?;
         let hostname = gethostname::gethostname().to_string_lossy().into_owned();
         if self.protocol != Protocol::Tcp && self.tls.as_ref().is_some_and(|t| t.enable) {
@@ -360,10 +385,16 @@ mod tests {
     #[test]
     fn rfc5424_from_a_syslog_record() {
         let o = output("facility_key = \"facility\"\nseverity_key = \"severity\"");
-        let r = record(serde_json::json!({"host": "web 1", "ident": "app", "pid": "42", "msgid": "ID7",
-            "extradata": "[x@1 a=\"b\"]", "message": "hello", "facility": "auth", "severity": "warning"}));
+        let r = record(
+            serde_json::json!({"host": "web 1", "ident": "app", "pid": "42", "msgid": "ID7",
+            "extradata": "[x@1 a=\"b\"]", "message": "hello", "facility": "auth", "severity": "warning"}),
+        );
         let mut out = Vec::new();
-        o.message(&mut out, nagare_forward::EventTime::new(1_065_910_455, 3_000_000), &r);
+        o.message(
+            &mut out,
+            nagare_forward::EventTime::new(1_065_910_455, 3_000_000),
+            &r,
+        );
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "<36>1 2003-10-11T22:14:15.003000Z web_1 app 42 ID7 [x@1 a=\"b\"] hello"
@@ -391,8 +422,16 @@ mod tests {
 
     #[test]
     fn bad_options() {
-        for (opt, key) in [("facility = \"nope\"", "facility"), ("severity = \"9\"", "severity"), ("", "")] {
-            let text = if opt.is_empty() { "address = \"nohost\"".to_string() } else { format!("address = \"h:1\"\n{opt}") };
+        for (opt, key) in [
+            ("facility = \"nope\"", "facility"),
+            ("severity = \"9\"", "severity"),
+            ("", ""),
+        ] {
+            let text = if opt.is_empty() {
+                "address = \"nohost\"".to_string()
+            } else {
+                format!("address = \"h:1\"\n{opt}")
+            };
             let cfg: SyslogOutputConfig = toml::from_str(&text).unwrap();
             let e = cfg.build(&mut BuildContext::new("x")).err().unwrap();
             assert_eq!(e.key, if key.is_empty() { "address" } else { key });

@@ -3,20 +3,20 @@
 //! and opened again after an error (the buffer retries with backoff);
 //! over TLS with `[output.tls]`.
 
-use crate::net::connection::{check_address, DEFAULT_TIMEOUT};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use nagare_core::output::OutputPlugin;
+use nagare_core::output::{FlushError, Output};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use nagare_core::units::Dur;
 use serde::Deserialize;
 
-use crate::net::connection::Connection;
-use crate::formats::{render, DEFAULT_MESSAGE_KEY};
-use nagare_core::output::{FlushError, Output};
 use crate::buffer::Chunk;
-use nagare_core::units::Dur;
 use crate::formats::Format;
-use nagare_core::output::OutputPlugin;
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use crate::formats::{render, DEFAULT_MESSAGE_KEY};
+use crate::net::connection::Connection;
+use crate::net::connection::{check_address, DEFAULT_TIMEOUT};
 use crate::net::tls::{TlsClient, TlsOptions};
 
 #[serde_inline_default]
@@ -66,4 +66,3 @@ impl OutputPlugin for TcpOutputConfig {
         Ok(Arc::new(TcpOutput { cfg: self, conn }))
     }
 }
-

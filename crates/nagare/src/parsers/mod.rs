@@ -9,11 +9,10 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Datelike, Local, NaiveDateTime, TimeZone};
+use nagare_core::units::Dur;
 use nagare_forward::msgpack::{write_bool, write_map_len, write_str};
 use nagare_forward::EventTime;
 use serde::Deserialize;
-
-use nagare_core::units::Dur;
 
 mod apache2;
 mod apache_error;

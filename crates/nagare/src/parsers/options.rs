@@ -12,11 +12,11 @@
 
 use std::collections::BTreeMap;
 
+use nagare_core::units::Dur;
 use serde::de::{self, DeserializeSeed, IntoDeserializer, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 
 use super::{FieldType, ParserConfig, ParserType, SyslogFormat};
-use nagare_core::units::Dur;
 
 /// Declares a parser type's options struct with the options every parser
 /// takes appended (serde's `flatten` would lose line numbers and cannot deny

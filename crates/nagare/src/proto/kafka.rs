@@ -8,10 +8,9 @@
 
 use std::collections::BTreeMap;
 
+use nagare_core::plugin::{serde_inline_default, OptionError};
 use rdkafka::ClientConfig;
 use serde::Deserialize;
-
-use nagare_core::plugin::{serde_inline_default, OptionError};
 
 /// `tls`: the keys every client shares that librdkafka supports.
 #[serde_inline_default]

@@ -16,7 +16,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
-
 use nagare_core::metrics::PluginStats;
 use nagare_core::pattern::Pattern;
 

@@ -13,9 +13,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
-use tokio::sync::mpsc;
-
 use nagare_core::pattern::Pattern;
+use tokio::sync::mpsc;
 
 /// Batches a tapper may have waiting before new ones are skipped.
 pub const CHANNEL_BATCHES: usize = 256;

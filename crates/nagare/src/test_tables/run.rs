@@ -8,6 +8,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use nagare_core::filter::{Filter, Filtered};
+use nagare_core::metrics::Registry;
 use nagare_forward::{write_entry, EventTime};
 use serde_json::Value;
 
@@ -17,8 +19,6 @@ use crate::config::OutputTarget;
 use crate::config::{self, Config, ConfigError};
 use crate::router::OutputHandle;
 use crate::router::{Outputs, Router};
-use nagare_core::filter::{Filter, Filtered};
-use nagare_core::metrics::Registry;
 
 /// An event as it arrived somewhere.
 #[derive(Debug, Clone)]

@@ -30,6 +30,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use nagare_core::metrics::{PluginStats, Registry};
+use nagare_core::output::Output;
+use nagare_core::pattern::Pattern;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
@@ -42,9 +45,6 @@ use crate::inputs::InputContext;
 use crate::router::Stage;
 use crate::router::{Outputs, RouteSwitch, Router};
 use crate::topology::signals::StopSignals;
-use nagare_core::metrics::{PluginStats, Registry};
-use nagare_core::output::Output;
-use nagare_core::pattern::Pattern;
 
 /// How long a reload waits for stopped inputs to finish, and for the
 /// batches routed by the old table.

@@ -2,12 +2,12 @@
 //! grep's `[[filter.regex]]`/`[[filter.exclude]]` and sample's `exclude`
 //! write them.
 
+use nagare_core::plugin::OptionError;
+use nagare_core::record::{value_text, FieldPath, Fields, Span};
 use regex_automata::meta;
 use serde::Deserialize;
 
 use super::search::Pattern;
-use nagare_core::plugin::OptionError;
-use nagare_core::record::{value_text, FieldPath, Fields, Span};
 
 /// One rule: a field and a regular expression its text must match.
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]

@@ -70,7 +70,9 @@ impl Running {
         let (format, log_name) = (cfg.format, name.to_string());
         let threads = [
             spawn(name, "stdin", move || write_batches(stdin, batches)),
-            spawn(name, "stdout", move || read_answers(format, stdout, answered)),
+            spawn(name, "stdout", move || {
+                read_answers(format, stdout, answered)
+            }),
             spawn(name, "stderr", move || {
                 log_stderr(&log_name, stderr, &tail);
                 drop(stderr_end);
@@ -129,7 +131,10 @@ impl Running {
         // The stderr thread ends when every holder of the pipe has exited;
         // a child the program left running may hold it open: wait briefly.
         let _ = self.stderr_done.recv_timeout(Duration::from_millis(500));
-        let tail = self.stderr_tail.lock().unwrap_or_else(PoisonError::into_inner);
+        let tail = self
+            .stderr_tail
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         (how, tail.iter().cloned().collect())
     }
 }

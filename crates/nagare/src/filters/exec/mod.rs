@@ -29,10 +29,10 @@ use serde::Deserialize;
 
 use self::child::Running;
 pub use self::protocol::ExecFormat;
-use nagare_core::filter::{Filter, Filtered};
-use nagare_core::units::Dur;
 use nagare_core::filter::FilterPlugin;
+use nagare_core::filter::{Filter, Filtered};
 use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use nagare_core::units::Dur;
 
 #[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -96,15 +96,14 @@ impl FilterPlugin for ExecConfig {
 /// The program to run: `command[0]` as a path (relative to `cwd`), or
 /// looked up on `PATH`; an error says why it cannot be run.
 fn find_program(cfg: &ExecConfig) -> Result<PathBuf, OptionError> {
-    let name = match cfg.command.first() {
-        Some(n) if !n.trim().is_empty() => n,
-        _ => {
-            return Err(OptionError::new(
+    let name =
+        match cfg.command.first() {
+            Some(n) if !n.trim().is_empty() => n,
+            _ => return Err(OptionError::new(
                 "command",
                 "needs the program to run and its arguments, such as [\"python3\", \"enrich.py\"]",
-            ))
-        }
-    };
+            )),
+        };
     let cwd = match &cfg.cwd {
         Some(d) if !Path::new(d).is_dir() => {
             return Err(OptionError::new("cwd", format!("{d:?} is not a directory")))
@@ -182,7 +181,10 @@ impl Exec {
     fn round_trip(&self, st: &mut State, tag: &str, input: Vec<u8>) -> Outcome {
         let mut restarted = false;
         if st.running.is_none() {
-            if let Some(wait) = st.not_before.and_then(|t| t.checked_duration_since(Instant::now())) {
+            if let Some(wait) = st
+                .not_before
+                .and_then(|t| t.checked_duration_since(Instant::now()))
+            {
                 // Rounded up: "restarts in 0s" would read as "now".
                 let wait = match wait.as_secs() {
                     0 => Duration::from_millis(wait.as_millis() as u64 + 1),
@@ -343,7 +345,8 @@ mod tests {
         let mut b = Vec::new();
         for i in 0..n {
             let mut rec = Vec::new();
-            rmpv::encode::write_value(&mut rec, &rmpv::Value::Map(vec![("i".into(), i.into())])).unwrap();
+            rmpv::encode::write_value(&mut rec, &rmpv::Value::Map(vec![("i".into(), i.into())]))
+                .unwrap();
             nagare_forward::write_entry(&mut b, nagare_forward::EventTime::new(i, 0), &rec);
         }
         Bytes::from(b)
@@ -354,7 +357,10 @@ mod tests {
         assert!(build(cfg(&["cat"])).is_ok());
         let e = build(cfg(&["no-such-program-here"])).err().unwrap();
         assert_eq!(e.key, "command");
-        assert!(e.message.contains("no program \"no-such-program-here\""), "{e}");
+        assert!(
+            e.message.contains("no program \"no-such-program-here\""),
+            "{e}"
+        );
         let e = build(cfg(&["./nope.py"])).err().unwrap();
         assert!(e.message.contains("\"./nope.py\": no such file"), "{e}");
         let dir = tempfile::tempdir().unwrap();
@@ -364,7 +370,10 @@ mod tests {
         assert!(e.message.contains("not executable"), "{e}");
         let mut c = cfg(&["./filter.py"]);
         c.cwd = Some(dir.path().to_str().unwrap().into());
-        assert!(build(c).err().unwrap().message.contains("not executable"), "relative to cwd");
+        assert!(
+            build(c).err().unwrap().message.contains("not executable"),
+            "relative to cwd"
+        );
         assert_eq!(build(cfg(&[])).err().unwrap().key, "command");
         let mut c = cfg(&["cat"]);
         c.cwd = Some("/no/such/dir".into());
@@ -393,7 +402,11 @@ mod tests {
     /// holds there (most of it not logged: rate limited) still answers.
     #[test]
     fn a_program_that_fills_stderr_does_not_block() {
-        let mut c = cfg(&["sh", "-c", "yes 'a line on stderr' | head -n 100000 >&2; exec cat"]);
+        let mut c = cfg(&[
+            "sh",
+            "-c",
+            "yes 'a line on stderr' | head -n 100000 >&2; exec cat",
+        ]);
         c.timeout = Dur(Duration::from_secs(60));
         let f = build(c).unwrap();
         let batch = one_batch(10);
@@ -423,7 +436,9 @@ mod tests {
             assert_eq!(marked.1, 4);
             let records: Vec<_> = nagare_core::record::entries(&marked.0).collect();
             assert_eq!(records.len(), 4);
-            assert!(records.iter().all(|(_, r, _)| r.windows(10).any(|w| w == b"exec_error")));
+            assert!(records
+                .iter()
+                .all(|(_, r, _)| r.windows(10).any(|w| w == b"exec_error")));
         }
     }
 
@@ -433,10 +448,20 @@ mod tests {
     fn runs_on_either_runtime_flavor() {
         let f: std::sync::Arc<dyn Filter> = build(cfg(&["cat"])).unwrap().into();
         let batch = one_batch(3);
-        let run = |f: std::sync::Arc<dyn Filter>, b: Bytes| async move { f.filter("t", &[b], 3).batch.unwrap().1 };
-        let current = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let run = |f: std::sync::Arc<dyn Filter>, b: Bytes| async move {
+            f.filter("t", &[b], 3).batch.unwrap().1
+        };
+        let current = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         assert_eq!(current.block_on(run(f.clone(), batch.clone())), 3);
-        let multi = tokio::runtime::Builder::new_multi_thread().worker_threads(2).build().unwrap();
-        assert_eq!(multi.block_on(async { tokio::spawn(run(f, batch)).await.unwrap() }), 3);
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .build()
+            .unwrap();
+        assert_eq!(
+            multi.block_on(async { tokio::spawn(run(f, batch)).await.unwrap() }),
+            3
+        );
     }
 }

@@ -14,6 +14,8 @@
 use std::fmt;
 
 use bytes::Bytes;
+use nagare_core::json;
+use nagare_core::record;
 use nagare_forward::msgpack::{
     expect_str_or_bin, is_map, read_array_len, read_uint, skip_value, write_map_len, write_str,
 };
@@ -22,8 +24,6 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use nagare_core::record;
-use nagare_core::json;
 use crate::parsers::json::{Emit, REPEATED_KEY};
 
 #[derive(
@@ -81,7 +81,11 @@ pub fn encode(format: ExecFormat, tag: &str, parts: &[Bytes], out: &mut Vec<u8>)
 /// Finds the next whole value of an answer in `buf` from `pos`: where it
 /// ends and whether it is the end of the batch; `None` when more bytes are
 /// needed.
-pub fn next_value(format: ExecFormat, buf: &[u8], pos: usize) -> Result<Option<(usize, bool)>, String> {
+pub fn next_value(
+    format: ExecFormat,
+    buf: &[u8],
+    pos: usize,
+) -> Result<Option<(usize, bool)>, String> {
     match format {
         ExecFormat::Json => Ok(memchr::memchr(b'\n', &buf[pos..]).map(|n| {
             let line = &buf[pos..pos + n];
@@ -208,20 +212,27 @@ impl<'de> Visitor<'de> for Line<'_> {
     }
 }
 
-fn json_event(text: &[u8], batch_tag: &str, record: &mut Vec<u8>, out: &mut Answer) -> Result<(), String> {
+fn json_event(
+    text: &[u8],
+    batch_tag: &str,
+    record: &mut Vec<u8>,
+    out: &mut Answer,
+) -> Result<(), String> {
     record.clear();
     let mut de = serde_json::Deserializer::from_slice(text);
-    let line = Line { record: &mut *record }
-        .deserialize(&mut de)
-        .and_then(|line| de.end().map(|()| line))
-        .map_err(|e| {
-            let e = e.to_string();
-            if e.starts_with(REPEATED_KEY) {
-                return "the record has a key twice".to_string();
-            }
-            let text = String::from_utf8_lossy(&text[..text.len().min(80)]).into_owned();
-            format!("{e} in {text:?} (expected {{\"tag\":…,\"time\":…,\"record\":{{…}}}})")
-        })?;
+    let line = Line {
+        record: &mut *record,
+    }
+    .deserialize(&mut de)
+    .and_then(|line| de.end().map(|()| line))
+    .map_err(|e| {
+        let e = e.to_string();
+        if e.starts_with(REPEATED_KEY) {
+            return "the record has a key twice".to_string();
+        }
+        let text = String::from_utf8_lossy(&text[..text.len().min(80)]).into_owned();
+        format!("{e} in {text:?} (expected {{\"tag\":…,\"time\":…,\"record\":{{…}}}})")
+    })?;
     if !line.record {
         return Err("no \"record\"".into());
     }
@@ -241,7 +252,8 @@ fn json_event(text: &[u8], batch_tag: &str, record: &mut Vec<u8>, out: &mut Answ
             batch_tag
         }
         Some(t) => {
-            owned = serde_json::from_str::<String>(t).map_err(|_| format!("\"tag\" must be a string, found {t}"))?;
+            owned = serde_json::from_str::<String>(t)
+                .map_err(|_| format!("\"tag\" must be a string, found {t}"))?;
             if owned.is_empty() {
                 return Err("\"tag\" is empty".into());
             }
@@ -261,7 +273,8 @@ fn json_event(text: &[u8], batch_tag: &str, record: &mut Vec<u8>, out: &mut Answ
 /// another number form as a float; `null` is now.
 pub fn json_time(text: &str) -> Result<EventTime, String> {
     let t = text.trim();
-    let bad = || format!("\"time\" must be seconds since the epoch such as 1700000000.5, found {t}");
+    let bad =
+        || format!("\"time\" must be seconds since the epoch such as 1700000000.5, found {t}");
     if t == "null" {
         return Ok(EventTime::now());
     }
@@ -290,7 +303,9 @@ fn msgpack_event(buf: &[u8], pos: usize, out: &mut Answer) -> Result<usize, Stri
     let scan = |e: ScanError| e.to_string();
     let (n, p) = read_array_len(buf, pos).map_err(|_| "expected an array [tag, time, record]")?;
     if n != 3 {
-        return Err(format!("expected an array [tag, time, record], found an array of {n}"));
+        return Err(format!(
+            "expected an array [tag, time, record], found an array of {n}"
+        ));
     }
     let (a, b) = expect_str_or_bin(buf, p, "tag").map_err(scan)?;
     let tag = std::str::from_utf8(&buf[a..b]).map_err(|_| "the tag is not UTF-8")?;
@@ -396,7 +411,10 @@ mod tests {
 
     #[test]
     fn a_batch_goes_through_cat_unchanged_in_both_formats() {
-        let times = [EventTime::new(1_700_000_000, 123), EventTime::new(5, 999_999_999)];
+        let times = [
+            EventTime::new(1_700_000_000, 123),
+            EventTime::new(5, 999_999_999),
+        ];
         let recs = [rec("a", "x\n\"y".into()), rec("n", Value::from(-7))];
         let b = batch(&times, &recs);
         for format in [ExecFormat::Json, ExecFormat::Msgpack] {
@@ -423,7 +441,11 @@ mod tests {
             {\"tag\":\"other\",\"time\":12.5,\"record\":{}}\n\
             {\"tag\":\"t\",\"time\":3,\"record\":{\"b\":[true,null]}}\n";
         let got = decode(ExecFormat::Json, "t", answer).unwrap();
-        let tags: Vec<(&str, u32)> = got.groups.iter().map(|(t, _, n)| (t.as_str(), *n)).collect();
+        let tags: Vec<(&str, u32)> = got
+            .groups
+            .iter()
+            .map(|(t, _, n)| (t.as_str(), *n))
+            .collect();
         assert_eq!(tags, [("t", 2), ("other", 1)]);
         let mut want_other = Vec::new();
         nagare_forward::write_entry(&mut want_other, EventTime::new(12, 500_000_000), &[0x80]);
@@ -439,47 +461,85 @@ mod tests {
         for bad in ["-1", "\"now\"", "1e20", "."] {
             assert!(json_time(bad).is_err(), "{bad}");
         }
-        assert!(decode(ExecFormat::Json, "t", b"[]\n").unwrap_err().contains("line 1"));
-        assert!(decode(ExecFormat::Json, "t", b"{\"record\":{}}\n{\"record\":1}\n")
+        assert!(decode(ExecFormat::Json, "t", b"[]\n")
             .unwrap_err()
-            .contains("line 2 of its answer: \"record\" must be a JSON object"));
+            .contains("line 1"));
+        assert!(
+            decode(ExecFormat::Json, "t", b"{\"record\":{}}\n{\"record\":1}\n")
+                .unwrap_err()
+                .contains("line 2 of its answer: \"record\" must be a JSON object")
+        );
         assert!(decode(ExecFormat::Json, "t", b"{\"recod\":{}}\n")
             .unwrap_err()
             .contains("unknown field `recod`"));
         for (bad, why) in [
-            (&b"{\"record\":{\"a\":1,\"a\":2}}"[..], "the record has a key twice"),
+            (
+                &b"{\"record\":{\"a\":1,\"a\":2}}"[..],
+                "the record has a key twice",
+            ),
             (b"{\"record\":{},\"record\":{}}", "a key appears twice"),
             (b"{\"tag\":\"t\"}", "no \"record\""),
-            (b"{\"tag\":7,\"record\":{}}", "\"tag\" must be a string, found 7"),
+            (
+                b"{\"tag\":7,\"record\":{}}",
+                "\"tag\" must be a string, found 7",
+            ),
             (b"{\"record\":{}} {}", "trailing characters"),
         ] {
             let err = decode(ExecFormat::Json, "t", bad).unwrap_err();
             assert!(err.contains(why), "{err}");
         }
         // A tag written with escapes is still the batch's tag.
-        let got = decode(ExecFormat::Json, "a.b", b"{\"tag\":\"a\\u002eb\",\"record\":{}}").unwrap();
+        let got = decode(
+            ExecFormat::Json,
+            "a.b",
+            b"{\"tag\":\"a\\u002eb\",\"record\":{}}",
+        )
+        .unwrap();
         assert_eq!(got.groups.len(), 1);
         assert_eq!(got.groups[0].2, 1);
     }
 
     #[test]
     fn msgpack_answers_are_checked() {
-        let ok = enc(&Value::Array(vec!["u".into(), Value::from(9), rec("k", 1.into())]));
+        let ok = enc(&Value::Array(vec![
+            "u".into(),
+            Value::from(9),
+            rec("k", 1.into()),
+        ]));
         let got = decode(ExecFormat::Msgpack, "t", &ok).unwrap();
         assert_eq!(got.groups[0].2, 0, "none of the batch's tag");
         assert_eq!(got.groups[1].0, "u");
-        let float = enc(&Value::Array(vec!["t".into(), Value::F64(2.25), rec("k", 1.into())]));
+        let float = enc(&Value::Array(vec![
+            "t".into(),
+            Value::F64(2.25),
+            rec("k", 1.into()),
+        ]));
         let got = decode(ExecFormat::Msgpack, "t", &float).unwrap();
-        assert_eq!(&got.groups[0].1[1..11], &EventTime::new(2, 250_000_000).to_bytes());
+        assert_eq!(
+            &got.groups[0].1[1..11],
+            &EventTime::new(2, 250_000_000).to_bytes()
+        );
         for (bad, why) in [
             (Value::Array(vec!["t".into(), 1.into()]), "array of 2"),
-            (Value::Array(vec!["t".into(), 1.into(), 2.into()]), "must be a map"),
-            (Value::Array(vec!["t".into(), "x".into(), rec("k", 1.into())]), "time"),
-            (Value::Array(vec!["".into(), 1.into(), rec("k", 1.into())]), "tag is empty"),
+            (
+                Value::Array(vec!["t".into(), 1.into(), 2.into()]),
+                "must be a map",
+            ),
+            (
+                Value::Array(vec!["t".into(), "x".into(), rec("k", 1.into())]),
+                "time",
+            ),
+            (
+                Value::Array(vec!["".into(), 1.into(), rec("k", 1.into())]),
+                "tag is empty",
+            ),
             (Value::from(3), "expected an array"),
         ] {
             let err = decode(ExecFormat::Msgpack, "t", &enc(&bad)).unwrap_err();
-            assert!(err.contains(why) && err.starts_with("event 1"), "{bad}: {err}");
+            assert!(
+                err.contains(why) && err.starts_with("event 1"),
+                "{bad}: {err}"
+            );
         }
     }
 
@@ -501,7 +561,10 @@ mod tests {
         let t = EventTime::new(1, 2);
         let recs = [
             rec("a", 1.into()),
-            Value::Map(vec![("exec_error".into(), "old".into()), ("b".into(), 2.into())]),
+            Value::Map(vec![
+                ("exec_error".into(), "old".into()),
+                ("b".into(), 2.into()),
+            ]),
         ];
         let mut out = Vec::new();
         mark(&[batch(&[t, t], &recs)], "it hung", &mut out);
@@ -514,8 +577,14 @@ mod tests {
         assert_eq!(
             got,
             [
-                Value::Map(vec![("a".into(), 1.into()), ("exec_error".into(), "it hung".into())]),
-                Value::Map(vec![("b".into(), 2.into()), ("exec_error".into(), "it hung".into())]),
+                Value::Map(vec![
+                    ("a".into(), 1.into()),
+                    ("exec_error".into(), "it hung".into())
+                ]),
+                Value::Map(vec![
+                    ("b".into(), 2.into()),
+                    ("exec_error".into(), "it hung".into())
+                ]),
             ]
         );
     }

@@ -30,12 +30,12 @@
 use std::ffi::{c_int, CStr};
 
 use mlua::ffi::{self, lua_State};
+use nagare_core::record;
 use nagare_forward::msgpack::{
     read_array_len, read_str_or_bin, write_array_len, write_map_len, write_str,
 };
 
 use super::lazy::{self, Lazy};
-use nagare_core::record;
 
 /// Deeper values are refused (in both directions): a cycle such as
 /// `t.self = t` would otherwise never end.
@@ -192,7 +192,11 @@ impl<'a> Reader<'a> {
                 self.ext(l, n)?
             }
             // 0xc1: never used by msgpack.
-            _ => return Err(format!("a record holds the byte {b:#04x}, which is not msgpack")),
+            _ => {
+                return Err(format!(
+                    "a record holds the byte {b:#04x}, which is not msgpack"
+                ))
+            }
         }
         Ok(())
     }
@@ -352,13 +356,23 @@ impl Writer {
         // Writing to a Vec cannot fail: rmp's io errors are ignored below.
         match ffi::lua_type(l, idx) {
             ffi::LUA_TNIL => out.push(0xc0),
-            ffi::LUA_TBOOLEAN => out.push(if ffi::lua_toboolean(l, idx) != 0 { 0xc3 } else { 0xc2 }),
+            ffi::LUA_TBOOLEAN => out.push(if ffi::lua_toboolean(l, idx) != 0 {
+                0xc3
+            } else {
+                0xc2
+            }),
             ffi::LUA_TLIGHTUSERDATA if ffi::lua_touserdata(l, idx).is_null() => out.push(0xc0),
             ffi::LUA_TNUMBER => {
                 if ffi::lua_isinteger(l, idx) != 0 {
-                    let _ = rmp::encode::write_sint(out, ffi::lua_tointegerx(l, idx, std::ptr::null_mut()));
+                    let _ = rmp::encode::write_sint(
+                        out,
+                        ffi::lua_tointegerx(l, idx, std::ptr::null_mut()),
+                    );
                 } else {
-                    let _ = rmp::encode::write_f64(out, ffi::lua_tonumberx(l, idx, std::ptr::null_mut()));
+                    let _ = rmp::encode::write_f64(
+                        out,
+                        ffi::lua_tonumberx(l, idx, std::ptr::null_mut()),
+                    );
                 }
             }
             ffi::LUA_TSTRING => {
@@ -376,7 +390,11 @@ impl Writer {
             }
             ffi::LUA_TTABLE => {
                 room(l, depth)?;
-                if let Some(lz) = self.lazy.map(|p| &mut *p).filter(|lz| lazy::is_current(l, idx, lz)) {
+                if let Some(lz) = self
+                    .lazy
+                    .map(|p| &mut *p)
+                    .filter(|lz| lazy::is_current(l, idx, lz))
+                {
                     // The record returned (or one of a split): its
                     // untouched pairs are copied. Deeper, it is an
                     // ordinary table once every field is in it.
@@ -398,9 +416,9 @@ impl Writer {
             }
             _ => {
                 return Err(format!(
-                    "{} cannot be a field's value (only tables, strings, numbers, booleans and nil)",
-                    type_of(l, idx)
-                ))
+                "{} cannot be a field's value (only tables, strings, numbers, booleans and nil)",
+                type_of(l, idx)
+            ))
             }
         }
         Ok(())
@@ -777,12 +795,31 @@ mod tests {
         assert_eq!(
             keys,
             [
-                "\"z\"", "\"a\"", "\"big\"", "\"f\"", "\"t\"", "\"nil\"", "\"s\"", "\"raw\"",
+                "\"z\"",
+                "\"a\"",
+                "\"big\"",
+                "\"f\"",
+                "\"t\"",
+                "\"nil\"",
+                "\"s\"",
+                "\"raw\"",
                 "\"text_bin\"",
-                "\"arr\"", "\"empty_arr\"", "\"empty_map\"", "\"nested\"", "\"ext\"", "7"
+                "\"arr\"",
+                "\"empty_arr\"",
+                "\"empty_map\"",
+                "\"nested\"",
+                "\"ext\"",
+                "7"
             ]
         );
-        let get = |k: &str| pairs.iter().find(|(x, _)| x.as_str() == Some(k)).unwrap().1.clone();
+        let get = |k: &str| {
+            pairs
+                .iter()
+                .find(|(x, _)| x.as_str() == Some(k))
+                .unwrap()
+                .1
+                .clone()
+        };
         assert_eq!(get("a"), V::from(-5));
         // Beyond i64: a float (Lua's integers are 64-bit signed).
         assert_eq!(get("big"), V::F64((u64::MAX - 1) as f64));
@@ -819,7 +856,9 @@ mod tests {
     #[test]
     fn values_read_in_lua_as_documented() {
         let lua = lua();
-        lua.globals().raw_set("flb_null", mlua::Value::NULL).unwrap();
+        lua.globals()
+            .raw_set("flb_null", mlua::Value::NULL)
+            .unwrap();
         let v = V::Map(vec![
             ("i".into(), 3.into()),
             ("f".into(), V::F64(2.5)),
@@ -885,7 +924,10 @@ mod tests {
         let empty = V::Map(vec![]);
         for (code, want) in [
             ("local t = {} t.self = t return t", "nested deeper than 64"),
-            ("return { f = print }", "a function cannot be a field's value"),
+            (
+                "return { f = print }",
+                "a function cannot be a field's value",
+            ),
             ("return { [{}] = 1 }", "a table cannot be a key"),
         ] {
             let code = format!("return function() {code} end");

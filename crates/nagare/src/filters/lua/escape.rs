@@ -174,7 +174,10 @@ fn use_of_the_record(f: &Proto, i: u32, holds: &Regs) -> Result<(), &'static str
                 0 => holds.any_from(a),
                 n => (a..a + n - 1).any(|r| h(r) && r != a + RECORD),
             };
-            (wrong, "it returns the record other than as the third result")
+            (
+                wrong,
+                "it returns the record other than as the third result",
+            )
         }
         RETURN1 => (h(a), "it returns the record other than as the third result"),
         CALL | TAILCALL => (
@@ -193,7 +196,10 @@ fn use_of_the_record(f: &Proto, i: u32, holds: &Regs) -> Result<(), &'static str
         ),
         CLOSURE => {
             let bx = (i >> 15) as usize;
-            let keeps = f.nested_captures.get(bx).is_none_or(|regs| regs.iter().any(|&r| h(r)));
+            let keeps = f
+                .nested_captures
+                .get(bx)
+                .is_none_or(|regs| regs.iter().any(|&r| h(r)));
             (keeps, "a function defined in it keeps the record")
         }
         CONCAT => (holds.any_in(a, b), other),
@@ -206,7 +212,10 @@ fn use_of_the_record(f: &Proto, i: u32, holds: &Regs) -> Result<(), &'static str
         o if (ADD..=SHR).contains(&o) => (h(b) || h(c), other),
         // The numeric and generic for loops: their control registers.
         o if (FORLOOP..=TFORLOOP).contains(&o) => (holds.any_in(a, 5), other),
-        _ => (true, "its bytecode has an instruction this check does not know"),
+        _ => (
+            true,
+            "its bytecode has an instruction this check does not know",
+        ),
     };
     match refused {
         true => Err(why),
@@ -466,25 +475,82 @@ mod tests {
     #[test]
     fn records_that_may_leave_the_call_or_be_walked_are_refused() {
         for (code, why) in [
-            ("function cb(t, ts, r) for k, v in pairs(r) do end return 1, ts, r end", "passes the record to a function"),
-            ("function cb(t, ts, r) new_record = r return 1, ts, new_record end", "stores the record"),
-            ("local saved function cb(t, ts, r) saved = r return 1, ts, r end", "stores the record"),
-            ("function cb(t, ts, r) local t2 = {} t2.rec = r return 1, ts, r end", "stores the record"),
-            ("function cb(t, ts, r) return 1, ts, { r } end", "stores the record"),
-            ("function cb(t, ts, r) return 1, r, ts end", "returns the record other"),
-            ("function cb(t, ts, r) return r end", "returns the record other"),
-            ("function cb(t, ts, r) return f(1, ts, r) end", "passes the record to a function"),
-            ("function cb(t, ts, r) local g = function() return r.a end return 1, ts, r end", "keeps the record"),
-            ("function cb(t, ts, r) local t2 = {} t2[r] = 1 return 1, ts, r end", "stores the record"),
-            ("function cb(t, ts, r) local t2 = {} return 1, ts, t2[r] end", "other"),
-            ("function cb(t, ts, r) r.n = #r return 1, ts, r end", "other"),
-            ("function cb(t, ts, r) r:m() return 1, ts, r end", "passes the record to a function"),
-            ("function cb(t, ts, r) if r then return 1, ts, r end end", "other"),
-            ("function cb(t, ts, r) local x = r or {} return 1, ts, x end", "other"),
-            ("function cb(t, ts, r) if r == other then return 0, ts, r end return 1, ts, r end", "other"),
-            ("function cb(t, ts, r) local s = 'x' .. r return 1, ts, r end", "other"),
-            ("function cb(t, ts, r) setmetatable(r, {}) return 1, ts, r end", "passes the record to a function"),
-            ("function cb(...) local t, ts, r = ... return 1, ts, r end", "through `...`"),
+            (
+                "function cb(t, ts, r) for k, v in pairs(r) do end return 1, ts, r end",
+                "passes the record to a function",
+            ),
+            (
+                "function cb(t, ts, r) new_record = r return 1, ts, new_record end",
+                "stores the record",
+            ),
+            (
+                "local saved function cb(t, ts, r) saved = r return 1, ts, r end",
+                "stores the record",
+            ),
+            (
+                "function cb(t, ts, r) local t2 = {} t2.rec = r return 1, ts, r end",
+                "stores the record",
+            ),
+            (
+                "function cb(t, ts, r) return 1, ts, { r } end",
+                "stores the record",
+            ),
+            (
+                "function cb(t, ts, r) return 1, r, ts end",
+                "returns the record other",
+            ),
+            (
+                "function cb(t, ts, r) return r end",
+                "returns the record other",
+            ),
+            (
+                "function cb(t, ts, r) return f(1, ts, r) end",
+                "passes the record to a function",
+            ),
+            (
+                "function cb(t, ts, r) local g = function() return r.a end return 1, ts, r end",
+                "keeps the record",
+            ),
+            (
+                "function cb(t, ts, r) local t2 = {} t2[r] = 1 return 1, ts, r end",
+                "stores the record",
+            ),
+            (
+                "function cb(t, ts, r) local t2 = {} return 1, ts, t2[r] end",
+                "other",
+            ),
+            (
+                "function cb(t, ts, r) r.n = #r return 1, ts, r end",
+                "other",
+            ),
+            (
+                "function cb(t, ts, r) r:m() return 1, ts, r end",
+                "passes the record to a function",
+            ),
+            (
+                "function cb(t, ts, r) if r then return 1, ts, r end end",
+                "other",
+            ),
+            (
+                "function cb(t, ts, r) local x = r or {} return 1, ts, x end",
+                "other",
+            ),
+            (
+                "function cb(t, ts, r) if r == other then return 0, ts, r end return 1, ts, r end",
+                "other",
+            ),
+            (
+                "function cb(t, ts, r) local s = 'x' .. r return 1, ts, r end",
+                "other",
+            ),
+            (
+                "function cb(t, ts, r) setmetatable(r, {}) return 1, ts, r end",
+                "passes the record to a function",
+            ),
+            (
+                "function cb(...) local t, ts, r = ... return 1, ts, r end",
+                "through `...`",
+            ),
         ] {
             let got = verdict(code);
             assert!(got.is_err_and(|m| m.contains(why)), "{code}: {got:?}");
@@ -494,7 +560,9 @@ mod tests {
     #[test]
     fn bytes_that_are_not_lua_5_4_bytecode_are_refused() {
         let lua = Lua::new();
-        lua.load("function cb(t, ts, r) r.a = 1 return 1, ts, r end").exec().unwrap();
+        lua.load("function cb(t, ts, r) r.a = 1 return 1, ts, r end")
+            .exec()
+            .unwrap();
         let f: Function = lua.globals().get("cb").unwrap();
         let dump = f.dump(true);
         assert_eq!(record_stays_in_call(&dump), Ok(()));

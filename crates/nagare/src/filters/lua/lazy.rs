@@ -31,9 +31,9 @@
 use std::ffi::{c_int, CStr};
 
 use mlua::ffi::{self, lua_State};
+use nagare_core::record;
 
 use super::convert;
-use nagare_core::record;
 
 /// The proxies' metatable, in the registry.
 pub const META: &CStr = c"nagare.lazy_record";
@@ -117,8 +117,11 @@ impl Lazy {
     fn key_given_twice(&mut self, rest: &[u8]) -> bool {
         let text = |k: (usize, usize)| &rest[k.0..k.1];
         if self.keys.len() <= 16 {
-            return (1..self.keys.len())
-                .any(|j| self.keys[..j].iter().any(|o| text(o.text) == text(self.keys[j].text)));
+            return (1..self.keys.len()).any(|j| {
+                self.keys[..j]
+                    .iter()
+                    .any(|o| text(o.text) == text(self.keys[j].text))
+            });
         }
         self.sorted.clear();
         self.sorted.extend(self.keys.iter().map(|k| k.text));
@@ -135,7 +138,9 @@ impl Lazy {
     }
 
     fn find(&self, rec: &[u8], key: &[u8]) -> Option<usize> {
-        self.keys.iter().position(|k| rec[k.text.0..k.text.1] == *key)
+        self.keys
+            .iter()
+            .position(|k| rec[k.text.0..k.text.1] == *key)
     }
 }
 

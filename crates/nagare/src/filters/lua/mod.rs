@@ -31,15 +31,14 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use mlua::ffi::{self, lua_State};
 use mlua::{Function, HookTriggers, Lua, Value, VmState};
+use nagare_core::filter::FilterPlugin;
+use nagare_core::filter::{Filter, Filtered};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use nagare_core::record;
+use nagare_core::units::Dur;
 use nagare_forward::msgpack::{write_map_len, write_str};
 use nagare_forward::EventTime;
 use serde::Deserialize;
-
-use nagare_core::filter::{Filter, Filtered};
-use nagare_core::record;
-use nagare_core::units::Dur;
-use nagare_core::filter::FilterPlugin;
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 
 #[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -118,11 +117,17 @@ impl FilterPlugin for LuaConfig {
                 ))
             }
         };
-        let script = Script::load(&source, &chunk_name, &self.call, self.timeout.0, self.lazy_record)
-            .map_err(|e| match e {
-                LoadError::Source(m) => OptionError::new(key, m),
-                LoadError::Call(m) => OptionError::new("call", m),
-            })?;
+        let script = Script::load(
+            &source,
+            &chunk_name,
+            &self.call,
+            self.timeout.0,
+            self.lazy_record,
+        )
+        .map_err(|e| match e {
+            LoadError::Source(m) => OptionError::new(key, m),
+            LoadError::Call(m) => OptionError::new("call", m),
+        })?;
         Ok(Box::new(LuaFilter {
             script: Mutex::new(script),
             failures_routed,
@@ -271,17 +276,16 @@ impl Script {
             })
         }
         .map_err(|e| LoadError::Source(message(&e)))?;
-        lua.load(source)
-            .set_name(chunk_name)
-            .exec()
-            .map_err(|e| {
-                let m = message(&e);
-                if clock.expired.load(Ordering::Relaxed) {
-                    LoadError::Source(format!("the script's top level ran longer than `timeout` ({m})"))
-                } else {
-                    LoadError::Source(m)
-                }
-            })?;
+        lua.load(source).set_name(chunk_name).exec().map_err(|e| {
+            let m = message(&e);
+            if clock.expired.load(Ordering::Relaxed) {
+                LoadError::Source(format!(
+                    "the script's top level ran longer than `timeout` ({m})"
+                ))
+            } else {
+                LoadError::Source(m)
+            }
+        })?;
         let func = match lua.globals().raw_get::<Value>(call) {
             Ok(Value::Function(f)) => f,
             Ok(Value::Nil) | Err(_) => {
@@ -304,7 +308,10 @@ impl Script {
                     true
                 }
                 Err(why) => {
-                    tracing::debug!(call, "lua: records go to the function as whole tables: {why}");
+                    tracing::debug!(
+                        call,
+                        "lua: records go to the function as whole tables: {why}"
+                    );
                     false
                 }
             },
@@ -555,7 +562,9 @@ impl Batch<'_> {
             ffi::LUA_TNUMBER => {
                 let c = ffi::lua_tonumberx(l, code_at, std::ptr::null_mut());
                 if c.fract() != 0.0 {
-                    return Err(format!("the function returned {c} where the code (-1, 0, 1 or 2) belongs"));
+                    return Err(format!(
+                        "the function returned {c} where the code (-1, 0, 1 or 2) belongs"
+                    ));
                 }
                 c as i64
             }
@@ -674,7 +683,11 @@ impl Batch<'_> {
                 // A proxy given numbered fields is a sequence only if the
                 // whole record is one, as for a table.
                 // (Once whole, it is written as the table it now is.)
-                if let Some(z) = self.lazy.map(|z| &mut *z).filter(|z| lazy::is_current(l, rec, z)) {
+                if let Some(z) = self
+                    .lazy
+                    .map(|z| &mut *z)
+                    .filter(|z| lazy::is_current(l, rec, z))
+                {
                     lazy::materialize(l, rec, z)?;
                     z.current = 0;
                 }
@@ -766,7 +779,6 @@ unsafe fn error_message(l: *mut lua_State) -> String {
     }
 }
 
-
 /// An event's time as Fluent Bit hands it to Lua: seconds with a fraction.
 fn seconds(t: EventTime) -> f64 {
     t.secs as f64 + t.nanos as f64 / 1e9
@@ -800,7 +812,12 @@ mod tests {
     }
 
     fn m(pairs: &[(&str, V)]) -> V {
-        V::Map(pairs.iter().map(|(k, v)| (V::from(*k), v.clone())).collect())
+        V::Map(
+            pairs
+                .iter()
+                .map(|(k, v)| (V::from(*k), v.clone()))
+                .collect(),
+        )
     }
 
     fn batch(events: &[(EventTime, V)]) -> Bytes {
@@ -824,12 +841,20 @@ mod tests {
     /// A filter that calls `cb` in `code` (its line 1 is the code's first
     /// line), with `options` (TOML lines) besides.
     fn script(options: &str, code: &str) -> Box<dyn Filter> {
-        build(&format!("call = \"cb\"\n{options}\ncode = '''\n{code}'''\n")).unwrap()
+        build(&format!(
+            "call = \"cb\"\n{options}\ncode = '''\n{code}'''\n"
+        ))
+        .unwrap()
     }
 
     /// The events `f` makes of `events`, as one batch under `tag`.
     fn run(f: &dyn Filter, tag: &str, events: &[(EventTime, V)]) -> Vec<(EventTime, V)> {
-        decode(&f.filter(tag, &[batch(events)], events.len() as u32).batch.unwrap().0)
+        decode(
+            &f.filter(tag, &[batch(events)], events.len() as u32)
+                .batch
+                .unwrap()
+                .0,
+        )
     }
 
     #[test]
@@ -910,7 +935,11 @@ end
             // The same keys in other places.
             m(&[("message", "c".into()), ("seq", 3.into())]),
             // Same length, other text.
-            m(&[("sez", 4.into()), ("message", "d".into()), ("gone", 1.into())]),
+            m(&[
+                ("sez", 4.into()),
+                ("message", "d".into()),
+                ("gone", 1.into()),
+            ]),
             // Keys past 40 bytes (Lua does not intern them), and one that differs at the end.
             m(&[(long.as_str(), 5.into()), ("seq", 5.into())]),
             m(&[(long2.as_str(), 6.into()), ("seq", 6.into())]),
@@ -920,7 +949,11 @@ end
             V::Map(vec![("seq".into(), 7.into()), (7.into(), "int".into())]),
             V::Map(vec![(8.into(), "int".into())]),
             // More keys than the cache has places for.
-            V::Map(many.iter().map(|(k, v)| (V::from(k.as_str()), v.clone())).collect()),
+            V::Map(
+                many.iter()
+                    .map(|(k, v)| (V::from(k.as_str()), v.clone()))
+                    .collect(),
+            ),
             m(&[("seq", 9.into()), ("nested", nested)]),
             m(&[]),
             m(&[("seq", 11.into())]),
@@ -932,7 +965,9 @@ end
             let got = decode(&out.batch.unwrap().0);
             assert_eq!(got.len(), records.len());
             for ((_, got), want) in got.iter().zip(&records) {
-                let V::Map(mut want) = want.clone() else { panic!() };
+                let V::Map(mut want) = want.clone() else {
+                    panic!()
+                };
                 let mut keys: Vec<String> = want
                     .iter()
                     .filter_map(|(k, _)| k.as_str().map(str::to_string))
@@ -953,7 +988,8 @@ end
 
     #[test]
     fn a_batch_kept_whole_goes_on_unchanged() {
-        let f = build("call = \"cb\"\ncode = 'function cb(t, ts, r) return 0, ts, r end'\n").unwrap();
+        let f =
+            build("call = \"cb\"\ncode = 'function cb(t, ts, r) return 0, ts, r end'\n").unwrap();
         let out = f.filter("t", &[batch(&[(T, m(&[("a", 1.into())]))])], 1);
         assert!(out.batch.is_none());
         assert_eq!(out.errors, 0);
@@ -1026,7 +1062,11 @@ end
 "#,
         );
         let ev = |k: i64| (T, m(&[("k", k.into()), ("lua_error", "old".into())]));
-        let out = f.filter("t", &[batch(&[ev(1), ev(2), ev(3), ev(4), ev(5), ev(6)])], 6);
+        let out = f.filter(
+            "t",
+            &[batch(&[ev(1), ev(2), ev(3), ev(4), ev(5), ev(6)])],
+            6,
+        );
         assert_eq!(out.errors, 5);
         let got = decode(&out.batch.unwrap().0);
         let errs: Vec<String> = got
@@ -1039,10 +1079,22 @@ end
             })
             .collect();
         assert_eq!(errs[0], "code:2: boom");
-        assert!(errs[1].contains("returned the string \"x\" where the code"), "{}", errs[1]);
+        assert!(
+            errs[1].contains("returned the string \"x\" where the code"),
+            "{}",
+            errs[1]
+        );
         assert!(errs[2].contains("returned code 7"), "{}", errs[2]);
-        assert!(errs[3].contains("where the record (a table) belongs"), "{}", errs[3]);
-        assert!(errs[4].contains("a function cannot be a field's value"), "{}", errs[4]);
+        assert!(
+            errs[3].contains("where the record (a table) belongs"),
+            "{}",
+            errs[3]
+        );
+        assert!(
+            errs[4].contains("a function cannot be a field's value"),
+            "{}",
+            errs[4]
+        );
         assert_eq!(errs[5], "old", "a good event is untouched");
     }
 
@@ -1066,7 +1118,10 @@ end
         assert_eq!(n, 1);
         assert_eq!(
             decode(&failed),
-            vec![(T, m(&[("k", 1.into()), ("lua_error", "code:1: boom".into())]))]
+            vec![(
+                T,
+                m(&[("k", 1.into()), ("lua_error", "code:1: boom".into())])
+            )]
         );
     }
 
@@ -1174,7 +1229,10 @@ end
         })
         .collect();
         // Not all keys strings: an ordinary table.
-        records.push(V::Map(vec![("op".into(), "add".into()), (1.into(), "int key".into())]));
+        records.push(V::Map(vec![
+            ("op".into(), "add".into()),
+            (1.into(), "int key".into()),
+        ]));
         records.push(m(&[]));
         let input = batch(&records.iter().map(|r| (T, r.clone())).collect::<Vec<_>>());
         let (eager, lazy) = (build_with(false), build_with(true));
@@ -1229,12 +1287,25 @@ end
             m(&[("op", "err".into()), ("n", 1.into())]),
             // The same key twice (a table keeps the last), and a key that
             // is not a string: these go as tables.
-            V::Map(vec![("n".into(), 1.into()), ("n".into(), 2.into()), ("s".into(), "a".into())]),
+            V::Map(vec![
+                ("n".into(), 1.into()),
+                ("n".into(), 2.into()),
+                ("s".into(), "a".into()),
+            ]),
             V::Map(vec![("n".into(), 1.into()), (1.into(), "int key".into())]),
             m(&[]),
             // Wide records (their keys are checked sorted), one with a key twice.
-            V::Map((0..40).map(|i| (format!("k{i}").into(), i.into())).chain([("n".into(), 3.into())]).collect()),
-            V::Map((0..40).map(|i| (format!("k{}", i % 39).into(), i.into())).collect()),
+            V::Map(
+                (0..40)
+                    .map(|i| (format!("k{i}").into(), i.into()))
+                    .chain([("n".into(), 3.into())])
+                    .collect(),
+            ),
+            V::Map(
+                (0..40)
+                    .map(|i| (format!("k{}", i % 39).into(), i.into()))
+                    .collect(),
+            ),
         ];
         let input = batch(&records.iter().map(|r| (T, r.clone())).collect::<Vec<_>>());
         for body in bodies {
@@ -1245,10 +1316,7 @@ end
             };
             assert!(load(None).proxy, "{code}");
             assert!(!load(Some(false)).proxy);
-            let (table, by_default) = (
-                script("lazy_record = false", &code),
-                script("", &code),
-            );
+            let (table, by_default) = (script("lazy_record = false", &code), script("", &code));
             for round in 0..2 {
                 let n = records.len() as u32;
                 let want = table.filter("app", std::slice::from_ref(&input), n);
@@ -1268,12 +1336,32 @@ end
         let code = "function cb(tag, ts, r) r.source = tag return 1, ts, r end";
         let f32 = batch(&[(T, m(&[("f", V::F32(1.5))]))]);
         let (table, by_default) = (script("lazy_record = false", code), script("", code));
-        let field = |f: &dyn Filter| decode(&f.filter("app", std::slice::from_ref(&f32), 1).batch.unwrap().0);
-        assert_eq!(field(&*by_default)[0].1, m(&[("f", V::F32(1.5)), ("source", "app".into())]));
-        assert_eq!(field(&*table)[0].1, m(&[("f", V::F64(1.5)), ("source", "app".into())]));
-        let walks = "function cb(tag, ts, r) for k in pairs(r) do r[k] = nil end return 1, ts, r end";
-        let s = Script::load(walks.as_bytes(), "=code", "cb", Duration::from_secs(1), None)
-            .unwrap_or_else(|_| panic!());
+        let field = |f: &dyn Filter| {
+            decode(
+                &f.filter("app", std::slice::from_ref(&f32), 1)
+                    .batch
+                    .unwrap()
+                    .0,
+            )
+        };
+        assert_eq!(
+            field(&*by_default)[0].1,
+            m(&[("f", V::F32(1.5)), ("source", "app".into())])
+        );
+        assert_eq!(
+            field(&*table)[0].1,
+            m(&[("f", V::F64(1.5)), ("source", "app".into())])
+        );
+        let walks =
+            "function cb(tag, ts, r) for k in pairs(r) do r[k] = nil end return 1, ts, r end";
+        let s = Script::load(
+            walks.as_bytes(),
+            "=code",
+            "cb",
+            Duration::from_secs(1),
+            None,
+        )
+        .unwrap_or_else(|_| panic!());
         assert!(!s.proxy);
     }
 
@@ -1284,7 +1372,10 @@ end
             "",
             "function cb(tag, ts, r) r.debug = debug == nil and package.loaded.debug == nil return 1, ts, r end",
         );
-        assert_eq!(run(&*f, "t", &[(T, m(&[]))]), vec![(T, m(&[("debug", true.into())]))]);
+        assert_eq!(
+            run(&*f, "t", &[(T, m(&[]))]),
+            vec![(T, m(&[("debug", true.into())]))]
+        );
     }
 
     /// What a lazy record does that a table does not, as docs/lua.md says.
@@ -1336,7 +1427,8 @@ mod cost {
     use crate::filters::common::timing::{cpu_ns, median};
     use std::hint::black_box;
 
-    const CODE: &str = "function add_source(tag, ts, record) record.source = tag return 1, ts, record end";
+    const CODE: &str =
+        "function add_source(tag, ts, record) record.source = tag return 1, ts, record end";
     const EVENTS: u32 = 200;
 
     fn bench_batch() -> Bytes {
@@ -1378,7 +1470,9 @@ mod cost {
                 out.extend_from_slice(convert::str_at(l, -2));
                 match ffi::lua_type(l, -1) {
                     ffi::LUA_TSTRING => out.extend_from_slice(convert::str_at(l, -1)),
-                    _ => out.extend_from_slice(&ffi::lua_tointegerx(l, -1, std::ptr::null_mut()).to_le_bytes()),
+                    _ => out.extend_from_slice(
+                        &ffi::lua_tointegerx(l, -1, std::ptr::null_mut()).to_le_bytes(),
+                    ),
                 }
                 ffi::lua_settop(l, -2);
             }
@@ -1404,8 +1498,14 @@ mod cost {
         };
         // The default takes lazy records for this function (escape.rs).
         let (filter, lazy) = (build(Some(false)), build(None));
-        let script = Script::load(CODE.as_bytes(), "=code", "add_source", Duration::from_secs(1), Some(false))
-            .unwrap_or_else(|_| panic!());
+        let script = Script::load(
+            CODE.as_bytes(),
+            "=code",
+            "add_source",
+            Duration::from_secs(1),
+            Some(false),
+        )
+        .unwrap_or_else(|_| panic!());
         let batch = bench_batch();
         let parts = [batch.clone()];
         let batches = 500;
@@ -1438,7 +1538,9 @@ mod cost {
                 unsafe {
                     script
                         .lua
-                        .exec_raw::<()>((&script.func, "bench.load"), |l| floor(l, &batch, &mut out))
+                        .exec_raw::<()>((&script.func, "bench.load"), |l| {
+                            floor(l, &batch, &mut out)
+                        })
                         .unwrap();
                 }
             }

@@ -3,9 +3,9 @@
 //! (the forward input has its own, with acks and chunk ids).
 
 use bytes::Bytes;
+use nagare_core::metrics::PluginStats;
 
 use crate::router::LiveRouter;
-use nagare_core::metrics::PluginStats;
 
 /// Appends a batch of `count` entries, through the filters its tag
 /// selects, to every output it routes to (counted in the input's stats).

@@ -29,6 +29,8 @@ use hyper::header::{self, HeaderValue};
 use hyper::http::request::Parts;
 use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use nagare_core::metrics::PluginStats;
+use nagare_core::plugin::{BuildContext, Listen, OptionError};
 use serde::Deserialize;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
@@ -39,8 +41,6 @@ use crate::inputs::common::listeners::stopped;
 use crate::inputs::common::AckMode;
 use crate::net::tls::{TlsOptions, TlsServer};
 use crate::router::LiveRouter;
-use nagare_core::metrics::PluginStats;
-use nagare_core::plugin::{BuildContext, Listen, OptionError};
 
 /// A user allowed by HTTP basic authentication.
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use nagare_core::metrics::PluginStats;
 use nagare_forward::{encode_ack, EventTime};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
@@ -19,7 +20,6 @@ use crate::inputs::common::AckMode;
 use crate::net::tls;
 use crate::proto::forward_io;
 use crate::router::Route;
-use nagare_core::metrics::PluginStats;
 
 pub(super) fn spawn_conn<S>(s: S, peer: String, ctx: &Arc<Ctx>, shutdown: &watch::Receiver<bool>)
 where

@@ -3,11 +3,11 @@
 //! allocation of its own, which an output's buffer then keeps as it is.
 
 use bytes::{Bytes, BytesMut};
+use nagare_core::metrics::PluginStats;
 use nagare_forward::{scan_frame_resumed, EventFrame, EventTime};
 
 use super::Ctx;
 use crate::buffer::SHARE_THRESHOLD;
-use nagare_core::metrics::PluginStats;
 
 /// What the next step of cutting frames out of the buffer gave.
 pub(super) enum Next {

@@ -24,6 +24,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use connection::spawn_conn;
+use heartbeat::answer_heartbeats;
+use nagare_core::metrics::PluginStats;
+use nagare_core::plugin::{serde_inline_default, BuildContext, Listen, OptionError};
+use nagare_core::units::{Dur, Size};
 use nagare_forward::handshake::{ServerAuth, User};
 use nagare_forward::Limits;
 use serde::Deserialize;
@@ -33,15 +38,10 @@ use tokio::task::JoinHandle;
 
 use crate::inputs::common::dedup::RecentIds;
 use crate::inputs::common::listeners::{accept_tcp, accept_unix, listen_tcp, listen_unix, stopped};
-use crate::inputs::common::AckMode;
+use crate::inputs::common::{AckMode, DEFAULT_IDLE_TIMEOUT};
 use crate::inputs::{Input, InputContext, InputPlugin};
 use crate::net::tls::{TlsOptions, TlsServer};
 use crate::router::LiveRouter;
-use connection::spawn_conn;
-use heartbeat::answer_heartbeats;
-use nagare_core::metrics::PluginStats;
-use nagare_core::plugin::{BuildContext, Listen, OptionError};
-use nagare_core::units::{Dur, Size};
 
 /// Users allowed by a forward input with `shared_key`.
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -53,6 +53,7 @@ pub struct UserConfig {
     pub password: String,
 }
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ForwardInputConfig {
@@ -72,20 +73,20 @@ pub struct ForwardInputConfig {
     #[serde(default)]
     pub self_hostname: Option<String>,
     /// Largest frame accepted; a larger one closes the connection (default "32MiB").
-    #[serde(default = "default_max_frame")]
+    #[serde_inline_default(Size::mib(32))]
     pub max_frame_size: Size,
     /// Largest size a compressed frame may expand to (default "256MiB").
-    #[serde(default = "default_max_decompressed")]
+    #[serde_inline_default(Size::mib(256))]
     pub max_decompressed_size: Size,
     /// A connection that sends nothing for this long is closed (default "5m").
-    #[serde(default = "default_idle")]
+    #[serde_inline_default(DEFAULT_IDLE_TIMEOUT)]
     pub idle_timeout: Dur,
     /// Answer UDP heartbeats on the same port (default true).
-    #[serde(default = "nagare_core::plugin::yes")]
+    #[serde_inline_default(true)]
     pub heartbeat: bool,
     /// Remember this many recently acked chunk ids, and ack a resent chunk
     /// again without storing it twice (default 10000; 0 turns it off).
-    #[serde(default = "default_dedup_window")]
+    #[serde_inline_default(10_000)]
     pub dedup_window: usize,
     /// Keep the remembered chunk ids in this file, so they survive a restart.
     #[serde(default)]
@@ -117,20 +118,6 @@ impl ForwardInputConfig {
     fn keeps_chunks(&self) -> bool {
         self.keep_chunks.unwrap_or(self.ack == AckMode::Delivered)
     }
-}
-
-fn default_dedup_window() -> usize {
-    10_000
-}
-
-fn default_max_frame() -> Size {
-    Size(32 << 20)
-}
-fn default_max_decompressed() -> Size {
-    Size(256 << 20)
-}
-fn default_idle() -> Dur {
-    Dur(Duration::from_secs(300))
 }
 
 struct Ctx {

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use nagare_core::metrics::PluginStats;
 use nagare_forward::EventTime;
 use tokio::sync::{mpsc, oneshot};
 
@@ -15,7 +16,6 @@ use crate::inputs::common::follow::LongLines;
 use crate::inputs::common::lines::encode_line;
 use crate::parsers::Parser;
 use crate::router::LiveRouter;
-use nagare_core::metrics::PluginStats;
 
 /// A tag's batch is appended at once when it holds this many bytes or lines.
 const BATCH_BYTES: usize = 1 << 20;

@@ -36,6 +36,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use nagare_core::metrics::PluginStats;
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use nagare_core::units::{Dur, Size};
 use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -45,12 +48,9 @@ use self::lines::Lines;
 use self::tree::Tree;
 use crate::inputs::common::follow::LongLines;
 use crate::inputs::common::DEFAULT_MAX_LINE;
-use nagare_core::units::{Dur, Size};
+use crate::inputs::{Input, InputContext, InputPlugin};
 use crate::parsers::{Parser, ParserConfig};
 use crate::router::LiveRouter;
-use crate::inputs::{Input, InputContext, InputPlugin};
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
-use nagare_core::metrics::PluginStats;
 
 #[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
@@ -201,7 +201,12 @@ impl InputPlugin for FuseConfig {
     const DOC: &'static str = "Mounts a folder through FUSE: every line applications write into files there is an event (nothing is stored on disk), tagged by the file's path relative to the mountpoint; each writing process has its own partial line, so concurrent appenders never interleave inside a line.";
 
     fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
-        crate::inputs::common::follow::check_globs_and_parser("", &[], &[], self.parser.as_deref())?;
+        crate::inputs::common::follow::check_globs_and_parser(
+            "",
+            &[],
+            &[],
+            self.parser.as_deref(),
+        )?;
         if self
             .parser
             .as_deref()

@@ -12,11 +12,12 @@ use hickory_resolver::config::{ConnectionConfig, NameServerConfig, ResolverConfi
 use hickory_resolver::net::runtime::TokioRuntimeProvider;
 use hickory_resolver::proto::rr::RData;
 use hickory_resolver::TokioResolver;
+use nagare_core::plugin::serde_inline_default;
+use nagare_core::units::Dur;
 use serde::Deserialize;
 
 use super::pool::Pool;
 use super::{check_address, ServerConfig};
-use nagare_core::units::Dur;
 
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema,
@@ -43,6 +44,7 @@ pub enum DnsRecord {
 
 /// Where a forward output finds more servers: `type = "file"` with `path`,
 /// or `type = "dns"` with `name`.
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServiceDiscovery {
@@ -66,7 +68,7 @@ pub struct ServiceDiscovery {
     #[serde(default)]
     pub record: DnsRecord,
     /// type "dns" with record = "a": the servers' port (default 24224).
-    #[serde(default = "default_port")]
+    #[serde_inline_default(24224)]
     pub port: u16,
     /// type "dns": the DNS server to ask, "IP:PORT" (default: the system's,
     /// from /etc/resolv.conf).
@@ -78,10 +80,6 @@ pub struct ServiceDiscovery {
     pub interval: Option<Dur>,
 }
 
-fn default_port() -> u16 {
-    24224
-}
-
 impl ServiceDiscovery {
     /// Checks the options (no I/O); the error is (key, message).
     pub(super) fn check(&self) -> Result<(), (&'static str, String)> {
@@ -90,7 +88,10 @@ impl ServiceDiscovery {
                 if self.path.is_none() {
                     return Err(("path", "type = \"file\" needs `path`".into()));
                 }
-                for (key, set) in [("name", self.name.is_some()), ("nameserver", self.nameserver.is_some())] {
+                for (key, set) in [
+                    ("name", self.name.is_some()),
+                    ("nameserver", self.nameserver.is_some()),
+                ] {
                     if set {
                         return Err((key, format!("`{key}` is for type = \"dns\"")));
                     }
@@ -98,7 +99,10 @@ impl ServiceDiscovery {
             }
             DiscoveryType::Dns => {
                 let Some(name) = &self.name else {
-                    return Err(("name", "type = \"dns\" needs `name`, e.g. \"_forward._tcp.example.com\"".into()));
+                    return Err((
+                        "name",
+                        "type = \"dns\" needs `name`, e.g. \"_forward._tcp.example.com\"".into(),
+                    ));
                 };
                 if name.is_empty() {
                     return Err(("name", "is empty".into()));
@@ -108,7 +112,10 @@ impl ServiceDiscovery {
                 }
                 if let Some(ns) = &self.nameserver {
                     ns.parse::<SocketAddr>().map_err(|_| {
-                        ("nameserver", format!("expected IP:PORT such as \"127.0.0.1:53\", found {ns:?}"))
+                        (
+                            "nameserver",
+                            format!("expected IP:PORT such as \"127.0.0.1:53\", found {ns:?}"),
+                        )
                     })?;
                 }
             }
@@ -230,10 +237,15 @@ fn parse_file(path: &Path, bytes: &[u8]) -> Result<Vec<ServerConfig>, String> {
     }
     let p = path.display();
     let text = std::str::from_utf8(bytes).map_err(|e| format!("{p}: not UTF-8: {e}"))?;
-    let json = path.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"));
+    let json = path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("json"));
     let servers = if json {
-        serde_json::from_str::<Vec<ServerConfig>>(text)
-            .map_err(|e| format!("{p}: expected a JSON array of servers ({{\"address\": \"HOST:PORT\", ...}}): {e}"))?
+        serde_json::from_str::<Vec<ServerConfig>>(text).map_err(|e| {
+            format!(
+                "{p}: expected a JSON array of servers ({{\"address\": \"HOST:PORT\", ...}}): {e}"
+            )
+        })?
     } else {
         toml::from_str::<TomlFile>(text)
             .map_err(|e| format!("{p}: expected [[server]] tables with an `address`: {e}"))?
@@ -272,13 +284,19 @@ async fn resolve(r: &TokioResolver, sd: &ServiceDiscovery) -> Result<Vec<ServerC
     let mut found = Vec::new();
     match sd.record {
         DnsRecord::A => {
-            let ips = r.lookup_ip(name).await.map_err(|e| format!("{name}: {e}"))?;
+            let ips = r
+                .lookup_ip(name)
+                .await
+                .map_err(|e| format!("{name}: {e}"))?;
             for ip in ips.iter() {
                 found.push(server(SocketAddr::new(ip, sd.port), 60, false));
             }
         }
         DnsRecord::Srv => {
-            let srv = r.srv_lookup(name).await.map_err(|e| format!("{name}: {e}"))?;
+            let srv = r
+                .srv_lookup(name)
+                .await
+                .map_err(|e| format!("{name}: {e}"))?;
             let records: Vec<_> = srv
                 .answers()
                 .iter()
@@ -338,8 +356,12 @@ mod tests {
         let json = br#"[{"address": "10.0.0.1:24224", "shared_key": "k"}]"#;
         let s = parse_file(Path::new("/x/servers.json"), json).unwrap();
         assert_eq!(s[0].shared_key.as_deref(), Some("k"));
-        let e = parse_file(Path::new("/x/s.toml"), b"[[server]]\naddress = \"nope\"\n").unwrap_err();
-        assert!(e.contains("/x/s.toml: server 1") && e.contains("HOST:PORT"), "{e}");
+        let e =
+            parse_file(Path::new("/x/s.toml"), b"[[server]]\naddress = \"nope\"\n").unwrap_err();
+        assert!(
+            e.contains("/x/s.toml: server 1") && e.contains("HOST:PORT"),
+            "{e}"
+        );
         let e = parse_file(Path::new("/x/s.toml"), b"[[server]]\nadress = \"a:1\"\n").unwrap_err();
         assert!(e.contains("/x/s.toml") && e.contains("adress"), "{e}");
     }

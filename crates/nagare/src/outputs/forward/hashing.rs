@@ -11,9 +11,8 @@
 //! the scores as in weighted rendezvous hashing (`-w / ln(u)`), so a server
 //! of weight 120 holds twice the keys of one of weight 60.
 
-use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64, xxh3_64_with_seed};
-
 use nagare_core::record::{value_text, FieldPath};
+use xxhash_rust::xxh3::{xxh3_128_with_seed, xxh3_64, xxh3_64_with_seed};
 
 /// What an event's key is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,7 +146,9 @@ mod tests {
         assert_eq!(HashKey::parse("tag"), Ok(HashKey::Tag));
         assert_eq!(
             HashKey::parse("$.tag"),
-            Ok(HashKey::Field(FieldPath { keys: vec![b"tag".to_vec()] }))
+            Ok(HashKey::Field(FieldPath {
+                keys: vec![b"tag".to_vec()]
+            }))
         );
         assert_eq!(
             HashKey::parse("$.k8s.pod"),

@@ -31,23 +31,23 @@ pub use discovery::ServiceDiscovery;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use async_trait::async_trait;
-use serde::Deserialize;
-
-use crate::buffer::Chunk;
-use crate::net::tls::{TlsClient, TlsOptions};
 use connect::Connector;
 use hashing::HashKey;
 use nagare_core::output::{FlushError, Output, OutputPlugin};
-use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use nagare_core::units::Dur;
 use pool::Pool;
+use serde::Deserialize;
 use server::Server;
 
+use crate::buffer::Chunk;
+use crate::net::tls::{TlsClient, TlsOptions};
+
 /// One server of a forward output.
+#[serde_inline_default]
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ServerConfig {
@@ -56,7 +56,7 @@ pub struct ServerConfig {
     /// Share of chunks (or, with lb = "consistent_hash", of keys) this
     /// server gets among the active ones (default 60; ignored by
     /// "round_robin").
-    #[serde(default = "default_weight")]
+    #[serde_inline_default(60)]
     pub weight: u32,
     /// Used only while every non-standby server is down (default false).
     #[serde(default)]
@@ -68,10 +68,6 @@ pub struct ServerConfig {
     pub username: Option<String>,
     #[serde(default)]
     pub password: Option<String>,
-}
-
-fn default_weight() -> u32 {
-    60
 }
 
 #[derive(
@@ -114,6 +110,7 @@ pub enum ForwardCompression {
     Zstd,
 }
 
+#[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ForwardOutputConfig {
@@ -141,38 +138,38 @@ pub struct ForwardOutputConfig {
     /// A server whose heartbeats go unanswered is marked down once the phi
     /// accrual failure detector's suspicion passes this (default 16, as
     /// Fluentd: about 37 heartbeat intervals of silence at a steady pace).
-    #[serde(default = "default_phi_threshold")]
+    #[serde_inline_default(16.0)]
     pub phi_threshold: f64,
     /// A server whose heartbeats go unanswered this long is marked down
     /// whatever phi says (default "60s").
-    #[serde(default = "default_hard_timeout")]
+    #[serde_inline_default(Dur::mins(1))]
     pub hard_timeout: Dur,
     /// Wait for the server's ack of each chunk and resend when none comes (default false).
     #[serde(default)]
     pub require_ack_response: bool,
     /// How long to wait for an ack (default "30s").
-    #[serde(default = "default_ack_timeout")]
+    #[serde_inline_default(Dur::secs(30))]
     pub ack_response_timeout: Dur,
     /// "gzip" sends CompressedPackedForward; "zstd" too, for nagare receivers.
     #[serde(default)]
     pub compress: Option<ForwardCompression>,
     /// Default "5s".
-    #[serde(default = "default_connect_timeout")]
+    #[serde_inline_default(Dur::secs(5))]
     pub connect_timeout: Dur,
     /// A write that takes longer fails the attempt (default "60s").
-    #[serde(default = "default_send_timeout")]
+    #[serde_inline_default(Dur::mins(1))]
     pub send_timeout: Dur,
     /// "transport" (default), "udp" or "none".
     #[serde(default)]
     pub heartbeat_type: HeartbeatType,
     /// Default "1s".
-    #[serde(default = "default_heartbeat_interval")]
+    #[serde_inline_default(Dur::secs(1))]
     pub heartbeat_interval: Dur,
     /// With heartbeat_type "none": how long a failed server rests (default "10s").
-    #[serde(default = "default_recover_wait")]
+    #[serde_inline_default(Dur::secs(10))]
     pub recover_wait: Dur,
     /// Reuse connections between chunks (default true).
-    #[serde(default = "nagare_core::plugin::yes")]
+    #[serde_inline_default(true)]
     pub keepalive: bool,
     /// Shared key for the handshake; when set, the server's HELO is expected.
     #[serde(default)]
@@ -185,28 +182,6 @@ pub struct ForwardOutputConfig {
     /// `transport tls` and Fluent Bit's `tls on`.
     #[serde(default)]
     pub tls: Option<TlsOptions>,
-}
-
-fn default_ack_timeout() -> Dur {
-    Dur(Duration::from_secs(30))
-}
-fn default_connect_timeout() -> Dur {
-    Dur(Duration::from_secs(5))
-}
-fn default_send_timeout() -> Dur {
-    Dur(Duration::from_secs(60))
-}
-fn default_heartbeat_interval() -> Dur {
-    Dur(Duration::from_secs(1))
-}
-fn default_phi_threshold() -> f64 {
-    16.0
-}
-fn default_hard_timeout() -> Dur {
-    Dur(Duration::from_secs(60))
-}
-fn default_recover_wait() -> Dur {
-    Dur(Duration::from_secs(10))
 }
 
 pub struct ForwardOutput {

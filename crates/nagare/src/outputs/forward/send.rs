@@ -6,6 +6,8 @@
 use std::sync::Arc;
 
 use bytes::BytesMut;
+use nagare_core::output::FlushError;
+use nagare_core::record::{self, FieldPath};
 use nagare_forward::msgpack::{
     write_array_len, write_bin_header, write_map_len, write_str, write_uint,
 };
@@ -18,8 +20,6 @@ use super::server::Server;
 use super::{ForwardCompression, ForwardOutput, MAX_PARTIAL};
 use crate::buffer::Chunk;
 use crate::proto::forward_io;
-use nagare_core::output::FlushError;
-use nagare_core::record::{self, FieldPath};
 
 impl ForwardOutput {
     fn frame(&self, chunk: &Chunk) -> Result<(Frame, Option<String>), FlushError> {

@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use ::redis::sentinel::{SentinelClient, SentinelClientBuilder, SentinelServerType};
 use ::redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisError};
+use nagare_core::plugin::OptionError;
 
 use crate::net::tls::{TlsOptions, TlsVersion};
-use nagare_core::plugin::OptionError;
 
 /// Declares a redis plugin's options struct with the connection options
 /// appended, and `connection()` to read them.

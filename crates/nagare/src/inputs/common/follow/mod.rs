@@ -27,6 +27,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use nagare_core::metrics::PluginStats;
+use nagare_core::plugin::{serde_inline_default, OptionError};
+use nagare_core::units::{Dur, Size};
 use nagare_forward::EventTime;
 use positions::Positions;
 use serde::Deserialize;
@@ -37,9 +40,6 @@ use super::append::append_batch;
 use super::lines::{encode_line, tag_for};
 use crate::parsers::{Parser, ParserConfig};
 use crate::router::LiveRouter;
-use nagare_core::metrics::PluginStats;
-use nagare_core::plugin::{serde_inline_default, OptionError};
-use nagare_core::units::{Dur, Size};
 
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(untagged)]

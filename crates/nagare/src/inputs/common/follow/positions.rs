@@ -24,9 +24,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-
 use nagare_core::holder::{LockError, PidLock};
+use serde::{Deserialize, Serialize};
 
 /// While files are read in bulk, positions are saved at most this often.
 pub const SAVE_EVERY: Duration = Duration::from_secs(1);

@@ -2,13 +2,13 @@
 //! share, checked once, and the decoder that turns each line into an event
 //! through the input's parser, as `tail` does for a file's lines.
 
+use nagare_core::plugin::OptionError;
 use nagare_forward::EventTime;
 
 use super::framing::Framing;
 use super::{Batches, Decoder, Peer};
 use crate::inputs::common::lines::encode_line;
 use crate::parsers::{Parser, ParserConfig, ParserType};
-use nagare_core::plugin::OptionError;
 
 /// Options every raw line input has, as its struct holds them.
 pub(crate) struct LineOptions<'a> {

@@ -29,6 +29,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use nagare_core::metrics::PluginStats;
+use nagare_core::plugin::Listen;
 use nagare_forward::EventTime;
 use tokio::io::AsyncReadExt;
 use tokio::net::{TcpListener, UdpSocket, UnixDatagram, UnixListener};
@@ -43,8 +45,6 @@ use crate::inputs::InputContext;
 use crate::net::tls::TlsServer;
 use crate::net::Stream;
 use crate::router::LiveRouter;
-use nagare_core::metrics::PluginStats;
-use nagare_core::plugin::Listen;
 
 /// Where an input listens.
 #[derive(Debug, Clone)]
