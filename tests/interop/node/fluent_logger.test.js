@@ -87,10 +87,17 @@ flush_interval = "50ms"
     if (exited) throw new Error(`nagare exited ${JSON.stringify(exited)}: ${stderr}`);
     return canConnect(port);
   });
-  const events = () =>
-    fs.existsSync(out)
-      ? fs.readFileSync(out, 'utf8').split('\n').filter(Boolean).map((l) => JSON.parse(l))
-      : [];
+  // Whole lines only: the file output may be writing the last one while
+  // the test reads (a cut line is not JSON yet).
+  const events = () => {
+    if (!fs.existsSync(out)) return [];
+    const text = fs.readFileSync(out, 'utf8');
+    return text
+      .slice(0, text.lastIndexOf('\n') + 1)
+      .split('\n')
+      .filter(Boolean)
+      .map((l) => JSON.parse(l));
+  };
   return {
     port,
     events,

@@ -84,7 +84,10 @@ flush_interval = "50ms"
     def events(self):
         if not self.out.exists():
             return []
-        return [json.loads(line) for line in self.out.read_text().splitlines() if line]
+        # Whole lines only: the file output may be writing the last one.
+        text = self.out.read_text()
+        whole = text[: text.rfind("\n") + 1]
+        return [json.loads(line) for line in whole.splitlines() if line]
 
     def wait_events(self, n):
         wait_until(f"{n} events in {self.out}", lambda: len(self.events()) >= n)

@@ -130,38 +130,91 @@ fn plugin_sections<B>(
     }
 }
 
+/// The parser types with their doc comments, read from `ParserType`'s
+/// schema, so the names users write are written once (the enum's variants).
+fn parser_types() -> Vec<(crate::parsers::ParserType, String, String)> {
+    let schema = schemars::schema_for!(crate::parsers::ParserType);
+    let variants = schema
+        .as_value()
+        .get("oneOf")
+        .and_then(Value::as_array)
+        .expect("ParserType's schema lists its variants");
+    variants
+        .iter()
+        .map(|v| {
+            let name = v["const"].as_str().expect("a variant's name").to_string();
+            let doc = v["description"].as_str().unwrap_or("").replace('\n', " ");
+            let kind = serde_json::from_value(Value::String(name.clone())).expect("a variant");
+            (kind, name, doc)
+        })
+        .collect()
+}
+
+/// The options table of a parser type with options of its own.
+fn parser_options(kind: crate::parsers::ParserType, skip: &[&str]) -> Option<String> {
+    use crate::parsers::ParserType as P;
+    Some(match kind {
+        P::Regex => table::<parser::RegexOptions>(skip),
+        P::Ltsv => table::<parser::LtsvOptions>(skip),
+        P::Csv => table::<parser::CsvOptions>(skip),
+        P::Tsv => table::<parser::TsvOptions>(skip),
+        P::Syslog => table::<parser::SyslogOptions>(skip),
+        P::Multiline => table::<parser::MultilineOptions>(skip),
+        P::None | P::Json | P::Apache2 | P::ApacheError | P::Nginx => return None,
+    })
+}
+
 fn parser_sections() -> Vec<(String, String, String)> {
-    let t = |name: &str, doc: &str, table: String| {
-        (
-            format!("`[input.parser]` `type = \"{name}\"`"),
-            doc.to_string(),
-            table,
-        )
-    };
     let skip = &PARSER_COMMON;
-    vec![
-        (
-            "`[input.parser]`".into(),
-            "The parser of a tail, directory or fuse input (and, as `[filter.parser]`, of a parser filter): `type` and the options of that type below, plus these, which every type takes.".into(),
-            {
-                let mut s = rows(&[("type", "string", "`\"none\"`", "The parser type: \"none\", \"json\", \"regex\", \"ltsv\", \"csv\", \"tsv\", \"apache2\", \"apache_error\", \"nginx\", \"syslog\" or \"multiline\".")]);
-                let common = table::<parser::NoneOptions>(&[]);
-                s.push_str(common.lines().skip(2).map(|l| format!("{l}\n")).collect::<String>().as_str());
-                s
-            },
+    let types = parser_types();
+    let quoted = |names: &[&String]| {
+        let q: Vec<String> = names.iter().map(|n| format!("\"{n}\"")).collect();
+        match q.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+            _ => q.join(""),
+        }
+    };
+    let all: Vec<&String> = types.iter().map(|(_, n, _)| n).collect();
+    let mut out = vec![(
+        "`[input.parser]`".into(),
+        "The parser of a tail, directory or fuse input (and, as `[filter.parser]`, of a parser filter): `type` and the options of that type below, plus these, which every type takes.".into(),
+        {
+            let doc = format!("The parser type: {}.", quoted(&all));
+            let mut s = rows(&[("type", "string", "`\"none\"`", &doc)]);
+            let common = table::<parser::NoneOptions>(&[]);
+            s.push_str(common.lines().skip(2).map(|l| format!("{l}\n")).collect::<String>().as_str());
+            s
+        },
+    )];
+    let mut plain = Vec::new();
+    for (kind, name, doc) in &types {
+        match parser_options(*kind, skip) {
+            Some(t) => out.push((
+                format!("`[input.parser]` `type = \"{name}\"`"),
+                doc.clone(),
+                t,
+            )),
+            None => plain.push((name, doc)),
+        }
+    }
+    let names: Vec<String> = plain
+        .iter()
+        .enumerate()
+        .map(|(i, (n, _))| match i {
+            0 => format!("`type = \"{n}\"`"),
+            _ => format!("`\"{n}\"`"),
+        })
+        .collect();
+    let docs: Vec<String> = plain.iter().map(|(n, d)| format!("\"{n}\": {d}")).collect();
+    out.push((
+        format!("`[input.parser]` {}", names.join(", ")),
+        format!(
+            "{} These take only the options every type takes.",
+            docs.join(" ")
         ),
-        t("regex", "Named captures of `expression` become fields.", table::<parser::RegexOptions>(skip)),
-        t("ltsv", "Labeled tab-separated values (`label:value<TAB>label:value`).", table::<parser::LtsvOptions>(skip)),
-        t("csv", "Comma-separated values (with quoting) named by `keys`.", table::<parser::CsvOptions>(skip)),
-        t("tsv", "Tab-separated values named by `keys`.", table::<parser::TsvOptions>(skip)),
-        t("syslog", "Syslog lines, RFC 3164 or RFC 5424.", table::<parser::SyslogOptions>(skip)),
-        t("multiline", "Several lines make one event: a line matching `format_firstline` starts it, the lines up to the next such line continue it.", table::<parser::MultilineOptions>(skip)),
-        (
-            "`[input.parser]` `type = \"none\"`, `\"json\"`, `\"apache2\"`, `\"apache_error\"`, `\"nginx\"`".into(),
-            "\"none\": the whole line goes to `message_key`. \"json\": a JSON object per line; keys keep their order. \"apache2\", \"apache_error\", \"nginx\": the servers' standard log formats. These take only the options every type takes.".into(),
-            table::<parser::JsonOptions>(skip),
-        ),
-    ]
+        table::<parser::JsonOptions>(skip),
+    ));
+    out
 }
 
 fn rows(rows: &[(&str, &str, &str, &str)]) -> String {
