@@ -6,6 +6,10 @@
 #
 #   benches/relay-compare.sh [RUNS] [DURATION]      (defaults: 3 runs of 10s)
 #
+# NAGARE_BEFORE=path adds that binary as "before", run in every round beside
+# the pipe and nagare (in alternating order), and a column of the per-round
+# after / before ratios: before/after pairs in one sitting.
+#
 # Needs Go (to build flowbench from ../shared/bench) and socat.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,12 +28,20 @@ for size in $SIZES; do
   for i in $(seq "$RUNS"); do
     echo "size $size run $i" >&2
     run socat "$size" 'exec socat -b 262144 TCP-LISTEN:$FLOWBENCH_SUT_PORT,reuseaddr,fork TCP:127.0.0.1:$FLOWBENCH_SINK_PORT'
-    run nagare "$size" "exec $NAGARE run -c $ROOT/benches/relay.toml"
+    if [ -z "${NAGARE_BEFORE:-}" ]; then
+      run nagare "$size" "exec $NAGARE run -c $ROOT/benches/relay.toml"
+    elif [ $((i % 2)) = 1 ]; then
+      run before "$size" "exec $NAGARE_BEFORE run -c $ROOT/benches/relay.toml"
+      run nagare "$size" "exec $NAGARE run -c $ROOT/benches/relay.toml"
+    else
+      run nagare "$size" "exec $NAGARE run -c $ROOT/benches/relay.toml"
+      run before "$size" "exec $NAGARE_BEFORE run -c $ROOT/benches/relay.toml"
+    fi
   done
 done
 
 python3 - "$OUT" $SIZES <<'PY'
-import json, statistics, sys
+import json, os, statistics, sys
 out, sizes = sys.argv[1], sys.argv[2:]
 def load(name, size):
     with open(f"{out}/{name}-{size}.jsonl") as f:
@@ -43,4 +55,14 @@ for s in sizes:
     print(f"| {s} | {med(so,'steady_events_per_s'):,.0f} | {med(na,'steady_events_per_s'):,.0f} | {med(na,'steady_mbps'):,.0f} | "
           f"{ratio:.2f} | {med(na,'efficiency'):.2f} | {med(na,'sut_events_per_cpu_s'):,.0f} | {med(na,'sut_cores'):.2f} | "
           f"{max(r['sut_peak_rss_mb'] for r in na):.1f} | {sum(r['lost'] for r in na)} | {sum(r['duplicates'] for r in na)} |")
+if os.path.exists(f"{out}/before-{sizes[0]}.jsonl"):
+    print()
+    print("| bytes/event | before ev/s | nagare ev/s | nagare / before (median of rounds) | each round | before ev per CPU-s | nagare ev per CPU-s | before lost, dup |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for s in sizes:
+        be, na = load("before", s), load("nagare", s)
+        rounds = [n["steady_events_per_s"] / b["steady_events_per_s"] for n, b in zip(na, be)]
+        print(f"| {s} | {med(be,'steady_events_per_s'):,.0f} | {med(na,'steady_events_per_s'):,.0f} | {statistics.median(rounds):.2f} | "
+              f"{', '.join(f'{r:.2f}' for r in rounds)} | {med(be,'sut_events_per_cpu_s'):,.0f} | {med(na,'sut_events_per_cpu_s'):,.0f} | "
+              f"{sum(r['lost'] for r in be)}, {sum(r['duplicates'] for r in be)} |")
 PY
