@@ -1,5 +1,5 @@
-//! What the queue outputs (redis, kafka) write: an event as Logstash's JSON,
-//! as a JSON line, or as msgpack.
+//! What the queue outputs (redis, kafka) write for an event: Logstash's JSON
+//! layout, the msgpack entry, or one field's value (`QueueFormat`).
 
 use nagare_core::event::write_rfc3339;
 use nagare_core::json;
@@ -12,7 +12,7 @@ use serde::Deserialize;
     Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize, schemars::JsonSchema,
 )]
 #[serde(rename_all = "snake_case")]
-pub enum RedisFormat {
+pub enum QueueFormat {
     /// Logstash's layout: `{"@timestamp":"<RFC 3339, UTC>", <the record's fields>}`.
     #[default]
     Json,

@@ -34,7 +34,7 @@ use serde::Deserialize;
 use tokio::sync::Notify;
 
 use crate::buffer::Chunk;
-use crate::formats::logstash::{write_logstash_json, RedisFormat};
+use crate::formats::logstash::{write_logstash_json, QueueFormat};
 use crate::proto::kafka::kafka_options;
 
 /// How many replicas must have a message before the broker confirms it.
@@ -86,7 +86,7 @@ kafka_options!(
         /// `redis` output and Logstash write), "msgpack" (the entry
         /// `[time, record]`) or "single_value" (`message_key`'s value).
         #[serde(default)]
-        format: RedisFormat,
+        format: QueueFormat,
         /// Format "single_value": the field written (default "message").
         #[serde_inline_default(crate::formats::DEFAULT_MESSAGE_KEY.into())]
         message_key: String,
@@ -261,14 +261,14 @@ impl KafkaOutput {
         text: &'a mut Vec<u8>,
     ) -> &'a [u8] {
         match self.cfg.format {
-            RedisFormat::Msgpack => entry,
-            RedisFormat::Json => {
+            QueueFormat::Msgpack => entry,
+            QueueFormat::Json => {
                 text.clear();
                 let tag_field = self.cfg.tag_key.as_deref().map(|k| (k, tag));
                 write_logstash_json(text, time, record, tag_field);
                 text
             }
-            RedisFormat::SingleValue => {
+            QueueFormat::SingleValue => {
                 field(record, self.cfg.message_key.as_bytes()).unwrap_or_default()
             }
         }

@@ -29,7 +29,7 @@ use serde::Deserialize;
 use tokio::sync::{Mutex, MutexGuard};
 
 use crate::buffer::Chunk;
-use crate::formats::logstash::{write_logstash_json, RedisFormat};
+use crate::formats::logstash::{write_logstash_json, QueueFormat};
 use crate::net::tls::TlsClient;
 use crate::proto::redis::conn::{is_permanent, is_permanent_code, redis_options, Server};
 use crate::proto::redis::resp::{self as resp, RespConn};
@@ -81,7 +81,7 @@ redis_options!(
         stream_field: String,
         /// "json" (default, Logstash's layout), "msgpack" or "single_value".
         #[serde(default)]
-        format: RedisFormat,
+        format: QueueFormat,
         /// Format "single_value": the field written (default "message").
         #[serde_inline_default(crate::formats::DEFAULT_MESSAGE_KEY.into())]
         message_key: String,
@@ -232,14 +232,14 @@ impl RedisOutput {
     /// msgpack element is the entry as it sits in the chunk; the others are
     /// written into one reused buffer.
     fn for_each_element(&self, chunk: &Chunk, mut f: impl FnMut(&[u8])) {
-        if self.cfg.format == RedisFormat::Msgpack {
+        if self.cfg.format == QueueFormat::Msgpack {
             chunk.raw_entries().for_each(f);
             return;
         }
         let mut text = Vec::new();
         for (time, record, _) in chunk.entries() {
             match self.cfg.format {
-                RedisFormat::Json => {
+                QueueFormat::Json => {
                     text.clear();
                     write_logstash_json(&mut text, time, record, self.tag_field(&chunk.tag));
                     f(&text)
