@@ -408,6 +408,7 @@ impl Buffer {
             held,
             count,
             file: super::held(file),
+            positions: None,
         };
         if self.store.is_some() {
             keep_on_disk_if_over(st, &mut chunk, self.cfg.memory_limit_size.0 as usize);

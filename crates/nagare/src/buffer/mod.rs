@@ -42,8 +42,8 @@ mod testing;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
 use tokio::sync::{oneshot, Notify};
@@ -134,9 +134,13 @@ pub struct Buffer {
     /// Wakes flush workers out of a write or a retry wait when giving up.
     give_up_now: Notify,
     /// Set when shutdown stops waiting (`give_up`): chunks no longer go to
-    /// the output but to where they are kept (see flush.rs). A memory
-    /// buffer without a secondary writes them here (`[system] dead_letter_dir`).
-    shutdown_dead_letters: OnceLock<PathBuf>,
+    /// the output but to where they are kept (see flush.rs).
+    giving_up: AtomicBool,
+    /// `[system] dead_letter_dir`: where a memory buffer without a
+    /// secondary output writes the chunks (or entries) its output gave up
+    /// on, in a folder named after the output (a file buffer writes them
+    /// under its own path). None only in unit tests: they are counted lost.
+    dead_letter_dir: RwLock<Option<PathBuf>>,
     /// What giving up did with the chunks left, in events.
     pub shutdown: ShutdownTally,
 }
@@ -188,7 +192,8 @@ impl Buffer {
             recovered_ids: Mutex::new(recovered_ids),
             in_flight: AtomicU64::new(0),
             give_up_now: Notify::new(),
-            shutdown_dead_letters: OnceLock::new(),
+            giving_up: AtomicBool::new(false),
+            dead_letter_dir: RwLock::new(None),
             shutdown: ShutdownTally::default(),
         })
     }
@@ -275,12 +280,32 @@ impl Buffer {
     /// secondary output, else a dead-letter file under `dead_letters`
     /// (`nagare replay` sends it). Call after `close`.
     pub fn give_up(&self, dead_letters: PathBuf) {
-        let _ = self.shutdown_dead_letters.set(dead_letters);
+        self.set_dead_letter_dir(dead_letters);
+        self.giving_up.store(true, Relaxed);
         self.give_up_now.notify_waiters();
+    }
+
+    /// Sets `[system] dead_letter_dir` (at start and at each reload).
+    pub fn set_dead_letter_dir(&self, dir: PathBuf) {
+        *self.dead_letter_dir.write().expect("dead letter dir") = Some(dir);
+    }
+
+    /// Where this buffer writes dead letters: under the file buffer's path,
+    /// else in its folder of `[system] dead_letter_dir`.
+    fn dead_letters(&self) -> Option<PathBuf> {
+        match &self.store {
+            Some(store) => Some(store.dir().join("dead-letters")),
+            None => self
+                .dead_letter_dir
+                .read()
+                .expect("dead letter dir")
+                .as_ref()
+                .map(|d| d.join(&self.name)),
+        }
     }
 
     /// Shutdown stopped waiting for the output (`give_up`).
     fn giving_up(&self) -> bool {
-        self.shutdown_dead_letters.get().is_some()
+        self.giving_up.load(Relaxed)
     }
 }

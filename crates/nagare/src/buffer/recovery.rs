@@ -61,6 +61,7 @@ pub(super) fn queue_recovered(
             segments,
             count: r.count,
             file: super::held(r.slot),
+            positions: None,
         });
     }
     stats.buffer_bytes.store(state.bytes as u64, Relaxed);

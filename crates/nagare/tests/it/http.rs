@@ -631,6 +631,57 @@ retry_wait = "100ms"
     let _ = receiver.wait();
 }
 
+/// Nothing accepted is discarded: a chunk the server refuses for good
+/// (400), with no secondary output, is a dead-letter file under
+/// `[system] dead_letter_dir` that `nagare replay` sends whole.
+#[test]
+fn a_refused_chunk_without_secondary_becomes_a_dead_letter_replay_sends() {
+    if skip_unless(
+        Command::new("python3").arg("--version").output().is_ok(),
+        "python3 is not installed",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (rport, log) = (free_port(), dir.path().join("received.jsonl"));
+    let script = dir.path().join("receiver.py");
+    std::fs::write(&script, RECEIVER).unwrap();
+    let mut receiver = Command::new("python3")
+        .arg(&script)
+        .arg(rport.to_string())
+        .arg(&log)
+        .spawn()
+        .unwrap();
+    wait_port(rport);
+    let letters = dir.path().join("letters");
+    let sections = format!(
+        r#"[system]
+dead_letter_dir = "{letters}"
+[[output]]
+type = "http"
+match = "**"
+endpoint = "http://127.0.0.1:{rport}/bad/${{tag}}"
+[output.buffer]
+flush_interval = "50ms"
+retry_wait = "50ms"
+"#,
+        letters = letters.display()
+    );
+    let (d, fport) = start_forward_daemon(dir.path(), &sections);
+    let mut s = Sender::tcp(fport);
+    s.packed("app.refused", 0..40, None);
+    s.finish();
+    // The first answer is a 503 (retried), the second a 400 (for good).
+    wait_until(WAIT, "the refused chunk written as a dead letter", || {
+        d.metric("secondary_events_total", "http#0") == 40
+    });
+    assert_eq!(d.metric("lost_events_total", "http#0"), 0);
+    d.wait_log("written to the dead-letter file");
+    replay_delivers(&letters.join("http#0"), 40);
+    let _ = receiver.kill();
+    let _ = receiver.wait();
+}
+
 #[test]
 fn output_to_a_second_nagare_keeps_tags_times_and_records() {
     let dir = tempfile::tempdir().unwrap();
