@@ -89,7 +89,12 @@ struct HttpOutput {
 #[async_trait]
 impl Output for HttpOutput {
     async fn write(&self, chunk: &Chunk) -> Result<(), FlushError> {
-        let path = self.sender.client().endpoint().path.replace("${tag}", &chunk.tag);
+        let path = self
+            .sender
+            .client()
+            .endpoint()
+            .path
+            .replace("${tag}", &chunk.tag);
         let answer = self.sender.post(&path, self.body(chunk), &[]).await?;
         self.sender.client().judge(answer).await.map(|_| ())
     }

@@ -314,8 +314,8 @@ impl Output for KafkaOutput {
         let mut text = Vec::new();
         for (time, record, entry) in chunk.entries() {
             let payload = self.payload(&chunk.tag, time, record, entry, &mut text);
-            let key = (self.cfg.key_field.as_deref())
-                .and_then(|k| field_text(record, k.as_bytes()));
+            let key =
+                (self.cfg.key_field.as_deref()).and_then(|k| field_text(record, k.as_bytes()));
             let mut msg = BaseRecord::with_opaque_to(&topic, delivery.clone())
                 .payload(payload)
                 .timestamp(time.secs as i64 * 1000 + time.nanos as i64 / 1_000_000);

@@ -408,7 +408,9 @@ mod tests {
     #[test]
     fn integer_fields_are_read_as_numbers() {
         let o = output("facility_key = \"facility\"\nseverity_key = \"severity\"");
-        let r = record(serde_json::json!({"pid": 1234, "severity": 5, "facility": 4, "message": 17, "host": "h"}));
+        let r = record(
+            serde_json::json!({"pid": 1234, "severity": 5, "facility": 4, "message": 17, "host": "h"}),
+        );
         let mut out = Vec::new();
         o.message(&mut out, nagare_forward::EventTime::new(0, 0), &r);
         assert_eq!(
