@@ -24,10 +24,10 @@ use nagare_forward::EventTime;
 use serde::Deserialize;
 use tokio::task::JoinHandle;
 
+use crate::inputs::common::connection_options;
 use crate::inputs::common::sockets::framing::Framing;
 use crate::inputs::common::sockets::{self, Batches, Decoder, Endpoint, Peer, Settings};
 use crate::inputs::common::SocketType;
-use crate::inputs::common::{connection_options};
 use crate::inputs::{Input, InputContext, InputPlugin};
 use crate::net::tls::TlsServer;
 use crate::parsers::{Parser, ParserConfig, ParserType, SyslogFormat};
