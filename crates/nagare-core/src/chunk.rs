@@ -1,6 +1,5 @@
 //! A closed chunk, as the buffer hands it to an output.
 
-use std::any::Any;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -15,14 +14,7 @@ pub struct Chunk {
     pub segments: Vec<Bytes>,
     /// Total payload bytes of all segments.
     pub len: usize,
-    /// Bytes the chunk is charged against `total_limit_size`: the memory its
-    /// segments keep alive (payload plus spare capacity), or its payload
-    /// length once it is kept on disk only.
-    pub held: usize,
     pub count: u32,
-    /// A file buffer's hold on the chunk's file (its `Slot`), freed once
-    /// the chunk is committed; the buffer alone reads it.
-    pub file: Option<Arc<dyn Any + Send + Sync>>,
     /// When this chunk is a part of a chunk (the entries left to send
     /// again after a partial write, see [`Chunk::select`]): the position
     /// of each of its entries in the whole chunk. None: the whole chunk.
@@ -37,10 +29,8 @@ impl Chunk {
             id,
             tag,
             len: payload.len(),
-            held: payload.len(),
             count,
             segments: vec![Bytes::from(payload)],
-            file: None,
             positions: None,
         }
     }

@@ -10,7 +10,7 @@ use nagare_core::metrics::PluginStats;
 use nagare_core::output::FlushError;
 use tokio::task::JoinHandle;
 
-use super::{Buffer, Chunk};
+use super::{Buffer, Chunk, Queued};
 
 impl Buffer {
     /// Starts the flush workers and the interval timer.
@@ -19,15 +19,15 @@ impl Buffer {
         for _ in 0..self.cfg.flush_thread_count.max(1) {
             let b = self.clone();
             tasks.push(tokio::spawn(async move {
-                while let Some(chunk) = b.next_chunk().await {
-                    let events = chunk.count as u64;
+                while let Some(q) = b.next_chunk().await {
+                    let events = q.chunk.count as u64;
                     b.in_flight.fetch_add(events, Relaxed);
                     if b.giving_up() {
-                        b.keep_at_shutdown(chunk, None).await;
-                    } else if let Some(chunk) = b.read_back(chunk).await {
-                        match b.deliver(&chunk).await {
-                            Delivery::Done { all_written } => b.commit(&chunk, all_written),
-                            Delivery::Stopped { left } => b.keep_at_shutdown(chunk, left).await,
+                        b.keep_at_shutdown(q, None).await;
+                    } else if let Some(q) = b.read_back(q).await {
+                        match b.deliver(&q.chunk).await {
+                            Delivery::Done { all_written } => b.commit(&q, all_written),
+                            Delivery::Stopped { left } => b.keep_at_shutdown(q, left).await,
                         }
                     }
                     b.in_flight.fetch_sub(events, Relaxed);
@@ -65,7 +65,7 @@ impl Buffer {
         self.space.notify_waiters();
     }
 
-    async fn next_chunk(&self) -> Option<Chunk> {
+    async fn next_chunk(&self) -> Option<Queued> {
         loop {
             let queued = self.queued.notified();
             tokio::pin!(queued);
@@ -86,20 +86,20 @@ impl Buffer {
     }
 
     /// Frees a chunk that was delivered or given up on.
-    pub(super) fn commit(&self, chunk: &Chunk, delivered: bool) {
-        self.free_file(super::slot_of(chunk));
-        self.forget(chunk, delivered);
+    pub(super) fn commit(&self, q: &Queued, delivered: bool) {
+        self.free_file(q.slot.clone());
+        self.forget(q, delivered);
     }
 
     /// Answers the inputs waiting for a chunk and frees its memory (its
     /// file, if any, is the caller's business).
-    fn forget(&self, chunk: &Chunk, delivered: bool) {
+    fn forget(&self, q: &Queued, delivered: bool) {
         let mut st = self.state.lock().expect("buffer state");
-        for w in st.waiters.remove(&chunk.id).unwrap_or_default() {
+        for w in st.waiters.remove(&q.chunk.id).unwrap_or_default() {
             let _ = w.send(delivered);
         }
-        st.kept.remove(&chunk.id);
-        st.bytes -= chunk.held;
+        st.kept.remove(&q.chunk.id);
+        st.bytes -= q.held;
         self.stats.buffer_bytes.store(st.bytes as u64, Relaxed);
         self.stats.buffer_chunks.fetch_sub(1, Relaxed);
         drop(st);
@@ -111,14 +111,15 @@ impl Buffer {
     /// whole: outputs that give events ids overwrite what a partial write
     /// stored); a memory buffer's unwritten entries (`left`, else the whole
     /// chunk) go to the secondary, else to a dead-letter file.
-    async fn keep_at_shutdown(&self, chunk: Chunk, left: Option<Chunk>) {
-        if chunk.file.is_some() {
+    async fn keep_at_shutdown(&self, q: Queued, left: Option<Chunk>) {
+        let chunk = &q.chunk;
+        if q.slot.is_some() {
             PluginStats::add(&self.shutdown.kept_on_disk, chunk.count as u64);
             // The file is not freed: recovery at the next start queues it.
-            self.forget(&chunk, false);
+            self.forget(&q, false);
             return;
         }
-        let unwritten = left.as_ref().unwrap_or(&chunk);
+        let unwritten = left.as_ref().unwrap_or(chunk);
         let events = unwritten.count as u64;
         let handed_over = self.try_secondary(unwritten).await
             || self.dead_letters().is_some_and(|dir| {
@@ -132,7 +133,7 @@ impl Buffer {
             tracing::error!(output = %self.name, chunk = %chunk.id_hex(), events,
                 "undelivered at shutdown and nowhere to keep it: lost");
         }
-        self.forget(&chunk, false);
+        self.forget(&q, false);
     }
 
     /// Writes one chunk, retrying with backoff; after the retry limit, or at

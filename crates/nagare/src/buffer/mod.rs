@@ -26,17 +26,6 @@ mod flush;
 mod paging;
 mod recovery;
 
-/// The file slot a chunk holds (`Chunk::file`, which the core keeps as an
-/// opaque handle: outputs never touch it).
-fn slot_of(chunk: &Chunk) -> Option<Arc<Slot>> {
-    chunk.file.clone()?.downcast::<Slot>().ok()
-}
-
-/// A slot as the chunk holds it.
-fn held(slot: Option<Arc<Slot>>) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
-    slot.map(|s| s as Arc<dyn std::any::Any + Send + Sync>)
-}
-
 #[cfg(test)]
 mod testing;
 
@@ -62,8 +51,8 @@ use recovery::Recovered;
 #[derive(Default)]
 struct State {
     staged: HashMap<Arc<str>, Staging>,
-    queue: VecDeque<Chunk>,
-    /// Bytes held by staged, queued and in-flight chunks (`Chunk::held`:
+    queue: VecDeque<Queued>,
+    /// Bytes held by staged, queued and in-flight chunks (`Queued::held`:
     /// the memory they keep alive, or their length on disk).
     bytes: usize,
     /// Of those, bytes of queued chunks kept on disk only (file buffer).
@@ -75,6 +64,18 @@ struct State {
     /// queued or being flushed: the same sender chunk appended again
     /// meanwhile (resent before its ack came) is not stored twice.
     kept: HashSet<[u8; 16]>,
+}
+
+/// A closed chunk in the queue: the chunk its output is given, and what
+/// only the buffer needs to account for it.
+struct Queued {
+    chunk: Chunk,
+    /// Bytes charged against `total_limit_size`: the memory its segments
+    /// keep alive (payload plus spare capacity), or its payload length once
+    /// it is kept on disk only.
+    held: usize,
+    /// A file buffer's chunk file, freed once the chunk is committed.
+    slot: Option<Arc<Slot>>,
 }
 
 /// A sender's chunk that the forward input keeps whole (`keep_chunks`): its
@@ -227,7 +228,7 @@ impl Buffer {
     pub fn pending(&self) -> (u64, usize) {
         let st = self.state.lock().expect("buffer state");
         let staged = st.staged.values().map(|s| s.count as u64).sum::<u64>();
-        let queued = st.queue.iter().map(|c| c.count as u64).sum::<u64>();
+        let queued = st.queue.iter().map(|q| q.chunk.count as u64).sum::<u64>();
         let chunks = st.staged.len() + st.queue.len();
         (staged + queued + self.in_flight.load(Relaxed), chunks)
     }
