@@ -752,6 +752,39 @@ pub(crate) fn check_globs_and_parser(
     crate::parsers::check_options("parser", &parser.cloned().unwrap_or_default())
 }
 
+/// Imports another collector's positions at the first start (see
+/// `import_fluentd_pos_file`); logs what it found, and ignores them once
+/// nagare has positions of its own.
+fn import_positions(name: &str, cfg: &TailConfig, positions: &mut Positions) -> anyhow::Result<()> {
+    let sources = [
+        ("import_fluentd_pos_file", &cfg.import_fluentd_pos_file),
+        ("import_fluent_bit_db", &cfg.import_fluent_bit_db),
+    ];
+    for (key, path) in sources {
+        let Some(path) = path else { continue };
+        if !positions.is_fresh() {
+            tracing::info!(input = %name, key, path = %path,
+                "position_db exists: positions were imported at the first start, not again");
+            continue;
+        }
+        let found = if key == "import_fluentd_pos_file" {
+            let (found, skipped) = import::fluentd_pos_file(Path::new(path))
+                .map_err(|e| anyhow::anyhow!("{name}: {key}: {e}"))?;
+            for s in skipped {
+                tracing::warn!(input = %name, key, "{s}: skipped");
+            }
+            found
+        } else {
+            import::fluent_bit_db(Path::new(path))
+                .map_err(|e| anyhow::anyhow!("{name}: {key}: {e}"))?
+        };
+        tracing::info!(input = %name, key, path = %path, files = found.len(),
+            "imported positions: files whose path and inode match resume there");
+        positions.import(found);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -818,35 +851,3 @@ mod tests {
     }
 }
 
-/// Imports another collector's positions at the first start (see
-/// `import_fluentd_pos_file`); logs what it found, and ignores them once
-/// nagare has positions of its own.
-fn import_positions(name: &str, cfg: &TailConfig, positions: &mut Positions) -> anyhow::Result<()> {
-    let sources = [
-        ("import_fluentd_pos_file", &cfg.import_fluentd_pos_file),
-        ("import_fluent_bit_db", &cfg.import_fluent_bit_db),
-    ];
-    for (key, path) in sources {
-        let Some(path) = path else { continue };
-        if !positions.is_fresh() {
-            tracing::info!(input = %name, key, path = %path,
-                "position_db exists: positions were imported at the first start, not again");
-            continue;
-        }
-        let found = if key == "import_fluentd_pos_file" {
-            let (found, skipped) = import::fluentd_pos_file(Path::new(path))
-                .map_err(|e| anyhow::anyhow!("{name}: {key}: {e}"))?;
-            for s in skipped {
-                tracing::warn!(input = %name, key, "{s}: skipped");
-            }
-            found
-        } else {
-            import::fluent_bit_db(Path::new(path))
-                .map_err(|e| anyhow::anyhow!("{name}: {key}: {e}"))?
-        };
-        tracing::info!(input = %name, key, path = %path, files = found.len(),
-            "imported positions: files whose path and inode match resume there");
-        positions.import(found);
-    }
-    Ok(())
-}
