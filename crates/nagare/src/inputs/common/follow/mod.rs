@@ -850,4 +850,3 @@ mod tests {
         assert_eq!((events, next, consumed), (lines, lines, text.len() as u64));
     }
 }
-
