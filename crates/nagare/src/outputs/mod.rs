@@ -19,5 +19,6 @@ registry! {
     scribe => output::<scribe::ScribeOutputConfig>(),
     http => output::<http::HttpOutputConfig>(),
     opentelemetry => output::<opentelemetry::OtlpOutputConfig>(),
+    postgresql => output::<postgresql::PostgresqlOutputConfig>(),
     copy => copy::REGISTRATION,
 }

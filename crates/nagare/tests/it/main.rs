@@ -33,6 +33,7 @@ mod lua_filter;
 mod memory;
 mod opentelemetry;
 mod parsers;
+mod postgresql;
 mod rate_filters;
 mod redis;
 mod reload;

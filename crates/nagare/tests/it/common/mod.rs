@@ -8,6 +8,7 @@
 pub mod kafka_broker;
 pub mod lines;
 pub mod netns;
+pub mod pg_server;
 pub mod redis_server;
 pub mod tls;
 
