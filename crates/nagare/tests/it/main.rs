@@ -16,6 +16,7 @@ mod buffer;
 mod check;
 mod cli;
 mod cli_test;
+mod clickhouse;
 mod cluster;
 mod directory;
 mod durability;
