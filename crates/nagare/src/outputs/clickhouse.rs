@@ -84,7 +84,7 @@ http_client_options!(
 
 impl OutputPlugin for ClickhouseOutputConfig {
     const TYPE: &'static str = "clickhouse";
-    const DOC: &'static str = "Inserts each chunk into a ClickHouse table over HTTP (JSONEachRow), columns from record fields in the form each column's type takes; rows the server refuses are rejected by row with its reason, the rest stored (see [Outputs to storage](outputs-storage.md)).";
+    const DOC: &'static str = "Inserts each chunk into a ClickHouse table over HTTP (JSONEachRow), columns from record fields in the form each column's type takes; rows the server refuses are rejected by row with its reason, the rest stored (see [Outputs to storage](outputs-storage-sql.md)).";
 
     fn build(self, cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
         if self.table.is_empty() {

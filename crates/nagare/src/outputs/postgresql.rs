@@ -102,7 +102,7 @@ pub struct PostgresqlOutputConfig {
 
 impl OutputPlugin for PostgresqlOutputConfig {
     const TYPE: &'static str = "postgresql";
-    const DOC: &'static str = "Writes each chunk into a PostgreSQL table with COPY in one transaction; columns from record fields or the record as jsonb; a chunk sent twice is stored once through a unique (chunk_id, position) key (see [Outputs to storage](outputs-storage.md)).";
+    const DOC: &'static str = "Writes each chunk into a PostgreSQL table with COPY in one transaction; columns from record fields or the record as jsonb; a chunk sent twice is stored once through a unique (chunk_id, position) key (see [Outputs to storage](outputs-storage-sql.md)).";
 
     fn build(self, cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
         let mut pg = pg_config(&self.connection, &|k| std::env::var(k).ok())?;

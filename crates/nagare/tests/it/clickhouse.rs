@@ -363,3 +363,51 @@ retry_max_interval = "200ms"
     assert_eq!(d.metric("secondary_events_total", "clickhouse#0"), 0);
     assert_eq!(d.metric("events_out_total", "clickhouse#0"), 0);
 }
+
+/// examples/clickhouse.toml, as docs/outputs-storage-sql.md shows it, runs
+/// against the test server: fields by name, the others in `rest`.
+#[test]
+fn the_documented_example_config_inserts_rows() {
+    let Some(ch) = shared_clickhouse() else {
+        return;
+    };
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let example = std::fs::read_to_string(format!("{root}/examples/clickhouse.toml")).unwrap();
+    let doc = std::fs::read_to_string(format!("{root}/docs/outputs-storage-sql.md")).unwrap();
+    assert!(
+        doc.contains(&example),
+        "the docs show examples/clickhouse.toml as it is"
+    );
+    let create: String = example
+        .lines()
+        .skip_while(|l| !l.contains("CREATE TABLE"))
+        .take_while(|l| l.starts_with("#  "))
+        .map(|l| l.trim_start_matches('#'))
+        .collect();
+    ch.query("DROP TABLE IF EXISTS logs");
+    ch.query(create.trim().trim_end_matches(';'));
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = example
+        .replace("127.0.0.1:24224", &format!("127.0.0.1:{port}"))
+        .replace("127.0.0.1:8123", &format!("127.0.0.1:{}", ch.http_port))
+        .replace(
+            "/tmp/nagare-example/clickhouse-buffer",
+            &dir.path().join("buf").display().to_string(),
+        );
+    let mut d = Daemon::start(dir.path(), "example", &config, None);
+    d.wait_port(port);
+    let records: Vec<Vec<u8>> = (0..100u64)
+        .map(|i| mp(serde_json::json!({"host": "web-1", "message": message_for(i), "seq": i})))
+        .collect();
+    let mut s = Sender::tcp(port);
+    s.raw(&frame("app", &records, nagare_forward::EventTime::now()));
+    wait_until(WAIT, "the example's rows", || ch.count("logs") == 100);
+    let wrong = ch.query(
+        "SELECT count() FROM logs WHERE host != 'web-1' OR tag != 'app' \
+         OR message != concat('event number ', toString(visitParamExtractUInt(rest, 'seq')))",
+    );
+    assert_eq!(wrong.trim(), "0");
+    drop(d);
+    ch.query("DROP TABLE logs");
+}

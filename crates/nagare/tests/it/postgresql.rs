@@ -325,3 +325,78 @@ fn a_wrong_password_is_logged_and_the_events_kept() {
     drop(d);
     pg.psql(&format!("DROP TABLE {table}"));
 }
+
+/// examples/postgresql.toml, as docs/outputs-storage-sql.md shows it, runs:
+/// pointed at the test server (the password from PGPASSWORD), its rows
+/// arrive with their columns and the record as jsonb.
+#[test]
+fn the_documented_example_config_stores_rows() {
+    let Some(pg) = shared_postgres() else { return };
+    let pg = pg.read().unwrap();
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let example = std::fs::read_to_string(format!("{root}/examples/postgresql.toml")).unwrap();
+    let doc = std::fs::read_to_string(format!("{root}/docs/outputs-storage-sql.md")).unwrap();
+    assert!(
+        doc.contains(&example),
+        "the docs show examples/postgresql.toml as it is"
+    );
+    // The table of the example's comment.
+    let create: String = example
+        .lines()
+        .skip_while(|l| !l.contains("CREATE TABLE"))
+        .take_while(|l| l.starts_with("#  "))
+        .map(|l| l.trim_start_matches('#'))
+        .collect();
+    pg.psql(&format!(
+        "DROP TABLE IF EXISTS logs; {create}; GRANT ALL ON logs TO {USER};"
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = example
+        .replace("127.0.0.1:24224", &format!("127.0.0.1:{port}"))
+        .replace("port=5432", &format!("port={}", pg.port))
+        .replace(
+            "/tmp/nagare-example/postgresql-buffer",
+            &dir.path().join("buf").display().to_string(),
+        );
+    let mut d = Daemon::start_with_env(
+        dir.path(),
+        "example",
+        &config,
+        None,
+        &[("PGPASSWORD", PASSWORD)],
+    );
+    d.wait_port(port);
+    let mut s = Sender::tcp(port);
+    let rec = |i: u64| {
+        let mut o = Vec::new();
+        nagare_core::json::msgpack_from_json(
+            &serde_json::json!({"host": "web-1", "message": message_for(i), "seq": i}),
+            &mut o,
+        );
+        o
+    };
+    let mut e = Vec::new();
+    for i in 0..100 {
+        nagare_forward::write_entry(&mut e, nagare_forward::EventTime::now(), &rec(i));
+    }
+    let mut f = Vec::new();
+    nagare_forward::encode_packed_forward(
+        &mut f,
+        "app",
+        &e,
+        100,
+        None,
+        nagare_forward::Compression::None,
+    )
+    .unwrap();
+    s.raw(&f);
+    wait_until(WAIT, "the example's rows", || pg.count("logs") == 100);
+    let wrong = pg.psql(
+        "SELECT count(*) FROM logs WHERE host <> 'web-1' OR tag <> 'app' \
+         OR message <> 'event number ' || (record->>'seq') OR record->>'host' <> 'web-1'",
+    );
+    assert_eq!(wrong.trim(), "0");
+    drop(d);
+    pg.psql("DROP TABLE logs");
+}
