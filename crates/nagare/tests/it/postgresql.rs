@@ -183,6 +183,7 @@ fn a_restart_of_postgresql_mid_load_loses_and_doubles_nothing() {
         return;
     };
     // The restart would break the other tests' writes: this one alone.
+    #[allow(clippy::readonly_write_lock)]
     let pg = server.write().unwrap();
     let table = "pg_restart";
     create_table(&pg, table);
@@ -310,6 +311,7 @@ fn a_wrong_password_is_logged_and_the_events_kept() {
         return;
     };
     // Changing the role's password would break the other tests' logins.
+    #[allow(clippy::readonly_write_lock)]
     let pg = server.write().unwrap();
     let table = "pg_password";
     create_table(&pg, table);

@@ -18,6 +18,8 @@ pub const PASSWORD: &str = "ch-secret";
 pub struct ChServer {
     pub http_port: u16,
     pub tcp_port: u16,
+    /// Killed at exit by pid (a static is never dropped).
+    _child: std::process::Child,
 }
 
 static PID: AtomicU32 = AtomicU32::new(0);
@@ -108,6 +110,7 @@ impl ChServer {
         ChServer {
             http_port,
             tcp_port,
+            _child: child,
         }
     }
 
