@@ -378,9 +378,9 @@ impl PostgresqlOutput {
                         Column::Time => nagare_core::event::write_rfc3339(&mut out, time),
                         Column::Tag => escape(&mut out, chunk.tag.as_bytes()),
                         Column::ChunkId => out.extend_from_slice(id.as_bytes()),
-                        Column::Position => {
-                            out.extend_from_slice(chunk.position(at).to_string().as_bytes())
-                        }
+                        Column::Position => out.extend_from_slice(
+                            itoa::Buffer::new().format(chunk.position(at)).as_bytes(),
+                        ),
                     }
                 }
                 out.push(b'\n');
