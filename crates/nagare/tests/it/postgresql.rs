@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::common::pg_server::{shared_postgres, PgServer, PASSWORD, USER};
+use crate::common::pg_server::{shared_postgres, PgServer, PASSWORD, TLS_USER, USER};
 use crate::common::*;
 
 /// A table with the stored-once key, and the columns the tests fill.
@@ -401,4 +401,35 @@ fn the_documented_example_config_stores_rows() {
     assert_eq!(wrong.trim(), "0");
     drop(d);
     pg.psql("DROP TABLE logs");
+}
+
+/// Over TLS (the project's rustls client, the server's certificate checked
+/// against the test CA): the role may log in over TLS only, so the rows
+/// arriving show the connection was encrypted.
+#[test]
+fn output_writes_over_tls_checking_the_server_certificate() {
+    let Some(pg) = shared_postgres() else { return };
+    let pg = pg.read().unwrap();
+    let table = "pg_tls";
+    create_table(&pg, table);
+    pg.psql(&format!(
+        "GRANT ALL ON {table} TO {TLS_USER}; GRANT ALL ON SEQUENCE {table}_id_seq TO {TLS_USER};"
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = pg_output(&pg, table, "", "")
+        .replace(&format!("user={USER}"), &format!("user={TLS_USER}"))
+        + &format!("[output.tls]\nca = {:?}\n", pg.ca);
+    let (d, port) = start_forward_daemon(dir.path(), &cfg);
+    send_acked_to(port, "app.tls", 0..300);
+    wait_until(WAIT, "the rows sent over TLS", || pg.count(table) == 300);
+    assert_exact_seqs(&seqs(&pg, table), 300);
+    drop(d);
+    // Without [output.tls] the same role is refused by the server.
+    let plain =
+        pg_output(&pg, table, "", "").replace(&format!("user={USER}"), &format!("user={TLS_USER}"));
+    let dir2 = tempfile::tempdir().unwrap();
+    let (d, _) = start_forward_daemon(dir2.path(), &plain);
+    d.wait_log("no encryption");
+    drop(d);
+    pg.psql(&format!("DROP TABLE {table}"));
 }

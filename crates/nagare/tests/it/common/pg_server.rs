@@ -17,10 +17,14 @@ const BIN: &str = "/usr/lib/postgresql/15/bin";
 /// is trusted over TCP for the tests' own psql.
 pub const USER: &str = "nagare";
 pub const PASSWORD: &str = "s3cret pw";
+/// A role that may log in over TLS only (same password).
+pub const TLS_USER: &str = "nagare_tls";
 
 pub struct PgServer {
     pub port: u16,
     dir: PathBuf,
+    /// The CA of the server's certificate (for 127.0.0.1), PEM.
+    pub ca: PathBuf,
 }
 
 /// The postmaster's pid, signalled at exit.
@@ -109,6 +113,17 @@ impl PgServer {
                 "chown",
             );
         }
+        // The server's certificate for 127.0.0.1, from a CA of the test's.
+        let ca = super::tls::Ca::new(dir, "pg");
+        let pair = ca.issue("server", &["127.0.0.1", "localhost"]);
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&pair.key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        // SAFETY: getuid has no preconditions.
+        if unsafe { libc::getuid() } == 0 {
+            let mut c = Command::new("chown");
+            c.arg("postgres:postgres").arg(&pair.cert).arg(&pair.key);
+            run(c, "chown");
+        }
         let data = dir.join("data");
         let mut c = as_postgres("initdb");
         c.arg("-D")
@@ -118,17 +133,31 @@ impl PgServer {
         std::fs::write(
             data.join("pg_hba.conf"),
             format!(
-                "local all all trust\nhost all postgres 127.0.0.1/32 trust\nhost all {USER} 127.0.0.1/32 scram-sha-256\n"
+                "local all all trust\nhostnossl all {TLS_USER} 127.0.0.1/32 reject\nhost all postgres 127.0.0.1/32 trust\nhost all {USER},{TLS_USER} 127.0.0.1/32 scram-sha-256\n"
             ),
         )
         .unwrap();
+        std::fs::write(
+            data.join("conf.d.tls"),
+            format!(
+                "ssl = on\nssl_cert_file = '{}'\nssl_key_file = '{}'\n",
+                pair.cert.display(),
+                pair.key.display()
+            ),
+        )
+        .unwrap();
+        let mut conf = std::fs::read_to_string(data.join("postgresql.conf")).unwrap();
+        conf.push_str("include 'conf.d.tls'\n");
+        std::fs::write(data.join("postgresql.conf"), conf).unwrap();
         let server = PgServer {
             port: free_port(),
             dir: dir.to_path_buf(),
+            ca: ca.path.clone(),
         };
         server.start();
         server.psql(&format!(
-            "CREATE ROLE {USER} LOGIN PASSWORD '{PASSWORD}'; GRANT ALL ON SCHEMA public TO {USER};"
+            "CREATE ROLE {USER} LOGIN PASSWORD '{PASSWORD}'; GRANT ALL ON SCHEMA public TO {USER}; \
+             CREATE ROLE {TLS_USER} LOGIN PASSWORD '{PASSWORD}'; GRANT ALL ON SCHEMA public TO {TLS_USER};"
         ));
         server
     }
