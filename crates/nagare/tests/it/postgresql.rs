@@ -433,3 +433,47 @@ fn output_writes_over_tls_checking_the_server_certificate() {
     drop(d);
     pg.psql(&format!("DROP TABLE {table}"));
 }
+
+/// A "server" that reads a part of the startup and closes: the chunk is
+/// retried on new connections, nothing refused, the error names the peer.
+#[test]
+fn a_server_closing_mid_startup_gets_the_chunk_again() {
+    if crate::common::pg_server::skip_without_postgres() {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let lport = listener.local_addr().unwrap().port();
+    let conns = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let c = conns.clone();
+    std::thread::spawn(move || {
+        for s in listener.incoming() {
+            let Ok(mut s) = s else { return };
+            c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let mut b = [0u8; 16];
+            let _ = std::io::Read::read(&mut s, &mut b);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = format!(
+        r#"[[output]]
+type = "postgresql"
+match = "**"
+connection = "host=127.0.0.1 port={lport} user=x dbname=y"
+table = "t"
+record_column = "r"
+timeout = "2s"
+[output.buffer]
+flush_interval = "50ms"
+retry_wait = "50ms"
+retry_max_interval = "200ms"
+"#
+    );
+    let (d, port) = start_forward_daemon(dir.path(), &cfg);
+    send_acked_to(port, "app.cut", 0..50);
+    wait_until(WAIT, "the chunk tried again", || {
+        conns.load(std::sync::atomic::Ordering::SeqCst) >= 4
+    });
+    d.wait_log(&format!("PostgreSQL at 127.0.0.1:{lport}"));
+    assert_eq!(d.metric("secondary_events_total", "postgresql#0"), 0);
+    assert_eq!(d.metric("events_out_total", "postgresql#0"), 0);
+}
