@@ -92,6 +92,9 @@ need ruby ruby                   # a TLS server set up as Fluentd's in_forward s
 need java default-jre-headless   # the Kafka broker of the kafka tests (tests/kafka/broker.sh)
 need mvn maven                   # fetches the broker's jars (tests/kafka/fetch.sh)
 need cmake cmake                 # builds librdkafka into nagare (the kafka input and output)
+need clickhouse-server clickhouse-server  # the clickhouse output's tests (tests/it/clickhouse.rs)
+need clickhouse-client clickhouse-client  # reads their rows back
+[ -x /usr/lib/postgresql/15/bin/initdb ] || need_apt+=(postgresql-15)  # the postgresql output's tests (tests/it/postgresql.rs): initdb, pg_ctl, psql
 pkg-config --exists libssl 2>/dev/null || need_apt+=(libssl-dev)  # OpenSSL, linked statically into librdkafka
 need thrift thrift-compiler       # Python code generated from the Scribe IDL (crates/nagare/tests/it/scribe.rs)
 need pkg-config pkg-config       # the rest: nagare-bench's `png` feature (suite below)

@@ -19,5 +19,7 @@ registry! {
     scribe => output::<scribe::ScribeOutputConfig>(),
     http => output::<http::HttpOutputConfig>(),
     opentelemetry => output::<opentelemetry::OtlpOutputConfig>(),
+    clickhouse => output::<clickhouse::ClickhouseOutputConfig>(),
+    postgresql => output::<postgresql::PostgresqlOutputConfig>(),
     copy => copy::REGISTRATION,
 }

@@ -5,9 +5,11 @@
 //! Everything is bounded in time: every wait takes a timeout and panics with
 //! what it was waiting for.
 
+pub mod ch_server;
 pub mod kafka_broker;
 pub mod lines;
 pub mod netns;
+pub mod pg_server;
 pub mod redis_server;
 pub mod tls;
 

@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# The postgresql and clickhouse outputs (issue 31): rows/s into a local
+# PostgreSQL 15 and ClickHouse, against each server's own client inserting
+# the same rows from a file (the floor; the bar: nagare >= 0.7x of each).
+#
+#   nagare:  a tail input reads ROWS NDJSON lines {"seq":i,"message":"…"}
+#            (read_from_head, json parser) and the output writes them;
+#            timed from nagare's start until the table holds every row.
+#   floors:  psql '\copy t (seq, message) FROM rows.tsv' and
+#            clickhouse-client --query 'INSERT INTO t FORMAT JSONEachRow' < rows.ndjson.
+#
+#   benches/sql-outputs.sh [ROWS] [RUNS]   (defaults 1000000, 3)
+#
+# Each server runs from a temporary folder on free ports (PostgreSQL as
+# user postgres when run as root, fsync off for both sides alike). RUNS
+# runs of each, alternating; prints the medians and ratios. The folders are
+# removed at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROWS=${1:-1000000}
+RUNS=${2:-3}
+ROOT=$(pwd)
+if [ -n "${NAGARE_BIN:-}" ]; then NAGARE=$NAGARE_BIN; else
+    cargo build --release -p nagare >&2; NAGARE=${CARGO_TARGET_DIR:-$ROOT/target}/release/nagare; fi
+PGBIN=/usr/lib/postgresql/15/bin
+OUT=$(mktemp -d /tmp/nagare-sql-bench-XXXX)
+chmod 755 "$OUT"
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+asp() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+now() { date +%s.%N; }
+PGPORT=$(free_port); CHHTTP=$(free_port); CHTCP=$(free_port)
+cleanup() {
+    asp "$PGBIN/pg_ctl" -D "$OUT/pg" -m immediate stop >/dev/null 2>&1 || true
+    [ -n "${CHPID:-}" ] && kill "$CHPID" 2>/dev/null || true
+    wait 2>/dev/null || true
+    rm -rf "$OUT"
+}
+trap cleanup EXIT
+
+echo "rows: $ROWS in $OUT" >&2
+python3 - "$ROWS" "$OUT" <<'PY'
+import sys
+n, out = int(sys.argv[1]), sys.argv[2]
+with open(out + "/rows.ndjson", "w") as j, open(out + "/rows.tsv", "w") as t:
+    for i in range(n):
+        m = "event number %d from the benchmark, some text to make a typical line" % i
+        j.write('{"seq":%d,"message":"%s"}\n' % (i, m))
+        t.write("%d\t%s\n" % (i, m))
+PY
+chmod 644 "$OUT"/rows.*
+
+# --- servers
+[ "$(id -u)" = 0 ] && chown postgres "$OUT"
+asp "$PGBIN/initdb" -D "$OUT/pg" -U postgres -A trust --no-sync >/dev/null
+asp "$PGBIN/pg_ctl" -D "$OUT/pg" -l "$OUT/pg.log" -w start \
+    -o "-p $PGPORT -k $OUT -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off" >/dev/null
+PSQL=("$PGBIN/psql" -h 127.0.0.1 -p "$PGPORT" -U postgres -d postgres -X -q -At)
+mkdir -p "$OUT/ch"
+cat > "$OUT/ch/config.xml" <<EOF
+<yandex>
+  <logger><level>warning</level><log>$OUT/ch/server.log</log><errorlog>$OUT/ch/error.log</errorlog></logger>
+  <http_port>$CHHTTP</http_port><tcp_port>$CHTCP</tcp_port><listen_host>127.0.0.1</listen_host>
+  <path>$OUT/ch/data/</path><tmp_path>$OUT/ch/tmp/</tmp_path>
+  <users_config>$OUT/ch/users.xml</users_config>
+  <default_profile>default</default_profile><default_database>default</default_database>
+  <mark_cache_size>268435456</mark_cache_size>
+</yandex>
+EOF
+echo '<yandex><profiles><default></default></profiles><users><default><password></password><networks><ip>::/0</ip></networks><profile>default</profile><quota>default</quota></default></users><quotas><default></default></quotas></yandex>' > "$OUT/ch/users.xml"
+clickhouse-server --config-file="$OUT/ch/config.xml" >/dev/null 2>&1 &
+CHPID=$!
+wait_port "$CHHTTP"; wait_port "$CHTCP"
+CH=(clickhouse-client --host 127.0.0.1 --port "$CHTCP")
+
+pg_table() { "${PSQL[@]}" -c "DROP TABLE IF EXISTS t; CREATE TABLE t (chunk_id text, position integer, time timestamptz, seq bigint, message text${1:-})"; }
+ch_table() { "${CH[@]}" --query "DROP TABLE IF EXISTS t"; "${CH[@]}" --query "CREATE TABLE t (chunk_id String, position UInt32, time DateTime, seq UInt64, message String) ENGINE = MergeTree ORDER BY (chunk_id, position)"; }
+pg_count() { "${PSQL[@]}" -c "SELECT count(*) FROM t"; }
+ch_count() { "${CH[@]}" --query "SELECT count() FROM t"; }
+
+# run_nagare OUTPUT_TOML COUNT_FN: seconds from start until COUNT_FN says ROWS.
+run_nagare() {
+    rm -f "$OUT/pos.db"
+    cat > "$OUT/nagare.toml" <<EOF
+[[input]]
+type = "tail"
+path = "$OUT/rows.ndjson"
+tag = "bench"
+read_from_head = true
+position_db = "$OUT/pos.db"
+[input.parser]
+type = "json"
+
+$1
+[output.buffer]
+flush_interval = "200ms"
+chunk_limit_size = "8MiB"
+flush_thread_count = 4
+EOF
+    local t0; t0=$(now)
+    "$NAGARE" run -c "$OUT/nagare.toml" 2>"$OUT/nagare.log" &
+    local pid=$!
+    until [ "$($2)" -ge "$ROWS" ]; do
+        kill -0 "$pid" 2>/dev/null || { cat "$OUT/nagare.log" >&2; exit 1; }
+        sleep 0.05
+    done
+    local t1; t1=$(now)
+    kill -TERM "$pid"; wait "$pid" || true
+    echo "$t1 - $t0" | bc -l
+}
+timed() { local t0; t0=$(now); "$@" >/dev/null; echo "$(now) - $t0" | bc -l; }
+
+PG_OUT="[[output]]
+type = \"postgresql\"
+match = \"**\"
+connection = \"host=127.0.0.1 port=$PGPORT user=postgres dbname=postgres\"
+table = \"t\"
+columns = { seq = \"seq\", message = \"message\" }"
+CH_OUT="[[output]]
+type = \"clickhouse\"
+match = \"**\"
+endpoint = \"http://127.0.0.1:$CHHTTP\"
+table = \"t\""
+
+: > "$OUT/results"
+for i in $(seq "$RUNS"); do
+    echo "run $i" >&2
+    pg_table; echo "pg_floor $(timed "${PSQL[@]}" -c "\\copy t (seq, message) FROM '$OUT/rows.tsv'")" >> "$OUT/results"
+    pg_table; echo "pg_nagare_plain $(run_nagare "$PG_OUT
+chunk_id_column = \"\"
+position_column = \"\"" pg_count)" >> "$OUT/results"
+    pg_table ", UNIQUE (chunk_id, position)"; echo "pg_nagare_once $(run_nagare "$PG_OUT" pg_count)" >> "$OUT/results"
+    ch_table; echo "ch_floor $(timed sh -c "${CH[*]} --query 'INSERT INTO t (seq, message) FORMAT JSONEachRow' < '$OUT/rows.ndjson'")" >> "$OUT/results"
+    ch_table; echo "ch_nagare $(run_nagare "$CH_OUT" ch_count)" >> "$OUT/results"
+done
+cat "$OUT/results" >&2
+python3 - "$OUT/results" "$ROWS" <<'PY'
+import statistics, sys
+rows = int(sys.argv[2])
+runs = {}
+for line in open(sys.argv[1]):
+    k, v = line.split()
+    runs.setdefault(k, []).append(rows / float(v))
+med = {k: statistics.median(v) for k, v in runs.items()}
+for k in ["pg_floor", "pg_nagare_plain", "pg_nagare_once", "ch_floor", "ch_nagare"]:
+    print("%-16s median %9.0f rows/s  (runs: %s)" % (k, med[k], ", ".join("%.0f" % x for x in runs[k])))
+print("postgresql plain COPY: %.2fx of psql \\copy" % (med["pg_nagare_plain"] / med["pg_floor"]))
+print("postgresql stored-once: %.2fx of psql \\copy" % (med["pg_nagare_once"] / med["pg_floor"]))
+print("clickhouse: %.2fx of clickhouse-client" % (med["ch_nagare"] / med["ch_floor"]))
+PY
