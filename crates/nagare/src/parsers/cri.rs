@@ -98,8 +98,14 @@ mod tests {
         assert!(p.partial);
         assert_eq!(p.content, b" two  spaces");
         // An empty line, with and without the space after the tag.
-        assert_eq!(split(b"2026-11-28T11:00:00Z stdout F ").unwrap().content, b"");
-        assert_eq!(split(b"2026-11-28T11:00:00Z stdout F").unwrap().content, b"");
+        assert_eq!(
+            split(b"2026-11-28T11:00:00Z stdout F ").unwrap().content,
+            b""
+        );
+        assert_eq!(
+            split(b"2026-11-28T11:00:00Z stdout F").unwrap().content,
+            b""
+        );
         assert!(split(b"2026-11-28T11:00:00Z stdout F:x y").is_ok());
         assert!(split(b"2026-11-28T11:00:00Z stdout X y").is_err());
         assert!(split(b"just text").is_err());

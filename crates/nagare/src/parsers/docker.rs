@@ -90,8 +90,8 @@ mod tests {
             .unwrap();
         assert!(!p.partial());
         assert_eq!((p.content(), &*p.stream), (&b"a \"q\""[..], "stderr"));
-        let p = split(br#"{"log":"piece","stream":"stdout","time":"t","attrs":{"k":"v"}}"#)
-            .unwrap();
+        let p =
+            split(br#"{"log":"piece","stream":"stdout","time":"t","attrs":{"k":"v"}}"#).unwrap();
         assert!(p.partial());
         assert_eq!(p.attrs.unwrap()["k"], "v");
         assert!(split(b"{\"stream\":\"stdout\"}").is_err());

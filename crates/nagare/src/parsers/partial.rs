@@ -454,7 +454,10 @@ mod tests {
         assert_eq!(get(&r[1].1, "message").unwrap().as_str(), Some("aabbcc"));
         assert_eq!(get(&r[1].1, "stream").unwrap().as_str(), Some("stdout"));
         // The first piece's time.
-        assert_eq!(r[1].0, super::super::testutil::utc("2026-11-28T11:00:00.1Z"));
+        assert_eq!(
+            r[1].0,
+            super::super::testutil::utc("2026-11-28T11:00:00.1Z")
+        );
     }
 
     #[test]

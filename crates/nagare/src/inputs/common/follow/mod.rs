@@ -793,7 +793,10 @@ fn read_lines(
 fn add_fields(out: &mut Vec<u8>, map_at: usize, extra: &[u8], n: usize) {
     let (old, len) = match out[map_at] {
         b @ 0x80..=0x8f => ((b & 0x0f) as usize, 1),
-        0xde => (u16::from_be_bytes([out[map_at + 1], out[map_at + 2]]) as usize, 3),
+        0xde => (
+            u16::from_be_bytes([out[map_at + 1], out[map_at + 2]]) as usize,
+            3,
+        ),
         0xdf => (
             u32::from_be_bytes(out[map_at + 1..map_at + 5].try_into().expect("4 bytes")) as usize,
             5,
