@@ -274,15 +274,28 @@ impl Joiner {
     /// came is marked `partial = true`.
     pub fn flush(&mut self, all: bool, sink: &mut Sink<'_>) -> Wrote {
         let mut w = Wrote::default();
-        for i in 0..self.streams.len() {
-            if !all && self.streams[i].at.elapsed() < self.flush {
+        // What is due, in file order (the streams' events interleave).
+        let mut due: Vec<(u64, usize, bool)> = Vec::new();
+        for (i, h) in self.streams.iter().enumerate() {
+            if !all && h.at.elapsed() < self.flush {
                 continue;
             }
-            if let Some(ev) = self.streams[i].event.take() {
-                self.write_part(i, &ev, false, sink, &mut w);
+            if let Some(ev) = &h.event {
+                due.push((ev.from, i, false));
             }
-            if let Some(line) = self.streams[i].line.take() {
-                self.write_part(i, &line, true, sink, &mut w);
+            if let Some(line) = &h.line {
+                due.push((line.from, i, true));
+            }
+        }
+        due.sort_unstable();
+        for (_, i, open_line) in due {
+            let part = if open_line {
+                self.streams[i].line.take()
+            } else {
+                self.streams[i].event.take()
+            };
+            if let Some(p) = part {
+                self.write_part(i, &p, open_line, sink, &mut w);
             }
         }
         w
@@ -502,8 +515,8 @@ mod tests {
             msgs,
             [
                 "2026-11-28 ERROR boom: long\n\tat a.B(C.java:1)",
-                "2026-11-28 INFO next",
-                "out"
+                "out",
+                "2026-11-28 INFO next"
             ]
         );
         let w = t.feed("{not json");

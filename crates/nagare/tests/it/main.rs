@@ -17,6 +17,7 @@ mod check;
 mod cli;
 mod cli_test;
 mod cluster;
+mod containers;
 mod directory;
 mod durability;
 mod exec_filter;
