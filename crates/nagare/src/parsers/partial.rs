@@ -148,6 +148,36 @@ impl Joiner {
         self.streams.clear();
     }
 
+    /// Hands what this source holds to `next` (the file that took its path
+    /// at a rotation; its bytes from file offset `at` on are not read yet),
+    /// stream by stream, where `next` holds nothing of that stream.
+    pub fn carry_into(&mut self, next: &mut Joiner, at: u64) {
+        for h in &mut self.streams {
+            if h.line.is_none() && h.event.is_none() {
+                continue;
+            }
+            let i = match next.streams.iter().position(|n| n.stream == h.stream) {
+                Some(i) => i,
+                None => {
+                    next.streams.push(Held {
+                        stream: h.stream.clone(),
+                        line: None,
+                        event: None,
+                        at: h.at,
+                    });
+                    next.streams.len() - 1
+                }
+            };
+            let n = &mut next.streams[i];
+            if n.line.is_some() || n.event.is_some() {
+                continue;
+            }
+            n.line = h.line.take().map(|p| Part { from: at, ..p });
+            n.event = h.event.take().map(|p| Part { from: at, ..p });
+            n.at = h.at;
+        }
+    }
+
     /// Feeds one line (without its newline) that starts at file offset `at`.
     pub fn feed(&mut self, line: &[u8], at: u64, sink: &mut Sink<'_>) -> Wrote {
         let mut w = Wrote::default();

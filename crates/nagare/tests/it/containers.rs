@@ -201,13 +201,20 @@ fn cri_pieces_join_per_stream_across_reads_and_the_kubelets_rotation() {
     }
     append(&log, &text);
     daemon.wait_read_to_end(&log);
+    // A line whose first piece is written before the kubelet rotates and
+    // its last after: the runtime's reopen comes between its pieces.
+    let straddle = format!("{}{}", long('s', CUT), "rest after the rotation");
+    let sp = cri_line(clock, &mut t, "stdout", &straddle);
+    append(&log, &sp[0]);
+    daemon.wait_read_to_end(&log);
     // The kubelet rotates: rename, the runtime reopens a new 0.log; the
     // rotated file is compressed later (a .gz sibling).
     let rotated = log.with_file_name("0.log.20261128-100500");
     std::fs::rename(&log, &rotated).unwrap();
     std::fs::write(&log, "").unwrap();
     let after = format!("{}{}", long('d', CUT), long('e', 100));
-    let mut text = String::new();
+    let mut text = sp[1].clone();
+    want.push(("stdout".into(), straddle));
     let p = cri_line(clock, &mut t, "stdout", &after);
     text.push_str(&p[0]);
     let e = cri_line(clock, &mut t, "stderr", "after rotation");
@@ -429,4 +436,357 @@ fn docker_json_file_pieces_join_and_the_container_id_comes_from_the_name() {
         assert_eq!(keys, ["message", "stream", "container_id"]);
     }
     assert_eq!(ev[1]["time"], epoch_of(0).as_str());
+}
+
+// ------------------------------------------------------------ a real dockerd
+
+/// A dockerd of the test's own (its data, exec root and socket in a temp
+/// folder; no bridge, no iptables rules: containers run with `--network
+/// none`, the drivers run in dockerd), stopped on drop.
+struct Dockerd {
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+}
+
+impl Dockerd {
+    /// Err says why no dockerd runs here.
+    fn start() -> Result<Dockerd, String> {
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("dockerd needs root".into());
+        }
+        for (bin, pkg) in [("dockerd", "docker.io"), ("busybox", "busybox-static")] {
+            let found = std::process::Command::new("sh")
+                .args(["-c", &format!("command -v {bin}")])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if !found {
+                return Err(format!("{bin} is not installed (apt-get install {pkg})"));
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let log = std::fs::File::create(d.join("dockerd.log")).unwrap();
+        let child = std::process::Command::new("dockerd")
+            .arg("--data-root")
+            .arg(d.join("root"))
+            .arg("--exec-root")
+            .arg(d.join("exec"))
+            .arg("--pidfile")
+            .arg(d.join("dockerd.pid"))
+            .arg("-H")
+            .arg(format!("unix://{}/sock", d.display()))
+            .args(["--bridge=none", "--iptables=false", "--ip-masq=false"])
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("cannot run dockerd: {e}"))?;
+        let mut me = Dockerd { child, dir };
+        let start = std::time::Instant::now();
+        loop {
+            if let Ok(Some(status)) = me.child.try_wait() {
+                return Err(format!(
+                    "dockerd exited ({status}) at start: {}",
+                    me.log().lines().last().unwrap_or("")
+                ));
+            }
+            if me.docker(&["version"]).is_ok() {
+                return Ok(me);
+            }
+            if start.elapsed() > WAIT * 3 {
+                return Err(format!(
+                    "dockerd did not answer within {:?}: {}",
+                    WAIT * 3,
+                    me.log().lines().last().unwrap_or("")
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    fn log(&self) -> String {
+        read_file(&self.dir.path().join("dockerd.log"))
+    }
+
+    /// Runs the docker client against this dockerd; Ok(stdout).
+    fn docker(&self, args: &[&str]) -> Result<String, String> {
+        // Debian's client, of the daemon's version, when there is one.
+        let client = if Path::new("/usr/bin/docker").exists() {
+            "/usr/bin/docker"
+        } else {
+            "docker"
+        };
+        let out = std::process::Command::new(client)
+            .env(
+                "DOCKER_HOST",
+                format!("unix://{}/sock", self.dir.path().display()),
+            )
+            .args(args)
+            .output()
+            .map_err(|e| format!("docker: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "docker {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    /// An image of busybox-static alone (nothing can be pulled): `docker import`.
+    fn busybox_image(&self) -> &'static str {
+        let root = self.dir.path().join("rootfs");
+        std::fs::create_dir_all(root.join("bin")).unwrap();
+        std::fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();
+        for c in [
+            "sh", "head", "tr", "seq", "echo", "printf", "sleep", "[", "test",
+        ] {
+            std::os::unix::fs::symlink("busybox", root.join("bin").join(c)).unwrap();
+        }
+        let tar = self.dir.path().join("rootfs.tar");
+        let status = std::process::Command::new("tar")
+            .arg("-C")
+            .arg(&root)
+            .arg("-cf")
+            .arg(&tar)
+            .arg(".")
+            .status()
+            .unwrap();
+        assert!(status.success());
+        self.docker(&["import", tar.to_str().unwrap(), "nagare-busybox:test"])
+            .unwrap();
+        "nagare-busybox:test"
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.path().join("root")
+    }
+}
+
+impl Drop for Dockerd {
+    fn drop(&mut self) {
+        // SIGTERM: dockerd stops its containers and its containerd.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let start = std::time::Instant::now();
+        while start.elapsed() < WAIT {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What each container writes: a line of 40000 bytes (Docker cuts it into
+/// 16 KiB pieces), 2000 short lines written as fast as they come, and on
+/// stderr a line and one of 20000 bytes.
+const SCRIPT: &str = "head -c 40000 /dev/zero | tr '\\0' a; echo; echo err1 >&2; seq 1 2000; \
+                      head -c 20000 /dev/zero | tr '\\0' b >&2; echo >&2";
+
+fn script_events() -> (Vec<String>, Vec<String>) {
+    let mut out = vec![long('a', 40_000)];
+    out.extend((1..=2000).map(|i| i.to_string()));
+    (out, vec!["err1".to_string(), long('b', 20_000)])
+}
+
+/// The texts of `stream`'s events, in order.
+fn texts(ev: &[&serde_json::Value], key: &str, stream_key: &str, stream: &str) -> Vec<String> {
+    ev.iter()
+        .filter(|e| e["record"][stream_key] == stream)
+        .map(|e| e["record"][key].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+fn brief_texts(v: &[String]) -> Vec<String> {
+    let pairs: Vec<(String, String)> = v.iter().map(|t| (String::new(), t.clone())).collect();
+    brief(&pairs).into_iter().map(|(_, t)| t).collect()
+}
+
+#[test]
+fn docker_engine_fluentd_and_json_file_drivers_into_nagare() {
+    let docker = match Dockerd::start() {
+        Ok(d) => d,
+        Err(reason) => {
+            skip_unless(false, &reason);
+            return;
+        }
+    };
+    let image = docker.busybox_image();
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let port = free_port();
+    let config = format!(
+        r#"
+[[input]]
+type = "forward"
+bind = "127.0.0.1:{port}"
+
+[[input]]
+type = "tail"
+path = "{root}/containers/*/*-json.log"
+tag = "json.*"
+read_from_head = true
+refresh_interval = "100ms"
+poll_interval = "20ms"
+container_fields = "docker"
+[input.parser]
+type = "docker"
+message_key = "log"
+
+[[filter]]
+type = "docker_partial"
+match = "docker.**"
+
+[[output]]
+type = "stdout"
+match = "**"
+format = "json"
+[output.buffer]
+flush_interval = "20ms"
+"#,
+        root = docker.root().display()
+    );
+    let mut daemon = Daemon::start(d, "nagare", &config, None);
+    daemon.wait_port(port);
+    let address = format!("fluentd-address=tcp://127.0.0.1:{port}");
+    let fluentd = docker
+        .docker(&[
+            "run",
+            "-d",
+            "--network",
+            "none",
+            "--name",
+            "fl1",
+            "--log-driver",
+            "fluentd",
+            "--log-opt",
+            &address,
+            "--log-opt",
+            "tag=docker.{{.Name}}",
+            "--log-opt",
+            "fluentd-async=true",
+            "--log-opt",
+            "fluentd-sub-second-precision=true",
+            image,
+            "sh",
+            "-c",
+            SCRIPT,
+        ])
+        .unwrap();
+    // json-file, rotated once by Docker at 150 KB (of about 210: rename to -json.log.1, a
+    // new file): the container writes once nagare follows its log file (a
+    // file rotated away before a tailer opened it is one no tailer reads).
+    let gate = d.join("gate");
+    std::fs::create_dir_all(&gate).unwrap();
+    let volume = format!("{}:/gate", gate.display());
+    let gated = format!("while [ ! -e /gate/go ]; do sleep 0.05; done; {SCRIPT}");
+    let json = docker
+        .docker(&[
+            "run",
+            "-d",
+            "--network",
+            "none",
+            "--name",
+            "js1",
+            "-v",
+            &volume,
+            "--log-driver",
+            "json-file",
+            "--log-opt",
+            "max-size=150k",
+            "--log-opt",
+            "max-file=2",
+            image,
+            "sh",
+            "-c",
+            &gated,
+        ])
+        .unwrap();
+    daemon.wait_log(&format!("{json}-json.log offset=0"));
+    std::fs::write(gate.join("go"), "").unwrap();
+    for id in [&fluentd, &json] {
+        assert_eq!(docker.docker(&["wait", id]).unwrap(), "0");
+    }
+    let (want_out, want_err) = script_events();
+    let total = 2 * (want_out.len() + want_err.len());
+    let start = std::time::Instant::now();
+    while daemon.stdout().lines().count() < total && start.elapsed() < WAIT {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let now = daemon.stdout();
+    if now.lines().count() < total {
+        let mut by_tag = std::collections::BTreeMap::new();
+        for e in events(&now.lines().map(String::from).collect::<Vec<_>>()) {
+            *by_tag
+                .entry(e["tag"].as_str().unwrap_or("?").to_string())
+                .or_insert(0) += 1;
+        }
+        panic!(
+            "{} of {total} events after {WAIT:?}: {by_tag:?}; nagare's log:\n{}\ndockerd's log (end):\n{}",
+            now.lines().count(),
+            daemon.stderr(),
+            docker.log().lines().rev().take(20).collect::<Vec<_>>().join("\n")
+        );
+    }
+    assert!(daemon.terminate().success(), "{}", daemon.stderr());
+    let lines: Vec<String> = daemon.stdout().lines().map(String::from).collect();
+    let ev = events(&lines);
+    assert_eq!(ev.len(), total, "no event lost or doubled");
+
+    // The fluentd driver: moby's record, the pieces joined.
+    let fl: Vec<&serde_json::Value> = ev.iter().filter(|e| e["tag"] == "docker.fl1").collect();
+    for (stream, want) in [("stdout", &want_out), ("stderr", &want_err)] {
+        let got = texts(&fl, "log", "source", stream);
+        assert_eq!(brief_texts(&got), brief_texts(want), "fluentd {stream}");
+        assert!(&got == want);
+    }
+    for e in &fl {
+        let r = e["record"].as_object().unwrap();
+        // A Go map: its keys in any order.
+        let mut keys: Vec<&String> = r.keys().collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            ["container_id", "container_name", "log", "source"],
+            "{e}"
+        );
+        assert_eq!(r["container_id"], fluentd.as_str());
+        assert_eq!(r["container_name"], "/fl1");
+    }
+    // fluentd-sub-second-precision: EventTime with nanoseconds.
+    assert!(fl
+        .iter()
+        .any(|e| !e["time"].as_str().unwrap().ends_with(".000000000Z")));
+
+    // json-file through tail: the same lines, the id from the file name.
+    let tag_prefix = format!(
+        "json.{}",
+        docker
+            .root()
+            .display()
+            .to_string()
+            .trim_start_matches('/')
+            .replace('/', ".")
+    );
+    let js: Vec<&serde_json::Value> = ev
+        .iter()
+        .filter(|e| e["tag"].as_str().unwrap().starts_with(&tag_prefix))
+        .collect();
+    assert_eq!(js.len(), want_out.len() + want_err.len());
+    for (stream, want) in [("stdout", &want_out), ("stderr", &want_err)] {
+        let got = texts(&js, "log", "stream", stream);
+        assert_eq!(brief_texts(&got), brief_texts(want), "json-file {stream}");
+        assert!(&got == want);
+    }
+    for e in &js {
+        assert_eq!(e["record"]["container_id"], json.as_str());
+    }
+    let rotated = docker
+        .root()
+        .join(format!("containers/{json}/{json}-json.log.1"));
+    assert!(rotated.exists(), "Docker rotated the json-file log");
+    for name in ["fl1", "js1"] {
+        docker.docker(&["rm", name]).unwrap();
+    }
 }

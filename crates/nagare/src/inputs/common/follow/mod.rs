@@ -188,6 +188,8 @@ struct Followed {
     /// `container_fields`), and their count.
     extra: Vec<u8>,
     extra_n: usize,
+    /// The last read reached the file's end.
+    drained: bool,
     tag: Arc<str>,
     /// When the file last gave new bytes (for the directory input's remove_after).
     grew_at: Instant,
@@ -210,6 +212,7 @@ impl Followed {
             joiner: None,
             extra: Vec::new(),
             extra_n: 0,
+            drained: false,
             tag,
             grew_at: Instant::now(),
         }
@@ -473,11 +476,20 @@ impl Tailer {
     /// whether there was anything (then the next step comes at once).
     async fn read_all(&mut self) -> bool {
         let mut busy = false;
-        let inodes: Vec<u64> = self.files.keys().copied().collect();
+        let mut inodes: Vec<u64> = self.files.keys().copied().collect();
+        // Rotated files first: with cri and docker a line's pieces may
+        // straddle a rotation, and the new file's pieces must find the old
+        // file's (carried over below) before they are read.
+        inodes.sort_by_key(|i| self.files[i].retired.is_none());
         for ino in inodes {
             let Some(mut f) = self.files.remove(&ino) else {
                 continue;
             };
+            if f.joiner.is_some() && f.retired.is_none() && self.rotated_unread(&f.path) {
+                busy = true;
+                self.files.insert(ino, f);
+                continue;
+            }
             let max_line = self.cfg.max_line_size.0 as usize;
             let (batch, consumed, done) = match read_lines(
                 &mut f,
@@ -508,6 +520,10 @@ impl Tailer {
                 f.offset += consumed;
                 self.positions.set(ino, &f.path, f.offset);
             }
+            f.drained = done;
+            if done && f.retired.is_some() {
+                self.carry_pieces(&mut f);
+            }
             if f.gone() && done {
                 tracing::info!(input = %self.name, path = %f.path.display(), "file rotated or removed; read to its end");
                 self.positions.forget(ino);
@@ -536,6 +552,38 @@ impl Tailer {
             self.files.insert(ino, f);
         }
         busy
+    }
+
+    /// A rotated file that was at `path` and is not read to its end yet
+    /// (cri, docker: its held pieces may belong to the new file's first line).
+    fn rotated_unread(&self, path: &Path) -> bool {
+        self.files
+            .values()
+            .any(|o| o.retired.is_some() && o.path == path && !o.drained && o.joiner.is_some())
+    }
+
+    /// A rotated file read to its end gives the pieces it holds (the start
+    /// of a line whose rest the runtime wrote to the new file) to the file
+    /// now at its path. After a restart in between, the carried pieces are
+    /// not read again (the rotated file is no longer followed).
+    fn carry_pieces(&mut self, old: &mut Followed) {
+        let Some(j) = &mut old.joiner else {
+            return;
+        };
+        if j.is_empty() {
+            return;
+        }
+        let Some(new) = self
+            .files
+            .values_mut()
+            .find(|n| n.retired.is_none() && n.path == old.path)
+        else {
+            return;
+        };
+        let at = new.offset + new.ml_bytes;
+        if let Some(nj) = &mut new.joiner {
+            j.carry_into(nj, at);
+        }
     }
 
     /// False when shutting down: the lines will be read again after a restart.
