@@ -92,6 +92,9 @@ need java default-jre-headless   # the Kafka broker of the kafka tests (tests/ka
 need mvn maven                   # fetches the broker's jars (tests/kafka/fetch.sh)
 need cmake cmake                 # builds librdkafka into nagare (the kafka input and output)
 pkg-config --exists libssl 2>/dev/null || need_apt+=(libssl-dev)  # OpenSSL, linked statically into librdkafka
+need dockerd docker.io           # a real Docker engine: its fluentd and json-file log drivers (tests/it/containers.rs)
+need busybox busybox-static      # the one image those containers run (docker import; nothing is pulled)
+need gzip gzip                   # the kubelet's compressed rotated logs (tests/it/containers.rs)
 need thrift thrift-compiler       # Python code generated from the Scribe IDL (crates/nagare/tests/it/scribe.rs)
 need pkg-config pkg-config       # the rest: nagare-bench's `png` feature (suite below)
 pkg-config --exists fontconfig 2>/dev/null || need_apt+=(libfontconfig1-dev)

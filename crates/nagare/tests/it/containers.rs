@@ -438,6 +438,112 @@ fn docker_json_file_pieces_join_and_the_container_id_comes_from_the_name() {
     assert_eq!(ev[1]["time"], epoch_of(0).as_str());
 }
 
+/// An example config of examples/ (and docs/containers.md, which must show
+/// it as it is).
+fn example(name: &str) -> String {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let text = read_file(&Path::new(root).join("examples").join(name));
+    let doc = read_file(&Path::new(root).join("docs/containers.md"));
+    assert!(
+        doc.contains(&text),
+        "docs/containers.md does not show examples/{name} as it is"
+    );
+    text
+}
+
+/// A second nagare: a forward input on a free port that prints the events
+/// it receives as JSON lines. Returns it and its port.
+fn receiver(d: &Path) -> (Daemon, u16) {
+    let port = free_port();
+    let dir = d.join("receiver");
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = format!(
+        "{}\n[[output]]\ntype = \"stdout\"\nmatch = \"**\"\nformat = \"json\"\n[output.buffer]\nflush_interval = \"20ms\"\n",
+        forward_input(port)
+    );
+    let mut daemon = Daemon::start(&dir, "receiver", &config, None);
+    daemon.wait_port(port);
+    (daemon, port)
+}
+
+#[test]
+fn the_kubernetes_daemonset_example_ships_a_nodes_container_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (log, _link) = kubelet_layout(d);
+    // The payments pod's Java container, CRI-O style.
+    let pay_dir = d.join("pods/payments_api-0_9f8e/java");
+    std::fs::create_dir_all(&pay_dir).unwrap();
+    let pay_log = pay_dir.join("0.log");
+    std::os::unix::fs::symlink(
+        &pay_log,
+        d.join(format!("containers/api-0_payments_java-{ID}.log")),
+    )
+    .unwrap();
+    let (mut t, mut text, mut pay) = (0, String::new(), String::new());
+    let big = long('k', 50_000);
+    for l in cri_line(Clock::Containerd, &mut t, "stdout", &big) {
+        text.push_str(&l);
+    }
+    for l in cri_line(Clock::Containerd, &mut t, "stderr", "warn") {
+        text.push_str(&l);
+    }
+    let trace = "2026-11-28 10:00:00 ERROR charge failed\njava.lang.RuntimeException: declined\n\tat com.example.Pay.charge(Pay.java:9)";
+    for line in trace.lines().chain(["2026-11-28 10:00:01 INFO done"]) {
+        for l in cri_line(Clock::Conmon, &mut t, "stderr", line) {
+            pay.push_str(&l);
+        }
+    }
+    std::fs::write(&log, &text).unwrap();
+    std::fs::write(&pay_log, &pay).unwrap();
+    let (mut receiver, sink) = receiver(d);
+    let config = example("kubernetes-daemonset.toml")
+        .replace(
+            "/var/log/containers",
+            &d.join("containers").display().to_string(),
+        )
+        .replace("/var/lib/nagare", &d.display().to_string())
+        .replace("aggregator.logging.svc:24224", &format!("127.0.0.1:{sink}"));
+    let mut daemon = Daemon::start(d, "nagare", &config, None);
+    receiver.wait_stdout_lines(4);
+    assert!(daemon.terminate().success(), "{}", daemon.stderr());
+    assert!(receiver.terminate().success(), "{}", receiver.stderr());
+    let lines: Vec<String> = receiver.stdout().lines().map(String::from).collect();
+    let ev = events(&lines);
+    let mut got: Vec<(String, String, String)> = ev
+        .iter()
+        .map(|e| {
+            let r = &e["record"];
+            (
+                r["kubernetes"]["namespace_name"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+                r["stream"].as_str().unwrap().to_string(),
+                r["message"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    got.sort();
+    let want = [
+        ("payments", "stderr", "2026-11-28 10:00:00 ERROR charge failed\njava.lang.RuntimeException: declined\n\tat com.example.Pay.charge(Pay.java:9)"),
+        ("payments", "stderr", "2026-11-28 10:00:01 INFO done"),
+        ("shop", "stderr", "warn"),
+        ("shop", "stdout", big.as_str()),
+    ]
+    .map(|(a, b, c)| (a.to_string(), b.to_string(), c.to_string()));
+    let short = |v: &[(String, String, String)]| -> Vec<String> {
+        v.iter()
+            .map(|(a, b, c)| format!("{a} {b} {}", brief(&[(String::new(), c.clone())])[0].1))
+            .collect()
+    };
+    assert_eq!(short(&got), short(&want));
+    assert!(got == want);
+    for e in &ev {
+        assert_eq!(e["record"]["kubernetes"]["container_id"], ID);
+    }
+}
+
 // ------------------------------------------------------------ a real dockerd
 
 /// A dockerd of the test's own (its data, exec root and socket in a temp
@@ -615,38 +721,16 @@ fn docker_engine_fluentd_and_json_file_drivers_into_nagare() {
     let image = docker.busybox_image();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
+    // examples/docker-host.toml, as docs/containers.md shows it, on this
+    // dockerd's folders and free ports; its forward output goes to a
+    // second nagare that prints what it receives.
     let port = free_port();
-    let config = format!(
-        r#"
-[[input]]
-type = "forward"
-bind = "127.0.0.1:{port}"
-
-[[input]]
-type = "tail"
-path = "{root}/containers/*/*-json.log"
-tag = "json.*"
-read_from_head = true
-refresh_interval = "100ms"
-poll_interval = "20ms"
-container_fields = "docker"
-[input.parser]
-type = "docker"
-message_key = "log"
-
-[[filter]]
-type = "docker_partial"
-match = "docker.**"
-
-[[output]]
-type = "stdout"
-match = "**"
-format = "json"
-[output.buffer]
-flush_interval = "20ms"
-"#,
-        root = docker.root().display()
-    );
+    let (receiver, sink) = receiver(d);
+    let config = example("docker-host.toml")
+        .replace("127.0.0.1:24224", &format!("127.0.0.1:{port}"))
+        .replace("aggregator.example:24224", &format!("127.0.0.1:{sink}"))
+        .replace("/var/lib/docker", &docker.root().display().to_string())
+        .replace("/var/lib/nagare", &d.display().to_string());
     let mut daemon = Daemon::start(d, "nagare", &config, None);
     daemon.wait_port(port);
     let address = format!("fluentd-address=tcp://127.0.0.1:{port}");
@@ -711,10 +795,10 @@ flush_interval = "20ms"
     let (want_out, want_err) = script_events();
     let total = 2 * (want_out.len() + want_err.len());
     let start = std::time::Instant::now();
-    while daemon.stdout().lines().count() < total && start.elapsed() < WAIT {
+    while receiver.stdout().lines().count() < total && start.elapsed() < WAIT {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    let now = daemon.stdout();
+    let now = receiver.stdout();
     if now.lines().count() < total {
         let mut by_tag = std::collections::BTreeMap::new();
         for e in events(&now.lines().map(String::from).collect::<Vec<_>>()) {
@@ -730,7 +814,9 @@ flush_interval = "20ms"
         );
     }
     assert!(daemon.terminate().success(), "{}", daemon.stderr());
-    let lines: Vec<String> = daemon.stdout().lines().map(String::from).collect();
+    let mut receiver = receiver;
+    assert!(receiver.terminate().success(), "{}", receiver.stderr());
+    let lines: Vec<String> = receiver.stdout().lines().map(String::from).collect();
     let ev = events(&lines);
     assert_eq!(ev.len(), total, "no event lost or doubled");
 
@@ -761,7 +847,7 @@ flush_interval = "20ms"
 
     // json-file through tail: the same lines, the id from the file name.
     let tag_prefix = format!(
-        "json.{}",
+        "docker.json.{}",
         docker
             .root()
             .display()
