@@ -19,50 +19,8 @@
 
 use std::borrow::Cow;
 
+use super::common::container::split_cri as split;
 use super::{Fields, Val};
-
-/// One line of a CRI log file, cut into its parts.
-pub struct Piece<'a> {
-    pub time: &'a [u8],
-    pub stream: &'a [u8],
-    /// The whole tag (`F`, `P`, or with more parts after `:`).
-    pub tag: &'a [u8],
-    /// `P`: the line goes on in the next piece of this stream.
-    pub partial: bool,
-    pub content: &'a [u8],
-}
-
-/// Cuts a CRI line; Err says what is wrong with it.
-pub fn split(line: &[u8]) -> Result<Piece<'_>, String> {
-    let mut parts = line.splitn(4, |&b| b == b' ');
-    let (Some(time), Some(stream), Some(tag)) = (parts.next(), parts.next(), parts.next()) else {
-        return Err("not a CRI log line (<time> <stream> <P|F> <content>)".into());
-    };
-    // containerd writes "F " before an empty line; a line cut right
-    // after the tag is taken the same way.
-    let content = parts.next().unwrap_or(b"");
-    let first = tag.split(|&b| b == b':').next().unwrap_or(b"");
-    let partial = match first {
-        b"P" => true,
-        b"F" => false,
-        _ => {
-            return Err(format!(
-                "CRI log tag {:?} is neither P nor F",
-                String::from_utf8_lossy(tag)
-            ))
-        }
-    };
-    if time.is_empty() || stream.is_empty() {
-        return Err("not a CRI log line (<time> <stream> <P|F> <content>)".into());
-    }
-    Ok(Piece {
-        time,
-        stream,
-        tag,
-        partial,
-        content,
-    })
-}
 
 /// The fields of one line on its own (the parser filter): time, stream,
 /// logtag and the content in `message_key`.

@@ -14,43 +14,9 @@
 //! joined by the input (partial.rs); the record has the line without its
 //! newline in `message_key`, and `stream`.
 
-use std::borrow::Cow;
-use std::collections::BTreeMap;
-
-use serde::Deserialize;
-
+use super::common::container::split_docker as split;
 use super::{Fields, Val};
-
-/// One object of a json-file log.
-#[derive(Deserialize)]
-pub struct Piece<'a> {
-    #[serde(borrow)]
-    log: Cow<'a, str>,
-    #[serde(borrow, default)]
-    pub stream: Cow<'a, str>,
-    #[serde(borrow, default)]
-    pub time: Cow<'a, str>,
-    #[serde(default)]
-    pub attrs: Option<BTreeMap<String, String>>,
-}
-
-impl Piece<'_> {
-    /// The line goes on in the next object of this stream.
-    pub fn partial(&self) -> bool {
-        !self.log.ends_with('\n')
-    }
-
-    /// The text, without the newline that ends a line.
-    pub fn content(&self) -> &[u8] {
-        let b = self.log.as_bytes();
-        b.strip_suffix(b"\n").unwrap_or(b)
-    }
-}
-
-/// Reads one json-file line; Err says what is wrong with it.
-pub fn split(line: &[u8]) -> Result<Piece<'_>, String> {
-    serde_json::from_slice(line).map_err(|e| format!("not a Docker json-file line: {e}"))
-}
+use std::borrow::Cow;
 
 /// The fields of one line on its own (the parser filter): the text in
 /// `message_key` (its newline kept off), stream, time.

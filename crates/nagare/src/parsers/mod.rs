@@ -26,7 +26,8 @@ mod multiline;
 mod nginx;
 mod none;
 pub(crate) mod options;
-pub(crate) mod partial;
+/// The joining of container log lines' pieces (common/container.rs).
+pub(crate) use common::container as partial;
 mod regex;
 mod syslog;
 mod tsv;

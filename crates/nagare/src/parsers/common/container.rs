@@ -1,4 +1,5 @@
-//! Joins the pieces of container log lines (parsers `cri` and `docker`):
+//! The line formats of container runtimes (parsers `cri` and `docker`, see
+//! cri.rs and docker.rs), and the joining of their pieces:
 //! a runtime cuts a long line into pieces (16 KiB by default) and marks
 //! all but the last (CRI's `P` tag, json-file's `log` without "\n"). A
 //! [`Joiner`] is the state of one source (one followed file): per stream
@@ -25,7 +26,86 @@ use std::time::{Duration, Instant};
 use nagare_forward::msgpack::{write_bool, write_map_len, write_str};
 use nagare_forward::EventTime;
 
-use super::{cri, docker, parse_time, TimeFmt};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::parsers::{parse_time, TimeFmt};
+
+/// One line of a CRI log file, cut into its parts.
+pub struct CriPiece<'a> {
+    pub time: &'a [u8],
+    pub stream: &'a [u8],
+    /// The whole tag (`F`, `P`, or with more parts after `:`).
+    pub tag: &'a [u8],
+    /// `P`: the line goes on in the next piece of this stream.
+    pub partial: bool,
+    pub content: &'a [u8],
+}
+
+/// Cuts a CRI line; Err says what is wrong with it.
+pub fn split_cri(line: &[u8]) -> Result<CriPiece<'_>, String> {
+    let mut parts = line.splitn(4, |&b| b == b' ');
+    let (Some(time), Some(stream), Some(tag)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err("not a CRI log line (<time> <stream> <P|F> <content>)".into());
+    };
+    // containerd writes "F " before an empty line; a line cut right
+    // after the tag is taken the same way.
+    let content = parts.next().unwrap_or(b"");
+    let first = tag.split(|&b| b == b':').next().unwrap_or(b"");
+    let partial = match first {
+        b"P" => true,
+        b"F" => false,
+        _ => {
+            return Err(format!(
+                "CRI log tag {:?} is neither P nor F",
+                String::from_utf8_lossy(tag)
+            ))
+        }
+    };
+    if time.is_empty() || stream.is_empty() {
+        return Err("not a CRI log line (<time> <stream> <P|F> <content>)".into());
+    }
+    Ok(CriPiece {
+        time,
+        stream,
+        tag,
+        partial,
+        content,
+    })
+}
+
+/// One object of a json-file log.
+#[derive(Deserialize)]
+pub struct DockerPiece<'a> {
+    #[serde(borrow)]
+    log: Cow<'a, str>,
+    #[serde(borrow, default)]
+    pub stream: Cow<'a, str>,
+    #[serde(borrow, default)]
+    pub time: Cow<'a, str>,
+    #[serde(default)]
+    pub attrs: Option<BTreeMap<String, String>>,
+}
+
+impl DockerPiece<'_> {
+    /// The line goes on in the next object of this stream.
+    pub fn partial(&self) -> bool {
+        !self.log.ends_with('\n')
+    }
+
+    /// The text, without the newline that ends a line.
+    pub fn content(&self) -> &[u8] {
+        let b = self.log.as_bytes();
+        b.strip_suffix(b"\n").unwrap_or(b)
+    }
+}
+
+/// Reads one json-file line; Err says what is wrong with it.
+pub fn split_docker(line: &[u8]) -> Result<DockerPiece<'_>, String> {
+    serde_json::from_slice(line).map_err(|e| format!("not a Docker json-file line: {e}"))
+}
 
 /// Which runtime's lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,14 +264,14 @@ impl Joiner {
         // json-file's strings may hold escapes: its piece owns its text.
         let docker_piece;
         let piece = match self.format {
-            Format::Cri => cri::split(line).map(|p| Piece {
+            Format::Cri => split_cri(line).map(|p| Piece {
                 time_text: p.time,
                 stream: p.stream,
                 partial: p.partial,
                 content: p.content,
                 attrs: None,
             }),
-            Format::Docker => match docker::split(line) {
+            Format::Docker => match split_docker(line) {
                 Ok(p) => {
                     docker_piece = p;
                     let d = &docker_piece;
@@ -562,7 +642,7 @@ mod tests {
         // The first piece's time.
         assert_eq!(
             r[1].0,
-            super::super::testutil::utc("2026-11-28T11:00:00.1Z")
+            crate::parsers::testutil::utc("2026-11-28T11:00:00.1Z")
         );
     }
 
