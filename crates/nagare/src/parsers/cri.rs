@@ -14,7 +14,7 @@
 //! of a longer line (containerd cuts at `max_container_log_line_size`,
 //! 16 KiB by default; conmon at its read buffer) or a line without a newline
 //! at the stream's end, `F` for the last piece (or the whole line). The
-//! pieces of one line are joined by the input (partial.rs); a line alone
+//! pieces of one line are joined by the input (common/container.rs); a line alone
 //! (the parser filter) keeps its `logtag`.
 
 use std::borrow::Cow;

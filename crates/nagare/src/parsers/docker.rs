@@ -11,7 +11,7 @@
 //! same stream goes on with (moby's jsonfilelog adds the newline only to a
 //! message without partial metadata or to the last piece). `attrs` (the
 //! `labels`/`env` log options) is kept as a map. The pieces of one line are
-//! joined by the input (partial.rs); the record has the line without its
+//! joined by the input (common/container.rs); the record has the line without its
 //! newline in `message_key`, and `stream`.
 
 use super::common::container::split_docker as split;

@@ -336,11 +336,19 @@ impl Joiner {
             return w;
         }
         let max = self.max;
+        let keep_time = self.keep_time.is_some();
         let held = &mut self.streams[i];
         let part = held.line.get_or_insert_with(|| Part {
-            text: Vec::new(),
+            // Room for a few pieces: a line cut once is cut again, most
+            // likely (a runtime cuts at a fixed size).
+            text: Vec::with_capacity((piece.content.len() * 3).min(max)),
             time: parse_time_bytes(piece.time_text),
-            time_text: piece.time_text.to_vec(),
+            // Only `keep_time_key` writes the text.
+            time_text: if keep_time {
+                piece.time_text.to_vec()
+            } else {
+                Vec::new()
+            },
             attrs: piece.attrs,
             from: at,
             dropped: 0,
