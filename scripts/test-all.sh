@@ -96,6 +96,9 @@ need clickhouse-server clickhouse-server  # the clickhouse output's tests (tests
 need clickhouse-client clickhouse-client  # reads their rows back
 [ -x /usr/lib/postgresql/15/bin/initdb ] || need_apt+=(postgresql-15)  # the postgresql output's tests (tests/it/postgresql.rs): initdb, pg_ctl, psql
 pkg-config --exists libssl 2>/dev/null || need_apt+=(libssl-dev)  # OpenSSL, linked statically into librdkafka
+need dockerd docker.io           # a real Docker engine: its fluentd and json-file log drivers (tests/it/containers.rs)
+need busybox busybox-static      # the one image those containers run (docker import; nothing is pulled)
+need gzip gzip                   # the kubelet's compressed rotated logs (tests/it/containers.rs)
 need thrift thrift-compiler       # Python code generated from the Scribe IDL (crates/nagare/tests/it/scribe.rs)
 need pkg-config pkg-config       # the rest: nagare-bench's `png` feature (suite below)
 pkg-config --exists fontconfig 2>/dev/null || need_apt+=(libfontconfig1-dev)

@@ -160,6 +160,7 @@ fn parser_options(kind: crate::parsers::ParserType, skip: &[&str]) -> Option<Str
         P::Tsv => table::<parser::TsvOptions>(skip),
         P::Syslog => table::<parser::SyslogOptions>(skip),
         P::Multiline => table::<parser::MultilineOptions>(skip),
+        P::Cri | P::Docker => table::<parser::ContainerOptions>(skip),
         P::None | P::Json | P::Apache2 | P::ApacheError | P::Nginx => return None,
     })
 }

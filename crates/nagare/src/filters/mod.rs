@@ -26,4 +26,5 @@ registry! {
     sample => filter::<sample::SampleConfig>(),
     exec => filter::<exec::ExecConfig>(),
     lua => filter::<lua::LuaConfig>(),
+    docker_partial => filter::<docker_partial::DockerPartialConfig>(),
 }

@@ -91,6 +91,7 @@ pub async fn start(
         max_line_size: cfg.max_line_size,
         long_lines: cfg.long_lines,
         path_key: cfg.path_key,
+        container_fields: Default::default(),
         batch_lines: 10_000,
         parser: cfg.parser,
     };

@@ -1,6 +1,10 @@
 //! What parsers share, so that no parser imports another: the named-capture
 //! engine (`Rx`), naming values by keys (`zip`, csv's and tsv's), and
-//! splitting at a delimiter (`find`, `split`, ltsv's and tsv's).
+//! splitting at a delimiter (`find`, `split`, ltsv's and tsv's); the line
+//! formats of container runtimes and the joining of their pieces
+//! (container.rs: `cri` and `docker`).
+
+pub mod container;
 
 use std::borrow::Cow;
 

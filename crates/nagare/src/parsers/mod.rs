@@ -17,13 +17,17 @@ use serde::Deserialize;
 mod apache2;
 mod apache_error;
 mod common;
+mod cri;
 mod csv;
+mod docker;
 pub(crate) mod json;
 mod ltsv;
 mod multiline;
 mod nginx;
 mod none;
 pub(crate) mod options;
+/// The joining of container log lines' pieces (common/container.rs).
+pub(crate) use common::container as partial;
 mod regex;
 mod syslog;
 mod tsv;
@@ -58,6 +62,12 @@ pub enum ParserType {
     /// Several lines make one event: a line matching `format_firstline`
     /// starts it, the lines up to the next such line continue it.
     Multiline,
+    /// Kubernetes' container log files (containerd, CRI-O):
+    /// `<time> <stream> <P|F> <line>`; the input joins the `P` pieces.
+    Cri,
+    /// Docker's json-file logs: `{"log":…,"stream":…,"time":…}`; the input
+    /// joins the pieces of a line (a `log` without "\n").
+    Docker,
 }
 
 /// Which syslog format the `syslog` parser expects.
@@ -188,6 +198,13 @@ enum Kind {
     Tsv(tsv::Tsv),
     Syslog(syslog::Syslog),
     Multiline(multiline::Multiline),
+    /// cri and docker: `format_firstline` (multiline after the join) and
+    /// the flush interval of a held line.
+    Container(
+        partial::Format,
+        Option<::regex::bytes::Regex>,
+        std::time::Duration,
+    ),
 }
 
 pub struct Parser {
@@ -198,6 +215,9 @@ pub struct Parser {
     keep_time_key: bool,
     types: Vec<(String, FieldType)>,
 }
+
+/// `partial_flush_interval`'s default for cri and docker: "5s".
+pub const DEFAULT_PARTIAL_FLUSH: Dur = Dur::secs(5);
 
 impl Parser {
     pub fn new(cfg: &ParserConfig) -> anyhow::Result<Parser> {
@@ -215,6 +235,21 @@ impl Parser {
                 Kind::Regex(common::Rx::new(e, false)?)
             }
             ParserType::Multiline => Kind::Multiline(multiline::Multiline::new(cfg)?),
+            ParserType::Cri | ParserType::Docker => {
+                let firstline = match &cfg.format_firstline {
+                    Some(f) => Some(
+                        ::regex::bytes::Regex::new(f)
+                            .map_err(|e| anyhow::anyhow!("bad format_firstline: {e}"))?,
+                    ),
+                    None => None,
+                };
+                let format = if cfg.kind == ParserType::Cri {
+                    partial::Format::Cri
+                } else {
+                    partial::Format::Docker
+                };
+                Kind::Container(format, firstline, cfg.multiline_flush_interval.0)
+            }
             ParserType::Ltsv => Kind::Ltsv(ltsv::Ltsv::new(cfg)?),
             ParserType::Csv => Kind::Csv(csv::Csv::new(cfg)?),
             ParserType::Tsv => Kind::Tsv(tsv::Tsv::new(cfg)?),
@@ -276,6 +311,23 @@ impl Parser {
         }
     }
 
+    /// For "cri" and "docker": the state of one source (a followed file)
+    /// that joins the pieces of its lines, bounded by `max` bytes an event.
+    pub fn joiner(&self, max: usize) -> Option<partial::Joiner> {
+        let Kind::Container(format, firstline, flush) = &self.kind else {
+            return None;
+        };
+        let keep = self.keep_time_key.then(|| self.time_key.clone()).flatten();
+        Some(partial::Joiner::new(
+            *format,
+            &self.message_key,
+            keep,
+            max,
+            *flush,
+            firstline.clone(),
+        ))
+    }
+
     pub fn message_key(&self) -> &str {
         &self.message_key
     }
@@ -319,6 +371,12 @@ impl Parser {
                     };
                 }
             },
+            Kind::Container(partial::Format::Cri, ..) => {
+                cri::fields(line, &self.message_key).map(FieldsAndTime::from)
+            }
+            Kind::Container(partial::Format::Docker, ..) => {
+                docker::fields(line, &self.message_key).map(FieldsAndTime::from)
+            }
             Kind::Ltsv(p) => p.fields(line).map(FieldsAndTime::from),
             Kind::Csv(p) => p.fields(line).map(FieldsAndTime::from),
             Kind::Tsv(p) => p.fields(line).map(FieldsAndTime::from),
@@ -553,7 +611,11 @@ pub fn check_options(
         let message = one_line(&format!("{e:#}"));
         let option = match cfg.kind {
             ParserType::Regex => "expression",
-            ParserType::Multiline if message.contains("format_firstline") => "format_firstline",
+            ParserType::Multiline | ParserType::Cri | ParserType::Docker
+                if message.contains("format_firstline") =>
+            {
+                "format_firstline"
+            }
             ParserType::Multiline => "expression",
             _ => "",
         };

@@ -72,6 +72,9 @@ macro_rules! parser_options {
     (@set $c:ident, $s:ident, label_delimiter) => { $c.label_delimiter = $s.label_delimiter.into(); };
     (@set $c:ident, $s:ident, message_format) => { $c.message_format = $s.message_format.into(); };
     (@set $c:ident, $s:ident, format_firstline) => { $c.format_firstline = $s.format_firstline.into(); };
+    (@set $c:ident, $s:ident, partial_flush_interval) => {
+        $c.multiline_flush_interval = $s.partial_flush_interval.into();
+    };
     (@set $c:ident, $s:ident, multiline_flush_interval) => {
         $c.multiline_flush_interval = $s.multiline_flush_interval.into();
     };
@@ -153,6 +156,26 @@ parser_options!(
     }
 );
 
+parser_options!(
+    /// `type = "cri"` (containerd's and CRI-O's files) or `"docker"`
+    /// (Docker's json-file): the pieces of a long line are joined into one
+    /// event, per stream, bounded by the input's `max_line_size` (the bytes
+    /// beyond are counted in the event's `truncated` field). The record:
+    /// the line in `message_key`, `stream`; the event time is the line's.
+    ContainerOptions {
+        /// Multiline after the join: a line matching this regular expression
+        /// starts an event, the lines of the same stream up to the next such
+        /// line continue it (joined with "\n"), e.g. Java stack traces.
+        #[serde(default)]
+        format_firstline: Option<String>,
+        /// A line whose last piece has not come for this long (or a
+        /// multiline event without a new line) goes out as it is; a line
+        /// without its last piece is marked `partial = true` (default "5s").
+        #[serde_inline_default(super::DEFAULT_PARTIAL_FLUSH)]
+        partial_flush_interval: Dur,
+    }
+);
+
 impl<'de> Deserialize<'de> for ParserConfig {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         d.deserialize_map(ParserVisitor)
@@ -187,6 +210,9 @@ impl<'de> Visitor<'de> for ParserVisitor {
             }
             ParserType::Syslog => SyslogOptions::deserialize(rest())?.into_config(kind),
             ParserType::Multiline => MultilineOptions::deserialize(rest())?.into_config(kind),
+            ParserType::Cri | ParserType::Docker => {
+                ContainerOptions::deserialize(rest())?.into_config(kind)
+            }
         })
     }
 }
@@ -233,6 +259,8 @@ pub enum ParserOptions {
     Nginx(WebLogOptions),
     Syslog(SyslogOptions),
     Multiline(MultilineOptions),
+    Cri(ContainerOptions),
+    Docker(ContainerOptions),
 }
 
 impl schemars::JsonSchema for ParserConfig {

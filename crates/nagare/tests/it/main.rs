@@ -18,6 +18,7 @@ mod cli;
 mod cli_test;
 mod clickhouse;
 mod cluster;
+mod containers;
 mod directory;
 mod durability;
 mod exec_filter;

@@ -70,6 +70,23 @@ pub enum LongLines {
     Skip,
 }
 
+/// Fields read from a container log file's name (`container_fields`).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum ContainerFields {
+    /// None (default).
+    #[default]
+    None,
+    /// The kubelet's `/var/log/containers/<pod>_<namespace>_<container>-<id>.log`:
+    /// a map `kubernetes` with `pod_name`, `namespace_name`,
+    /// `container_name` and `container_id`.
+    Kubernetes,
+    /// Docker's `/var/lib/docker/containers/<id>/<id>-json.log`: `container_id`.
+    Docker,
+}
+
 #[serde_inline_default]
 #[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -117,6 +134,13 @@ pub struct TailConfig {
     /// Add the file's path to each record under this key.
     #[serde(default)]
     pub path_key: Option<String>,
+    /// Add fields read from a container log file's name: "kubernetes"
+    /// (`kubernetes.pod_name`, `namespace_name`, `container_name`,
+    /// `container_id` from `<pod>_<namespace>_<container>-<id>.log`),
+    /// "docker" (`container_id` from `<id>-json.log`) or "none" (default).
+    /// See [Container logs](containers.md).
+    #[serde(default)]
+    pub container_fields: ContainerFields,
     /// Lines per batch at most (default 10000).
     #[serde_inline_default(10_000)]
     pub batch_lines: usize,
@@ -167,6 +191,16 @@ struct Followed {
     ml: Option<Vec<u8>>,
     ml_bytes: u64,
     ml_at: Instant,
+    /// Parsers "cri" and "docker": the pieces of lines being joined (the
+    /// bytes they cover are held past `offset` like a multiline event's,
+    /// in `ml_bytes`).
+    joiner: Option<crate::parsers::partial::Joiner>,
+    /// msgpack pairs every record of the file gets (`path_key`,
+    /// `container_fields`), and their count.
+    extra: Vec<u8>,
+    extra_n: usize,
+    /// The last read reached the file's end.
+    drained: bool,
     tag: Arc<str>,
     /// When the file last gave new bytes (for the directory input's remove_after).
     grew_at: Instant,
@@ -186,6 +220,10 @@ impl Followed {
             ml: None,
             ml_bytes: 0,
             ml_at: Instant::now(),
+            joiner: None,
+            extra: Vec::new(),
+            extra_n: 0,
+            drained: false,
             tag,
             grew_at: Instant::now(),
         }
@@ -439,8 +477,10 @@ impl Tailer {
                 Some(d) => tag_for(&self.cfg.tag, path.strip_prefix(&d.root).unwrap_or(&path)),
                 None => tag_for(&self.cfg.tag, &path),
             });
-            self.files
-                .insert(ino, Followed::new(path, file, ino, offset, tag));
+            let mut f = Followed::new(path, file, ino, offset, tag);
+            f.joiner = self.parser.joiner(self.cfg.max_line_size.0 as usize);
+            (f.extra, f.extra_n) = record_extra(&self.name, &self.cfg, &f.path);
+            self.files.insert(ino, f);
         }
         self.first_scan = false;
     }
@@ -449,11 +489,20 @@ impl Tailer {
     /// whether there was anything (then the next step comes at once).
     async fn read_all(&mut self) -> bool {
         let mut busy = false;
-        let inodes: Vec<u64> = self.files.keys().copied().collect();
+        let mut inodes: Vec<u64> = self.files.keys().copied().collect();
+        // Rotated files first: with cri and docker a line's pieces may
+        // straddle a rotation, and the new file's pieces must find the old
+        // file's (carried over below) before they are read.
+        inodes.sort_by_key(|i| self.files[i].retired.is_none());
         for ino in inodes {
             let Some(mut f) = self.files.remove(&ino) else {
                 continue;
             };
+            if f.joiner.is_some() && f.retired.is_none() && self.rotated_unread(&f.path) {
+                busy = true;
+                self.files.insert(ino, f);
+                continue;
+            }
             let max_line = self.cfg.max_line_size.0 as usize;
             let (batch, consumed, done) = match read_lines(
                 &mut f,
@@ -484,6 +533,10 @@ impl Tailer {
                 f.offset += consumed;
                 self.positions.set(ino, &f.path, f.offset);
             }
+            f.drained = done;
+            if done && f.retired.is_some() {
+                self.carry_pieces(&mut f);
+            }
             if f.gone() && done {
                 tracing::info!(input = %self.name, path = %f.path.display(), "file rotated or removed; read to its end");
                 self.positions.forget(ino);
@@ -494,7 +547,8 @@ impl Tailer {
             }
             let idle_for = self.dir.as_ref().and_then(|d| d.remove_after);
             if let Some(wait) = idle_for {
-                if done && f.partial.is_empty() && f.ml.is_none() && f.grew_at.elapsed() >= wait {
+                let held = f.ml.is_some() || f.joiner.as_ref().is_some_and(|j| !j.is_empty());
+                if done && f.partial.is_empty() && !held && f.grew_at.elapsed() >= wait {
                     // Drop box: shipped and quiet for remove_after.
                     match std::fs::remove_file(&f.path) {
                         Ok(()) => {
@@ -511,6 +565,38 @@ impl Tailer {
             self.files.insert(ino, f);
         }
         busy
+    }
+
+    /// A rotated file that was at `path` and is not read to its end yet
+    /// (cri, docker: its held pieces may belong to the new file's first line).
+    fn rotated_unread(&self, path: &Path) -> bool {
+        self.files
+            .values()
+            .any(|o| o.retired.is_some() && o.path == path && !o.drained && o.joiner.is_some())
+    }
+
+    /// A rotated file read to its end gives the pieces it holds (the start
+    /// of a line whose rest the runtime wrote to the new file) to the file
+    /// now at its path. After a restart in between, the carried pieces are
+    /// not read again (the rotated file is no longer followed).
+    fn carry_pieces(&mut self, old: &mut Followed) {
+        let Some(j) = &mut old.joiner else {
+            return;
+        };
+        if j.is_empty() {
+            return;
+        }
+        let Some(new) = self
+            .files
+            .values_mut()
+            .find(|n| n.retired.is_none() && n.path == old.path)
+        else {
+            return;
+        };
+        let at = new.offset + new.ml_bytes;
+        if let Some(nj) = &mut new.joiner {
+            j.carry_into(nj, at);
+        }
     }
 
     /// False when shutting down: the lines will be read again after a restart.
@@ -571,6 +657,9 @@ fn read_lines(
         f.skipping = false;
         f.ml = None;
         f.ml_bytes = 0;
+        if let Some(j) = &mut f.joiner {
+            j.clear();
+        }
     }
     // Another block is read only while less than one is buffered (or no
     // whole line is): a batch of batch_lines short lines consumes less than a
@@ -593,13 +682,24 @@ fn read_lines(
     let count = std::cell::Cell::new(0u32);
     let mut pos = 0;
     let data = &f.partial[..];
+    let (extra, extra_n) = (&f.extra[..], f.extra_n);
     let emit = |line: &[u8], out: &mut Vec<u8>| {
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         count.set(count.get() + 1);
-        let path_key = cfg.path_key.as_deref().map(|k| (k, path.as_ref()));
-        if !encode_line(out, now, line, parser, path_key) {
+        if extra_n == 0 {
+            let path_key = cfg.path_key.as_deref().map(|k| (k, path.as_ref()));
+            if !encode_line(out, now, line, parser, path_key) {
+                parse_errors.set(parse_errors.get() + 1);
+            }
+            return;
+        }
+        let at = out.len();
+        if !encode_line(out, now, line, parser, None) {
             parse_errors.set(parse_errors.get() + 1);
         }
+        // [time, record]: the record's map header is after 0x92 and the
+        // 10 bytes of the time.
+        add_fields(out, at + 11, extra, extra_n);
     };
     // Parser "multiline": lines are gathered into events first; `at` is
     // where the line starts in `data` (the pending event may have started
@@ -609,7 +709,36 @@ fn read_lines(
     let mut pend = f.ml.take();
     let mut pend_start = -(ml_before as i64);
     let mut fed = false;
+    // cri and docker: the joiner gets each line with its file offset.
+    let base = f.offset + ml_before;
+    let mut joiner = f.joiner.take();
+    let join = |j: &mut crate::parsers::partial::Joiner,
+                line: Option<(&[u8], u64)>,
+                all: bool,
+                out: &mut Vec<u8>| {
+        let mut sink = crate::parsers::partial::Sink {
+            out,
+            now,
+            extra,
+            extra_n,
+        };
+        let w = match line {
+            Some((line, at)) => j.feed(line.strip_suffix(b"\r").unwrap_or(line), at, &mut sink),
+            None => j.flush(all, &mut sink),
+        };
+        count.set(count.get() + w.events);
+        parse_errors.set(parse_errors.get() + w.errors as u64);
+        if w.truncated > 0 {
+            PluginStats::add(&stats.errors, w.truncated as u64);
+            tracing::warn!(input = %name, path = %f.path.display(), limit = max_line,
+                "a joined line longer than max_line_size: cut, its event has `truncated` (bytes left out)");
+        }
+    };
     let mut feed = |line: &[u8], at: usize, out: &mut Vec<u8>| {
+        if let Some(j) = &mut joiner {
+            join(j, Some((line, base + at as u64)), false, out);
+            return;
+        }
         let Some((first, _)) = multiline else {
             emit(line, out);
             return;
@@ -690,6 +819,16 @@ fn read_lines(
             f.ml = Some(p);
         }
     }
+    if let Some(j) = &mut joiner {
+        if done {
+            join(j, None, f.gone(), &mut out);
+        }
+        // The position stays before the first byte still held.
+        if let Some(from) = j.held_from() {
+            ml_after = base + pos as u64 - from;
+        }
+    }
+    f.joiner = joiner;
     f.ml_bytes = ml_after;
     let consumed = ml_before + pos as u64 - ml_after;
     if parse_errors.get() > 0 {
@@ -708,6 +847,89 @@ fn read_lines(
     }
     let batch = (count > 0).then(|| (Bytes::from(out), count));
     Ok((batch, consumed, done))
+}
+
+/// Adds `n` msgpack key/value pairs (`extra`) to the map that starts at
+/// `map_at` and ends `out` (its header grows when the count needs it).
+fn add_fields(out: &mut Vec<u8>, map_at: usize, extra: &[u8], n: usize) {
+    let (old, len) = match out[map_at] {
+        b @ 0x80..=0x8f => ((b & 0x0f) as usize, 1),
+        0xde => (
+            u16::from_be_bytes([out[map_at + 1], out[map_at + 2]]) as usize,
+            3,
+        ),
+        0xdf => (
+            u32::from_be_bytes(out[map_at + 1..map_at + 5].try_into().expect("4 bytes")) as usize,
+            5,
+        ),
+        _ => return, // not a map: nothing the fields could join
+    };
+    let mut header = Vec::with_capacity(5);
+    nagare_forward::msgpack::write_map_len(&mut header, old + n);
+    out.splice(map_at..map_at + len, header);
+    out.extend_from_slice(extra);
+}
+
+/// The pairs every record of the file at `path` gets: `path_key`, the
+/// fields of `container_fields`.
+fn record_extra(name: &str, cfg: &TailConfig, path: &Path) -> (Vec<u8>, usize) {
+    use nagare_forward::msgpack::{write_map_len, write_str};
+    let mut b = Vec::new();
+    let mut n = 0;
+    if let Some(k) = &cfg.path_key {
+        write_str(&mut b, k.as_bytes());
+        write_str(&mut b, path.to_string_lossy().as_bytes());
+        n += 1;
+    }
+    let file = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    match cfg.container_fields {
+        ContainerFields::None => {}
+        ContainerFields::Kubernetes => match kubernetes_names(&file) {
+            Some([pod, ns, container, id]) => {
+                write_str(&mut b, b"kubernetes");
+                write_map_len(&mut b, 4);
+                for (k, v) in [
+                    ("pod_name", pod),
+                    ("namespace_name", ns),
+                    ("container_name", container),
+                    ("container_id", id),
+                ] {
+                    write_str(&mut b, k.as_bytes());
+                    write_str(&mut b, v.as_bytes());
+                }
+                n += 1;
+            }
+            None => tracing::warn!(input = %name, path = %path.display(),
+                "file name is not <pod>_<namespace>_<container>-<id>.log: no kubernetes fields"),
+        },
+        ContainerFields::Docker => match file.strip_suffix("-json.log") {
+            Some(id) if !id.is_empty() => {
+                write_str(&mut b, b"container_id");
+                write_str(&mut b, id.as_bytes());
+                n += 1;
+            }
+            _ => tracing::warn!(input = %name, path = %path.display(),
+                "file name is not <id>-json.log: no container_id"),
+        },
+    }
+    (b, n)
+}
+
+/// Pod, namespace, container and container id from the kubelet's
+/// `<pod>_<namespace>_<container>-<id>.log` (pod, namespace and container
+/// names are DNS names: no `_`; the id is the part after the last `-`).
+pub(crate) fn kubernetes_names(file: &str) -> Option<[&str; 4]> {
+    let stem = file.strip_suffix(".log")?;
+    let mut parts = stem.splitn(3, '_');
+    let (pod, ns, rest) = (parts.next()?, parts.next()?, parts.next()?);
+    let (container, id) = rest.rsplit_once('-')?;
+    if [pod, ns, container, id].iter().any(|s| s.is_empty()) || rest.contains('_') {
+        return None;
+    }
+    Some([pod, ns, container, id])
 }
 
 fn long_line(
@@ -788,6 +1010,40 @@ fn import_positions(name: &str, cfg: &TailConfig, positions: &mut Positions) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kubernetes_names_from_the_file_name() {
+        assert_eq!(
+            kubernetes_names("web-7d4b9c-x2x_shop_nginx-0123abcd.log"),
+            Some(["web-7d4b9c-x2x", "shop", "nginx", "0123abcd"])
+        );
+        assert_eq!(
+            kubernetes_names("p_ns_side-car-ffff.log"),
+            Some(["p", "ns", "side-car", "ffff"])
+        );
+        assert_eq!(kubernetes_names("p_ns_c.log"), None);
+        assert_eq!(kubernetes_names("plain.log"), None);
+        assert_eq!(kubernetes_names("p_ns_c-1.log.gz"), None);
+    }
+
+    #[test]
+    fn fields_join_a_map_of_any_size() {
+        for n in [1usize, 14, 15, 16, 70_000] {
+            let mut out = vec![0x92];
+            nagare_forward::msgpack::write_map_len(&mut out, n);
+            for i in 0..n {
+                nagare_forward::msgpack::write_str(&mut out, format!("k{i}").as_bytes());
+                out.push(0x01);
+            }
+            add_fields(&mut out, 1, &[0xa1, b'x', 0x02], 1);
+            let mut rd = &out[1..];
+            let v = rmpv::decode::read_value(&mut rd).unwrap();
+            assert!(rd.is_empty());
+            let m = v.as_map().unwrap();
+            assert_eq!(m.len(), n + 1);
+            assert_eq!(m[n].0.as_str(), Some("x"));
+        }
+    }
 
     #[test]
     fn tags_embed_the_path() {
