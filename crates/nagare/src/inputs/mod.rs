@@ -38,6 +38,7 @@ registry! {
     scribe => input::<scribe::ScribeInputConfig>(),
     http => input::<http::HttpInputConfig>(),
     opentelemetry => input::<opentelemetry::OtlpInputConfig>(),
+    journald => input::<journald::JournaldConfig>(),
 }
 
 /// What a started input gets.

@@ -16,7 +16,7 @@
 //! file appears or grows; the refresh and poll timers stay as the fallback.
 
 mod fswatch;
-mod positions;
+pub(crate) mod positions;
 
 use std::collections::HashMap;
 use std::fs::File;
