@@ -39,6 +39,7 @@ registry! {
     http => input::<http::HttpInputConfig>(),
     opentelemetry => input::<opentelemetry::OtlpInputConfig>(),
     journald => input::<journald::JournaldConfig>(),
+    exec => input::<exec::ExecInputConfig>(),
 }
 
 /// What a started input gets.
