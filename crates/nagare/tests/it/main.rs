@@ -26,6 +26,7 @@ mod flow;
 mod fuse;
 mod http;
 mod instances;
+mod journald;
 mod kafka;
 mod labels;
 mod lines;

@@ -1,6 +1,6 @@
 //! The journald input's cursor file: the journal cursor of the last entry
 //! that is in the outputs' buffers, so a restart goes on right after it
-//! (`journalctl --after-cursor`).
+//! (`journalctl --cursor`, that entry itself dropped).
 //!
 //! The file holds the cursor and a newline. It is saved as tail saves its
 //! positions (temp file, fsync, rename, fsync of the folder: a crash leaves

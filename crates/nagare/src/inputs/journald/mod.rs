@@ -409,7 +409,11 @@ impl Reader {
             a.push(format!("--output-fields={}", f.join(",")));
         }
         match self.cursor.get() {
-            Some(c) => a.push(format!("--after-cursor={c}")),
+            // Not --after-cursor: journalctl 252 skips one entry after
+            // seeking, which is the wrong one when the cursor's entry is
+            // gone (vacuumed). From the cursor on, and its own entry, when
+            // it is still there, dropped here (`read`).
+            Some(c) => a.push(format!("--cursor={c}")),
             None if self.cfg.read_from_head => {}
             None => {
                 a.retain(|x| x != "--no-tail");
@@ -501,6 +505,9 @@ impl Reader {
         let mut batches = Batches::default();
         let mut tag = String::new();
         let mut read_any = false;
+        // The entry of the cursor journalctl started at, if it is still in
+        // the journal: the first one it gives (it was read before).
+        let mut resumed_at = self.cursor.get().map(|c| c.as_bytes().to_vec());
         let ended = loop {
             if *shutdown.borrow() {
                 break Ended::Stopping;
@@ -530,6 +537,11 @@ impl Reader {
             parser.feed(&chunk[..n]);
             let encoder = &mut self.encoder;
             let parsed = parser.parse(|e| {
+                if let Some(c) = resumed_at.take() {
+                    if e.get(b"__CURSOR") == Some(&c[..]) {
+                        return;
+                    }
+                }
                 let tag = match &encoder.constant_tag {
                     Some(t) => t.as_str(),
                     None => {
