@@ -20,6 +20,7 @@ mod cluster;
 mod directory;
 mod durability;
 mod exec_filter;
+mod exec_input;
 mod field_filters;
 mod filters;
 mod flow;
