@@ -212,3 +212,64 @@ tag = "cmd.{name}"
         assert_eq!(got, want, "{name}: every line once, in order");
     }
 }
+
+/// The ```toml blocks of docs/host-sources.md, with the folder they write
+/// in (/var/lib/nagare) moved to `dir`.
+fn host_sources_examples(dir: &Path) -> Vec<String> {
+    let doc = read_file(Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/host-sources.md"
+    )));
+    let mut blocks = Vec::new();
+    let mut rest = doc.as_str();
+    while let Some(i) = rest.find("```toml\n") {
+        let body = &rest[i + 8..];
+        let end = body.find("```").expect("a closed toml block");
+        blocks.push(body[..end].replace("/var/lib/nagare", &dir.display().to_string()));
+        rest = &body[end..];
+    }
+    blocks
+}
+
+#[test]
+fn documented_examples_pass_check_and_the_exec_one_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let blocks = host_sources_examples(d);
+    assert!(blocks.len() >= 4, "the examples of docs/host-sources.md");
+    for (i, b) in blocks.iter().enumerate() {
+        let path = d.join(format!("example{i}.toml"));
+        std::fs::write(&path, b).unwrap();
+        let out = run_check(&path);
+        assert!(
+            out.status.success(),
+            "docs/host-sources.md example {i}:\n{b}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // The exec example, run: df's lines parsed, and the streaming ticks.
+    let exec = blocks
+        .iter()
+        .find(|b| b.contains("type = \"exec\""))
+        .unwrap();
+    let nagare = Daemon::start(d, "example", exec, None);
+    wait_until(WAIT, "a df event and a tick on stdout", || {
+        let out = nagare.stdout();
+        out.contains("\"host.df\"") && out.contains("\"host.ticks\"")
+    });
+    for line in nagare.stdout().lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let r = &v["record"];
+        match v["tag"].as_str().unwrap() {
+            "host.df" => {
+                assert!(r["mount"].as_str().unwrap().starts_with('/'), "{r}");
+                assert!(r["capacity"].is_u64(), "{r}");
+                assert!(r.get("parse_error").is_none(), "{r}");
+            }
+            "host.ticks" => {
+                assert!(r["message"].as_str().unwrap().parse::<u64>().is_ok(), "{r}")
+            }
+            other => panic!("tag {other}"),
+        }
+    }
+}

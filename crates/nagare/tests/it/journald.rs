@@ -77,12 +77,20 @@ impl Journald {
              mkdir -p /var/log/journal
              mount --bind '{dir}' /var/log/journal
              mount --bind '{conf}' /etc/systemd/journald.conf
+             # journald names its folder by the machine id: a container
+             # may have none (an empty or missing /etc/machine-id).
+             if [ ! -s /etc/machine-id ]; then
+               [ -e /etc/machine-id ] || : > /etc/machine-id
+               echo 5a1e0000000000000000000000000001 > '{base}/machine-id'
+               mount --bind '{base}/machine-id' /etc/machine-id
+             fi
              # Already flushed: journald writes to /var/log/journal at once
              # (no systemd-journal-flush.service here to ask for it).
              touch /run/systemd/journal/flushed
              exec {JOURNALD}",
             dir = dir.display(),
-            conf = conf.display()
+            conf = conf.display(),
+            base = base.display(),
         );
         Self::spawn(dir, conf, &script)
     }

@@ -74,7 +74,7 @@ pub struct JournaldConfig {
     #[serde(default)]
     pub cursor_file: Option<String>,
     /// Without a saved cursor: read the whole journal (true) or only the
-    /// entries written from the start on (default false).
+    /// entries written from nagare's start on (default false).
     #[serde(default)]
     pub read_from_head: bool,
     /// The journalctl program (default "journalctl", found on PATH).
