@@ -445,7 +445,11 @@ async fn log_stderr(name: String, stderr: tokio::process::ChildStderr) -> String
     let (mut logged, mut skipped) = (0u32, 0u64);
     loop {
         line.clear();
-        match (&mut r).take(MAX_STDERR_LINE as u64).read_until(b'\n', &mut line).await {
+        match (&mut r)
+            .take(MAX_STDERR_LINE as u64)
+            .read_until(b'\n', &mut line)
+            .await
+        {
             Ok(0) | Err(_) => break,
             Ok(_) => {}
         }

@@ -111,7 +111,9 @@ impl Journald {
             std::fs::read_link(format!("/proc/{pid}/exe"))
                 .is_ok_and(|e| e.ends_with("systemd-journald"))
                 && Path::new(&format!("/proc/{pid}/root/run/systemd/journal/stdout")).exists()
-                && j.journal_files().iter().any(|p| p.ends_with("system.journal"))
+                && j.journal_files()
+                    .iter()
+                    .any(|p| p.ends_with("system.journal"))
         });
         j
     }
@@ -423,7 +425,10 @@ fn entries_are_the_journals_fields_times_and_tags() {
         .map(|r| text(r, "MESSAGE"))
         .collect();
     assert_eq!(syslog, ["seq-0 from logger", "seq-1 from logger"]);
-    assert_eq!(text(&read_out(d, "journal.nagtest")[0].1, "_TRANSPORT"), "stdout");
+    assert_eq!(
+        text(&read_out(d, "journal.nagtest")[0].1, "_TRANSPORT"),
+        "stdout"
+    );
     assert!(
         read_out(d, "journal.other").is_empty(),
         "entries the matches leave out are not read"

@@ -134,7 +134,10 @@ mod tests {
         assert!(c.due().is_none(), "saved: nothing due");
         // A second input on the same file is refused while this one runs.
         let e = Cursor::load(Some(&f), "k").err().unwrap().to_string();
-        assert!(e.contains("give each journald input its own cursor_file"), "{e}");
+        assert!(
+            e.contains("give each journald input its own cursor_file"),
+            "{e}"
+        );
         drop(c);
         assert_eq!(Cursor::load(Some(&f), "j").unwrap().get(), Some(C));
     }

@@ -111,7 +111,11 @@ impl ExportReader {
                 let k = (n as usize).min(data.len());
                 data = &data[k..];
                 let left = n - k as u64;
-                self.skip = if left == 0 { Skip::No } else { Skip::Bytes(left) };
+                self.skip = if left == 0 {
+                    Skip::No
+                } else {
+                    Skip::Bytes(left)
+                };
             }
             Skip::ToNewline => match memchr::memchr(b'\n', data) {
                 Some(i) => {
@@ -154,8 +158,7 @@ impl ExportReader {
                 continue;
             }
             let rest = &self.buf[pos..];
-            let Some(i) = memchr::memchr2(b'=', b'\n', &rest[..rest.len().min(MAX_KEY + 1)])
-            else {
+            let Some(i) = memchr::memchr2(b'=', b'\n', &rest[..rest.len().min(MAX_KEY + 1)]) else {
                 if rest.len() > MAX_KEY {
                     return Err(format!(
                         "a field name longer than {MAX_KEY} bytes: {:?}",
@@ -303,8 +306,9 @@ mod tests {
     }
 
     fn stream() -> Vec<u8> {
-        let mut s = b"__CURSOR=s=1;i=1\n__REALTIME_TIMESTAMP=1700000000123456\nMESSAGE=hello\n_PID=42\n\n"
-            .to_vec();
+        let mut s =
+            b"__CURSOR=s=1;i=1\n__REALTIME_TIMESTAMP=1700000000123456\nMESSAGE=hello\n_PID=42\n\n"
+                .to_vec();
         s.extend_from_slice(b"__CURSOR=s=1;i=2\n");
         s.extend(binary("MESSAGE", b"two\nlines\n\nand a blank one"));
         s.extend(binary("BLOB", &[0, 0xff, b'\n', b'=', 7]));
@@ -351,7 +355,10 @@ mod tests {
             for p in s.chunks(piece) {
                 r.feed(p);
                 r.parse(|e| {
-                    let f: Vec<_> = e.fields().map(|(k, v, _)| (k.to_vec(), v.to_vec())).collect();
+                    let f: Vec<_> = e
+                        .fields()
+                        .map(|(k, v, _)| (k.to_vec(), v.to_vec()))
+                        .collect();
                     out.push((f, e.cut))
                 })
                 .unwrap();

@@ -108,7 +108,10 @@ impl InputPlugin for JournaldConfig {
             return Err(OptionError::new("journalctl_path", "must name a program"));
         }
         if self.max_field_size.0 == 0 {
-            return Err(OptionError::new("max_field_size", "must be at least 1 byte"));
+            return Err(OptionError::new(
+                "max_field_size",
+                "must be at least 1 byte",
+            ));
         }
         match &self.cursor_file {
             Some(p) => cx.writes_file("cursor_file", p),
@@ -291,7 +294,11 @@ impl Encoder {
             if !self.keeps(key) {
                 continue;
             }
-            match self.firsts.iter_mut().find(|(j, _)| entry.field(*j).0 == key) {
+            match self
+                .firsts
+                .iter_mut()
+                .find(|(j, _)| entry.field(*j).0 == key)
+            {
                 Some((_, n)) => *n += 1,
                 None => self.firsts.push((i, 1)),
             }
@@ -675,7 +682,10 @@ mod tests {
         let want = rmpv::Value::Map(vec![
             ("MESSAGE".into(), "hello".into()),
             ("_SYSTEMD_UNIT".into(), "a.service".into()),
-            ("TAG".into(), rmpv::Value::Array(vec!["x".into(), "y".into()])),
+            (
+                "TAG".into(),
+                rmpv::Value::Array(vec!["x".into(), "y".into()]),
+            ),
             ("BIN".into(), rmpv::Value::Binary(vec![0xff, 0, 1])),
         ]);
         assert_eq!(rec, want);
