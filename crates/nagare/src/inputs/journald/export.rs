@@ -395,4 +395,60 @@ mod tests {
         r.parse(|_| panic!("no entry")).unwrap();
         assert!(r.buf.len() <= 200);
     }
+
+    /// Export streams built from pieces (text and binary fields, entry
+    /// ends, lengths that lie) or any bytes: fed in any pieces, the reader
+    /// never panics, holds at most about one entry, and reads a valid
+    /// stream the same whatever the pieces.
+    fn exportish() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let piece = prop_oneof![
+            Just(b"\n".to_vec()),
+            "[A-Z_]{1,8}=[ -~]{0,30}\n".prop_map(String::into_bytes),
+            (proptest::collection::vec(any::<u8>(), 0..40), any::<bool>()).prop_map(|(v, lie)| {
+                let mut b = b"BIN\n".to_vec();
+                let len = if lie {
+                    v.len() as u64 + 3
+                } else {
+                    v.len() as u64
+                };
+                b.extend_from_slice(&len.to_le_bytes());
+                b.extend_from_slice(&v);
+                b.push(b'\n');
+                b
+            }),
+            proptest::collection::vec(any::<u8>(), 0..20),
+        ];
+        proptest::collection::vec(piece, 0..30).prop_map(|v| v.concat())
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+
+        #[test]
+        fn any_stream_in_any_pieces(stream in exportish(), cut in 1usize..50, max in 1usize..64) {
+            let read = |piece: usize| {
+                let mut r = ExportReader::new(max);
+                let mut out = Vec::new();
+                let mut failed = false;
+                for p in stream.chunks(piece) {
+                    r.feed(p);
+                    let res = r.parse(|e| {
+                        out.push(e.fields().map(|(k, v, b)| (k.to_vec(), v.to_vec(), b)).collect::<Vec<_>>())
+                    });
+                    assert!(r.buf.len() <= stream.len());
+                    if res.is_err() {
+                        failed = true;
+                        break;
+                    }
+                }
+                (out, failed)
+            };
+            let (whole, whole_failed) = read(stream.len().max(1));
+            let (pieces, pieces_failed) = read(cut);
+            if !whole_failed && !pieces_failed {
+                proptest::prop_assert_eq!(whole, pieces);
+            }
+        }
+    }
 }
