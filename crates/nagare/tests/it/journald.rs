@@ -437,7 +437,7 @@ fn entries_are_the_journals_fields_times_and_tags() {
 }
 
 #[test]
-fn restarts_of_nagare_and_journald_lose_and_repeat_nothing() {
+fn restarts_reloads_and_journald_restarts_lose_and_repeat_nothing() {
     if skip() {
         return;
     }
@@ -476,8 +476,23 @@ fn restarts_of_nagare_and_journald_lose_and_repeat_nothing() {
     j.restart();
     j.cat("nagtest", 3200..3700);
     assert_exact_seqs(&wait_seqs(d, "journal.nagtest", 3700), 3700);
+
+    // A reload that changes the input replaces it: the new one goes on
+    // from the old one's cursor.
+    std::fs::write(
+        &nagare.config,
+        cfg.replace(
+            "read_from_head = true",
+            "read_from_head = true\nmax_field_size = \"2MiB\"",
+        ),
+    )
+    .unwrap();
+    nagare.signal(libc::SIGHUP);
+    nagare.wait_log("configuration reloaded");
+    j.cat("nagtest", 3700..3900);
+    assert_exact_seqs(&wait_seqs(d, "journal.nagtest", 3900), 3900);
     nagare.terminate();
-    assert_exact_seqs(&seqs(d, "journal.nagtest"), 3700);
+    assert_exact_seqs(&seqs(d, "journal.nagtest"), 3900);
     let got = seqs(d, "journal.nagtest");
     // In the journal's order (not always the seqs': journald may take
     // the last lines of one systemd-cat after the first of the next).
