@@ -85,9 +85,10 @@ for r in $(seq "$RUNS"); do
     done
     T1=$(now)
     JC=$(pgrep -P "$PID" journalctl)
-    CPU=$(echo "$(cpu_of "$PID") + $(cpu_of "$JC")" | bc)
+    OWN=$(cpu_of "$PID")
+    CHILD=$(cpu_of "$JC")
     kill -TERM "$PID"; wait "$PID" || true
-    echo "nagare $(echo "$T1 - $T0" | bc) $CPU" >>"$W/results"
+    echo "nagare $(echo "$T1 - $T0" | bc) $(echo "$OWN + $CHILD" | bc) $OWN $CHILD" >>"$W/results"
 done
 
 python3 - "$W/results" "$M" <<'PY'
@@ -98,8 +99,14 @@ def med(kind, i):
     return statistics.median(float(r[i]) for r in rows if r[0] == kind)
 fw, fc = med("floor", 1), med("floor", 2)
 nw, nc = med("nagare", 1), med("nagare", 2)
+own, child = med("nagare", 3), med("nagare", 4)
 print(f"runs: {sum(r[0] == 'floor' for r in rows)} each, medians")
 print(f"journalctl -o export > /dev/null: {fw:.2f} s = {m/fw:,.0f} entries/s, CPU {fc:.2f} s = {fc/m*1e6:.2f} us/entry")
 print(f"nagare journald -> null:          {nw:.2f} s = {m/nw:,.0f} entries/s, CPU {nc:.2f} s = {nc/m*1e6:.2f} us/entry (nagare + its journalctl)")
-print(f"ratio: {fw/nw:.2f}x the floor's entries/s; CPU per entry {nc/fc:.2f}x the floor's")
+print(f"  of which nagare {own/m*1e6:.2f} us/entry, its journalctl {child/m*1e6:.2f} us/entry")
+print(f"ratio: {fw/nw:.2f}x the floor's entries/s; CPU per entry {nc/fc:.2f}x the floor's; "
+      f"entries per CPU-second {fc/nc:.2f}x")
+print("per run (kind wall cpu [nagare journalctl]):")
+for r in rows:
+    print("  " + " ".join(r))
 PY
