@@ -1,6 +1,5 @@
 //! A closed chunk, as the buffer hands it to an output.
 
-use std::any::Any;
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -15,14 +14,11 @@ pub struct Chunk {
     pub segments: Vec<Bytes>,
     /// Total payload bytes of all segments.
     pub len: usize,
-    /// Bytes the chunk is charged against `total_limit_size`: the memory its
-    /// segments keep alive (payload plus spare capacity), or its payload
-    /// length once it is kept on disk only.
-    pub held: usize,
     pub count: u32,
-    /// A file buffer's hold on the chunk's file (its `Slot`), freed once
-    /// the chunk is committed; the buffer alone reads it.
-    pub file: Option<Arc<dyn Any + Send + Sync>>,
+    /// When this chunk is a part of a chunk (the entries left to send
+    /// again after a partial write, see [`Chunk::select`]): the position
+    /// of each of its entries in the whole chunk. None: the whole chunk.
+    pub positions: Option<Arc<[u32]>>,
 }
 
 impl Chunk {
@@ -33,11 +29,43 @@ impl Chunk {
             id,
             tag,
             len: payload.len(),
-            held: payload.len(),
             count,
             segments: vec![Bytes::from(payload)],
-            file: None,
+            positions: None,
         }
+    }
+
+    /// The position of its `i`th entry in the whole chunk it came from:
+    /// with the chunk id, a key that stays the same when a part of the
+    /// chunk is sent again (outputs that give each event an id derive it
+    /// from these two, so a re-sent event overwrites itself).
+    pub fn position(&self, i: u32) -> u32 {
+        match &self.positions {
+            Some(p) => p[i as usize],
+            None => i,
+        }
+    }
+
+    /// The part of the chunk made of its entries at `which` (indexes in
+    /// this chunk, ascending; others are ignored): same id and tag, the
+    /// entries copied into one segment, their positions in the whole
+    /// chunk kept. For a partial write: the entries to send again, or
+    /// those refused for good.
+    pub fn select(&self, which: &[u32]) -> Chunk {
+        let mut payload = Vec::new();
+        let mut positions = Vec::with_capacity(which.len());
+        let mut wanted = which.iter().copied().peekable();
+        for (i, entry) in self.raw_entries().enumerate() {
+            let i = i as u32;
+            while wanted.next_if(|&w| w < i).is_some() {}
+            if wanted.next_if_eq(&i).is_some() {
+                payload.extend_from_slice(entry);
+                positions.push(self.position(i));
+            }
+        }
+        let mut part = Chunk::in_memory(self.id, self.tag.clone(), payload, positions.len() as u32);
+        part.positions = Some(positions.into());
+        part
     }
 
     /// A file buffer's chunk whose events are on disk only, read back before it is sent.

@@ -1,6 +1,7 @@
 //! Per-plugin counters, read by the monitor. Plain atomics: the hot path pays
 //! one relaxed add per batch, not per event.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
@@ -39,6 +40,11 @@ pub struct PluginStats {
     /// Inputs: events of resent chunks acked again without being stored.
     pub duplicates: AtomicU64,
     pub bad_input: AtomicU64,
+    /// Outputs: events the destination refused for good in a partial
+    /// write (`FlushError::Partial`), by reason (e.g.
+    /// "mapper_parsing_exception"); they went to the secondary output or
+    /// dead letters.
+    pub refused: Mutex<BTreeMap<String, u64>>,
 }
 
 impl PluginStats {
@@ -48,6 +54,20 @@ impl PluginStats {
 
     pub fn get(c: &AtomicU64) -> u64 {
         c.load(Relaxed)
+    }
+
+    /// Counts refused events by reason.
+    pub fn add_refused<'a>(&self, counts: impl IntoIterator<Item = (&'a str, u64)>) {
+        let mut refused = self.refused.lock().expect("refused counts");
+        for (reason, n) in counts {
+            *refused.entry(reason.to_string()).or_default() += n;
+        }
+    }
+
+    /// The refused events by reason.
+    pub fn refused(&self) -> Vec<(String, u64)> {
+        let refused = self.refused.lock().expect("refused counts");
+        refused.iter().map(|(k, v)| (k.clone(), *v)).collect()
     }
 }
 

@@ -7,7 +7,8 @@
 //!   each record starts and ends), [`entries_with_field`] (each record with
 //!   one top-level field, in the same walk), [`retain`] and [`retain_with`]
 //!   (the entries a filter keeps, with the fields it reads: [`Fields`]);
-//! - fields: [`field`] (a top-level str or bin value), [`FieldPath`] and
+//! - fields: [`field`] (a top-level str or bin value), [`field_text`]
+//!   (any top-level value as text), [`FieldPath`] and
 //!   [`find_key`] (a field by path), [`value_text`];
 //! - the steps: [`skip`], [`str_at`], [`map_at`], [`pair_at`], [`entry_at`].
 //!
@@ -228,6 +229,25 @@ pub fn field<'a>(record: &'a [u8], key: &[u8]) -> Option<&'a [u8]> {
     str_at(record, value).map(|(a, b)| &record[a..b])
 }
 
+/// A top-level field's value as text: a string or binary as it is, any
+/// other value (a number, a boolean, a map, an array) as its JSON text; nil
+/// or no such field: None. Outputs read the fields they are told to with
+/// this, so an integer pid or severity reads as "1234" or "5", as Fluent
+/// Bit's outputs print them.
+pub fn field_text<'a>(record: &'a [u8], key: &[u8]) -> Option<std::borrow::Cow<'a, [u8]>> {
+    let (value, _) = find_key(record, 0, key)?;
+    if let Some((a, b)) = str_at(record, value) {
+        return Some(std::borrow::Cow::Borrowed(&record[a..b]));
+    }
+    let v = record.get(value..)?;
+    if v.first() == Some(&0xc0) {
+        return None;
+    }
+    let mut text = Vec::new();
+    crate::json::write_value(&mut text, v);
+    Some(std::borrow::Cow::Owned(text))
+}
+
 /// The time in an entry's head (0x92 and the time): an EventTime, or whole
 /// seconds (the forward protocol allows both).
 pub fn entry_time(head: &[u8]) -> EventTime {
@@ -443,6 +463,23 @@ mod tests {
         let mut out = Vec::new();
         rmpv::encode::write_value(&mut out, v).unwrap();
         out
+    }
+
+    #[test]
+    fn field_text_reads_any_value_as_text() {
+        let rec = enc(&Value::Map(vec![
+            ("user".into(), "alice".into()),
+            ("n".into(), 42.into()),
+            ("tags".into(), Value::Array(vec!["a".into()])),
+            ("none".into(), Value::Nil),
+        ]));
+        let text = |k: &str| field_text(&rec, k.as_bytes()).map(|v| v.into_owned());
+        assert_eq!(text("user").as_deref(), Some(&b"alice"[..]));
+        assert_eq!(text("n").as_deref(), Some(&b"42"[..]));
+        assert_eq!(text("tags").as_deref(), Some(&br#"["a"]"#[..]));
+        assert_eq!(text("none"), None);
+        assert_eq!(text("missing"), None);
+        assert_eq!(field_text(&[0xc1], b"user"), None, "not a map");
     }
 
     #[test]

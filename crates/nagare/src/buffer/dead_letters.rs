@@ -1,9 +1,11 @@
 //! Where a chunk goes when its output gave up on it: the secondary output,
-//! else (file buffer) a dead-letter file under `<path>/dead-letters/` that
-//! `nagare replay` can send, else it is counted as lost.
+//! else a dead-letter file that `nagare replay` can send (under a file
+//! buffer's path, else under `[system] dead_letter_dir`), never dropped
+//! unless that file cannot be written either.
 
+use std::collections::BTreeMap;
 use std::fs;
-use std::io;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -18,24 +20,63 @@ impl Buffer {
     /// Hands over a chunk whose output gave up on it (retries exhausted, or
     /// an error that a retry cannot fix).
     pub(super) async fn to_secondary(&self, chunk: &Chunk) {
+        self.hand_over(chunk, &[]).await
+    }
+
+    /// Hands over the entries of a partial write that the destination
+    /// refused for good (`rejected`: index in `chunk`, reason), counted
+    /// per reason.
+    pub(super) async fn refuse(&self, chunk: &Chunk, rejected: &[(u32, String)]) {
+        let mut indexes: Vec<u32> = rejected.iter().map(|(i, _)| *i).collect();
+        indexes.sort_unstable();
+        indexes.dedup();
+        let part = chunk.select(&indexes);
+        // The reasons by the entry's position in the whole chunk, as the
+        // dead-letter file's `.reasons` file names them.
+        let reasons: Vec<(u32, String)> = rejected
+            .iter()
+            .map(|(i, why)| (chunk.position(*i), why.clone()))
+            .collect();
+        let mut by_reason: BTreeMap<&str, u64> = BTreeMap::new();
+        for (_, why) in rejected {
+            *by_reason.entry(reason_name(why)).or_default() += 1;
+        }
+        self.stats
+            .add_refused(by_reason.iter().map(|(k, v)| (*k, *v)));
+        let summary: Vec<String> = by_reason.iter().map(|(k, n)| format!("{k} ×{n}")).collect();
+        tracing::error!(output = %self.name, chunk = %chunk.id_hex(), tag = %chunk.tag,
+            events = part.count, reasons = %summary.join(", "), first = %rejected[0].1,
+            "the destination refused these events for good");
+        self.hand_over(&part, &reasons).await
+    }
+
+    async fn hand_over(&self, chunk: &Chunk, reasons: &[(u32, String)]) {
         if self.try_secondary(chunk).await {
             return;
         }
-        // A file buffer's default secondary: a dead-letter file `nagare replay` can send.
-        if let Some(store) = &self.store {
-            if self.to_dead_letters(chunk, &store.dir().join("dead-letters"), "chunk") {
+        if let Some(dir) = self.dead_letters() {
+            if self.to_dead_letters(chunk, &dir, "chunk", reasons) {
                 return;
             }
         }
         PluginStats::add(&self.stats.lost, chunk.count as u64);
         tracing::error!(output = %self.name, chunk = %chunk.id_hex(), events = chunk.count,
-            "chunk discarded: its output gave up on it and no secondary output took it");
+            "chunk discarded: its output gave up on it, no secondary output took it and no dead-letter file could be written");
     }
 
-    /// Writes `chunk` as a dead-letter file in `dir` and logs where (or why
-    /// not), `what` leading the message; returns whether it is there.
-    pub(super) fn to_dead_letters(&self, chunk: &Chunk, dir: &Path, what: &str) -> bool {
-        match write_dead_letter(dir, &chunk.id, &chunk.tag, &chunk.segments, chunk.count) {
+    /// Writes `chunk` as a dead-letter file in `dir` (with `reasons`, if
+    /// any, in a `.reasons` file beside it) and logs where (or why not),
+    /// `what` leading the message; returns whether it is there.
+    pub(super) fn to_dead_letters(
+        &self,
+        chunk: &Chunk,
+        dir: &Path,
+        what: &str,
+        reasons: &[(u32, String)],
+    ) -> bool {
+        match write_dead_letter(dir, &chunk.id, &chunk.tag, &chunk.segments, chunk.count)
+            .and_then(|path| write_reasons(&path, reasons).map(|()| path))
+        {
             Ok(path) => {
                 PluginStats::add(&self.stats.to_secondary, chunk.count as u64);
                 tracing::error!(output = %self.name, chunk = %chunk.id_hex(), events = chunk.count,
@@ -77,6 +118,37 @@ impl Buffer {
         }
         false
     }
+}
+
+/// The name a refusal is counted under: its text up to the first ':'
+/// (e.g. "mapper_parsing_exception"), at most 64 bytes.
+pub(super) fn reason_name(why: &str) -> &str {
+    let name = why.split(':').next().unwrap_or("").trim();
+    let mut end = name.len().min(64);
+    while !name.is_char_boundary(end) {
+        end -= 1;
+    }
+    if end == 0 {
+        "unknown"
+    } else {
+        &name[..end]
+    }
+}
+
+/// Beside a dead-letter file `<id>.chunk`, `<id>.reasons`: one line per
+/// refused entry, its position in the chunk the output was given and why
+/// (`nagare replay` sends `.chunk` files only).
+fn write_reasons(chunk_file: &Path, reasons: &[(u32, String)]) -> io::Result<()> {
+    if reasons.is_empty() {
+        return Ok(());
+    }
+    let mut text = String::new();
+    for (pos, why) in reasons {
+        text.push_str(&format!("{pos}\t{}\n", why.replace(['\n', '\r'], " ")));
+    }
+    let mut f = fs::File::create(chunk_file.with_extension("reasons"))?;
+    f.write_all(text.as_bytes())?;
+    f.sync_data()
 }
 
 /// Writes a chunk to `dir` (created when missing), in the chunk file format

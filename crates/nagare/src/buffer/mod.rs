@@ -26,24 +26,13 @@ mod flush;
 mod paging;
 mod recovery;
 
-/// The file slot a chunk holds (`Chunk::file`, which the core keeps as an
-/// opaque handle: outputs never touch it).
-fn slot_of(chunk: &Chunk) -> Option<Arc<Slot>> {
-    chunk.file.clone()?.downcast::<Slot>().ok()
-}
-
-/// A slot as the chunk holds it.
-fn held(slot: Option<Arc<Slot>>) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
-    slot.map(|s| s as Arc<dyn std::any::Any + Send + Sync>)
-}
-
 #[cfg(test)]
 mod testing;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
 use tokio::sync::{oneshot, Notify};
@@ -62,8 +51,8 @@ use recovery::Recovered;
 #[derive(Default)]
 struct State {
     staged: HashMap<Arc<str>, Staging>,
-    queue: VecDeque<Chunk>,
-    /// Bytes held by staged, queued and in-flight chunks (`Chunk::held`:
+    queue: VecDeque<Queued>,
+    /// Bytes held by staged, queued and in-flight chunks (`Queued::held`:
     /// the memory they keep alive, or their length on disk).
     bytes: usize,
     /// Of those, bytes of queued chunks kept on disk only (file buffer).
@@ -75,6 +64,18 @@ struct State {
     /// queued or being flushed: the same sender chunk appended again
     /// meanwhile (resent before its ack came) is not stored twice.
     kept: HashSet<[u8; 16]>,
+}
+
+/// A closed chunk in the queue: the chunk its output is given, and what
+/// only the buffer needs to account for it.
+struct Queued {
+    chunk: Chunk,
+    /// Bytes charged against `total_limit_size`: the memory its segments
+    /// keep alive (payload plus spare capacity), or its payload length once
+    /// it is kept on disk only.
+    held: usize,
+    /// A file buffer's chunk file, freed once the chunk is committed.
+    slot: Option<Arc<Slot>>,
 }
 
 /// A sender's chunk that the forward input keeps whole (`keep_chunks`): its
@@ -134,9 +135,13 @@ pub struct Buffer {
     /// Wakes flush workers out of a write or a retry wait when giving up.
     give_up_now: Notify,
     /// Set when shutdown stops waiting (`give_up`): chunks no longer go to
-    /// the output but to where they are kept (see flush.rs). A memory
-    /// buffer without a secondary writes them here (`[system] dead_letter_dir`).
-    shutdown_dead_letters: OnceLock<PathBuf>,
+    /// the output but to where they are kept (see flush.rs).
+    giving_up: AtomicBool,
+    /// `[system] dead_letter_dir`: where a memory buffer without a
+    /// secondary output writes the chunks (or entries) its output gave up
+    /// on, in a folder named after the output (a file buffer writes them
+    /// under its own path). None only in unit tests: they are counted lost.
+    dead_letter_dir: RwLock<Option<PathBuf>>,
     /// What giving up did with the chunks left, in events.
     pub shutdown: ShutdownTally,
 }
@@ -188,7 +193,8 @@ impl Buffer {
             recovered_ids: Mutex::new(recovered_ids),
             in_flight: AtomicU64::new(0),
             give_up_now: Notify::new(),
-            shutdown_dead_letters: OnceLock::new(),
+            giving_up: AtomicBool::new(false),
+            dead_letter_dir: RwLock::new(None),
             shutdown: ShutdownTally::default(),
         })
     }
@@ -222,7 +228,7 @@ impl Buffer {
     pub fn pending(&self) -> (u64, usize) {
         let st = self.state.lock().expect("buffer state");
         let staged = st.staged.values().map(|s| s.count as u64).sum::<u64>();
-        let queued = st.queue.iter().map(|c| c.count as u64).sum::<u64>();
+        let queued = st.queue.iter().map(|q| q.chunk.count as u64).sum::<u64>();
         let chunks = st.staged.len() + st.queue.len();
         (staged + queued + self.in_flight.load(Relaxed), chunks)
     }
@@ -261,6 +267,11 @@ impl Buffer {
         self.secondary().map(|(_, st)| st)
     }
 
+    /// Lets the output close its connections (after the flush workers ended).
+    pub async fn stop_output(&self) {
+        self.output().stop().await;
+    }
+
     fn output(&self) -> Arc<dyn Output> {
         self.output.read().expect("buffer output").clone()
     }
@@ -275,12 +286,32 @@ impl Buffer {
     /// secondary output, else a dead-letter file under `dead_letters`
     /// (`nagare replay` sends it). Call after `close`.
     pub fn give_up(&self, dead_letters: PathBuf) {
-        let _ = self.shutdown_dead_letters.set(dead_letters);
+        self.set_dead_letter_dir(dead_letters);
+        self.giving_up.store(true, Relaxed);
         self.give_up_now.notify_waiters();
+    }
+
+    /// Sets `[system] dead_letter_dir` (at start and at each reload).
+    pub fn set_dead_letter_dir(&self, dir: PathBuf) {
+        *self.dead_letter_dir.write().expect("dead letter dir") = Some(dir);
+    }
+
+    /// Where this buffer writes dead letters: under the file buffer's path,
+    /// else in its folder of `[system] dead_letter_dir`.
+    fn dead_letters(&self) -> Option<PathBuf> {
+        match &self.store {
+            Some(store) => Some(store.dir().join("dead-letters")),
+            None => self
+                .dead_letter_dir
+                .read()
+                .expect("dead letter dir")
+                .as_ref()
+                .map(|d| d.join(&self.name)),
+        }
     }
 
     /// Shutdown stopped waiting for the output (`give_up`).
     fn giving_up(&self) -> bool {
-        self.shutdown_dead_letters.get().is_some()
+        self.giving_up.load(Relaxed)
     }
 }

@@ -7,18 +7,18 @@ use std::sync::atomic::Ordering::Relaxed;
 use nagare_core::metrics::PluginStats;
 
 use super::recovery::read_chunk_file;
-use super::{Buffer, Chunk, State};
+use super::{Buffer, Queued, State};
 
 /// A file buffer keeps a queued chunk on disk only (its events are read back
 /// when it is sent) while the chunks held in memory pass `memory_limit`: so
 /// `total_limit_size` may be far bigger than memory.
-pub(super) fn keep_on_disk_if_over(st: &mut State, chunk: &mut Chunk, memory_limit: usize) {
-    if chunk.file.is_some() && st.bytes - st.disk_only > memory_limit {
-        chunk.segments = Vec::new();
+pub(super) fn keep_on_disk_if_over(st: &mut State, q: &mut Queued, memory_limit: usize) {
+    if q.slot.is_some() && st.bytes - st.disk_only > memory_limit {
+        q.chunk.segments = Vec::new();
         // From now on the chunk holds its payload's length, on disk.
-        st.bytes -= chunk.held - chunk.len;
-        chunk.held = chunk.len;
-        st.disk_only += chunk.len;
+        st.bytes -= q.held - q.chunk.len;
+        q.held = q.chunk.len;
+        st.disk_only += q.chunk.len;
     }
 }
 
@@ -33,11 +33,12 @@ impl Buffer {
     /// Reads a chunk kept on disk only back from its file. A file that no
     /// longer holds the chunk (damaged on disk) is quarantined and its events
     /// counted as lost: `None`.
-    pub(super) async fn read_back(&self, mut chunk: Chunk) -> Option<Chunk> {
-        let slot = match super::slot_of(&chunk) {
-            Some(slot) if chunk.on_disk_only() => slot,
-            _ => return Some(chunk),
+    pub(super) async fn read_back(&self, mut q: Queued) -> Option<Queued> {
+        let slot = match &q.slot {
+            Some(slot) if q.chunk.on_disk_only() => slot.clone(),
+            _ => return Some(q),
         };
+        let chunk = &mut q.chunk;
         let path = slot.path.clone();
         let read = tokio::task::spawn_blocking(move || read_chunk_file(&path))
             .await
@@ -52,7 +53,7 @@ impl Buffer {
                 if r.id == chunk.id && r.count == chunk.count && r.data.len() == chunk.len =>
             {
                 chunk.segments = vec![r.data];
-                return Some(chunk);
+                return Some(q);
             }
             Ok(Some(r)) => format!(
                 "holds {} events in {} bytes, {} in {} were written",
@@ -72,8 +73,8 @@ impl Buffer {
             file = %slot.path.display(), reason = %why,
             "a chunk kept on disk only cannot be read back; its events are lost");
         // The file went to quarantine: it must not be reused.
-        chunk.file = None;
-        self.commit(&chunk, false);
+        q.slot = None;
+        self.commit(&q, false);
         None
     }
 }
@@ -98,7 +99,7 @@ mod tests {
         // 30 bytes per chunk: the first two fit the 60 bytes, the rest wait on disk.
         let on_disk = |b: &Buffer| {
             let st = b.state.lock().unwrap();
-            st.queue.iter().filter(|c| c.on_disk_only()).count()
+            st.queue.iter().filter(|q| q.chunk.on_disk_only()).count()
         };
         assert_eq!(on_disk(&b), 8);
         assert_eq!(PluginStats::get(&b.stats.buffer_disk_only_bytes), 8 * 30);
@@ -132,8 +133,8 @@ mod tests {
             let st = b.state.lock().unwrap();
             st.queue
                 .iter()
-                .filter(|c| c.on_disk_only())
-                .map(|c| c.len)
+                .filter(|q| q.chunk.on_disk_only())
+                .map(|q| q.chunk.len)
                 .sum()
         };
         assert!(on_disk > 0);
@@ -161,8 +162,8 @@ mod tests {
         }
         let damaged = {
             let st = b.state.lock().unwrap();
-            assert!(st.queue.iter().all(|c| c.on_disk_only()));
-            super::super::slot_of(&st.queue[1]).unwrap().path.clone()
+            assert!(st.queue.iter().all(|q| q.chunk.on_disk_only()));
+            st.queue[1].slot.as_ref().unwrap().path.clone()
         };
         std::fs::OpenOptions::new()
             .write(true)

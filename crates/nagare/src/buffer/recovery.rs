@@ -17,7 +17,7 @@ use nagare_core::metrics::PluginStats;
 use super::chunk_file::{
     open_slot, FileStore, Slot, FREE_MAGIC, ID_LEN, MAGIC, RECORD_HEADER, VERSION,
 };
-use super::{Chunk, State};
+use super::{Chunk, Queued, State};
 
 /// A chunk found on disk at start.
 pub struct Recovered {
@@ -53,14 +53,17 @@ pub(super) fn queue_recovered(
         } else {
             vec![r.data]
         };
-        state.queue.push_back(Chunk {
-            id: r.id,
-            tag: Arc::from(r.tag.as_str()),
-            len: r.len,
+        state.queue.push_back(Queued {
+            chunk: Chunk {
+                id: r.id,
+                tag: Arc::from(r.tag.as_str()),
+                len: r.len,
+                segments,
+                count: r.count,
+                positions: None,
+            },
             held: r.len,
-            segments,
-            count: r.count,
-            file: super::held(r.slot),
+            slot: r.slot,
         });
     }
     stats.buffer_bytes.store(state.bytes as u64, Relaxed);

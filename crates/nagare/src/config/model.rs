@@ -37,9 +37,10 @@ pub struct SystemConfig {
     #[serde(default)]
     pub shutdown_timeout: Option<nagare_core::units::Dur>,
     /// Where memory buffers without a secondary output write the chunks
-    /// still undelivered when shutdown gives up, one folder per output, as
-    /// files `nagare replay` sends (default: "nagare-dead-letters" in the
-    /// system's temporary directory).
+    /// their output gave up on (retries ran out, a permanent error, events
+    /// the destination refused) and those still undelivered when shutdown
+    /// gives up, one folder per output, as files `nagare replay` sends
+    /// (default: "nagare-dead-letters" in the system's temporary directory).
     #[serde(default)]
     pub dead_letter_dir: Option<String>,
     /// The label that receives the events a filter failed on (a parser

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use nagare_core::metrics::PluginStats;
-use nagare_core::plugin::{serde_inline_default, BuildContext, Listen, OptionError};
+use nagare_core::plugin::{BuildContext, Listen, OptionError};
 use nagare_core::units::{Dur, Size};
 use nagare_forward::EventTime;
 use serde::Deserialize;
@@ -34,11 +34,9 @@ use tokio::time::Instant;
 
 use crate::inputs::common::append::append_batch;
 use crate::inputs::common::lines::encode_line;
-use crate::inputs::common::{
-    check_max_connections, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS, DEFAULT_WAIT_FOR_ROOM,
-};
+use crate::inputs::common::{connection_options, DEFAULT_WAIT_FOR_ROOM};
 use crate::inputs::{Input, InputContext, InputPlugin};
-use crate::net::tls::{TlsOptions, TlsServer};
+use crate::net::tls::TlsServer;
 use crate::parsers::{Parser, ParserConfig, ParserType};
 use crate::proto::thrift::{self, ResultCode};
 use crate::router::LiveRouter;
@@ -58,52 +56,41 @@ pub enum MessageFormat {
     Json,
 }
 
-#[serde_inline_default]
-#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ScribeInputConfig {
-    /// "HOST:PORT" to listen on (default "0.0.0.0:1463", Scribe's port).
-    #[serde_inline_default("0.0.0.0:1463".into())]
-    pub bind: String,
-    /// The tag is "<add_prefix>.<category>"; without it, the category.
-    #[serde(default)]
-    pub add_prefix: Option<String>,
-    /// "text" (default) or "json".
-    #[serde(default)]
-    pub format: MessageFormat,
-    /// Format "text": the record field that holds the message (default "message").
-    #[serde_inline_default("message".into())]
-    pub message_key: String,
-    /// Remove one trailing newline from each message (default false).
-    #[serde(default)]
-    pub remove_newline: bool,
-    /// Largest Thrift frame (one call) accepted; a larger one closes the
-    /// connection (default "32MiB").
-    #[serde_inline_default(Size::mib(32))]
-    pub max_frame_size: Size,
-    /// A connection that starts no call for this long is closed (default "5m").
-    #[serde_inline_default(DEFAULT_IDLE_TIMEOUT)]
-    pub idle_timeout: Dur,
-    /// A call must arrive whole within this time of its first byte, or the
-    /// connection is closed (slow clients) (default "1m").
-    #[serde_inline_default(Dur::mins(1))]
-    pub request_timeout: Dur,
-    /// Connections open at once; a connection past the limit is closed at
-    /// once with a log line (default 1024).
-    #[serde_inline_default(DEFAULT_MAX_CONNECTIONS)]
-    pub max_connections: usize,
-    /// While a matched output's buffer is full, a call waits this long for
-    /// room before it is answered TRY_LATER (default "1s"; "0s" answers at
-    /// once). A chunk delivered meanwhile lets the call in: a Scribe client
-    /// told TRY_LATER backs off (Scribe's own network store for
-    /// `retry_interval`, 300 s by default) and sends the whole call again.
-    #[serde_inline_default(DEFAULT_WAIT_FOR_ROOM)]
-    pub wait_for_room: Dur,
-    /// TLS (`[input.tls]`: `cert`, `key`, and `ca` to require client
-    /// certificates); see docs/tls.md.
-    #[serde(default)]
-    pub tls: Option<TlsOptions>,
-}
+connection_options!(
+    /// The `scribe` input.
+    ScribeInputConfig {
+        /// "HOST:PORT" to listen on (default "0.0.0.0:1463", Scribe's port).
+        #[serde_inline_default("0.0.0.0:1463".into())]
+        bind: String,
+        /// The tag is "<add_prefix>.<category>"; without it, the category.
+        #[serde(default)]
+        add_prefix: Option<String>,
+        /// "text" (default) or "json".
+        #[serde(default)]
+        format: MessageFormat,
+        /// Format "text": the record field that holds the message (default "message").
+        #[serde_inline_default("message".into())]
+        message_key: String,
+        /// Remove one trailing newline from each message (default false).
+        #[serde(default)]
+        remove_newline: bool,
+        /// Largest Thrift frame (one call) accepted; a larger one closes the
+        /// connection (default "32MiB").
+        #[serde_inline_default(Size::mib(32))]
+        max_frame_size: Size,
+        /// A call must arrive whole within this time of its first byte, or the
+        /// connection is closed (slow clients) (default "1m").
+        #[serde_inline_default(Dur::mins(1))]
+        request_timeout: Dur,
+        /// While a matched output's buffer is full, a call waits this long for
+        /// room before it is answered TRY_LATER (default "1s"; "0s" answers at
+        /// once). A chunk delivered meanwhile lets the call in: a Scribe client
+        /// told TRY_LATER backs off (Scribe's own network store for
+        /// `retry_interval`, 300 s by default) and sends the whole call again.
+        #[serde_inline_default(DEFAULT_WAIT_FOR_ROOM)]
+        wait_for_room: Dur,
+    }
+);
 
 /// The tag of entries whose category is empty (as out_scribe's default category).
 const EMPTY_CATEGORY: &str = "unknown";
@@ -116,7 +103,7 @@ impl InputPlugin for ScribeInputConfig {
         let addr =
             nagare_core::address::resolve(&self.bind).map_err(|e| OptionError::new("bind", e))?;
         cx.listen("bind", Listen::Tcp(addr));
-        check_max_connections(self.max_connections)?;
+        self.check_connections()?;
         if self.max_frame_size.0 < 64 || self.max_frame_size.0 > i32::MAX as u64 {
             return Err(OptionError::new(
                 "max_frame_size",

@@ -17,19 +17,19 @@
 
 use std::sync::Arc;
 
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
-use nagare_core::units::{Dur, Size};
+use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::units::Size;
 use nagare_forward::msgpack::{write_map_len, write_str};
 use nagare_forward::EventTime;
 use serde::Deserialize;
 use tokio::task::JoinHandle;
 
+use crate::inputs::common::connection_options;
 use crate::inputs::common::sockets::framing::Framing;
 use crate::inputs::common::sockets::{self, Batches, Decoder, Endpoint, Peer, Settings};
 use crate::inputs::common::SocketType;
-use crate::inputs::common::{check_max_connections, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS};
 use crate::inputs::{Input, InputContext, InputPlugin};
-use crate::net::tls::{TlsOptions, TlsServer};
+use crate::net::tls::TlsServer;
 use crate::parsers::{Parser, ParserConfig, ParserType, SyslogFormat};
 
 /// The transport of a syslog input with `bind`.
@@ -45,52 +45,42 @@ pub enum Protocol {
     Tcp,
 }
 
-#[serde_inline_default]
-#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SyslogInputConfig {
-    /// "HOST:PORT" to listen on (with `protocol`).
-    #[serde(default)]
-    pub bind: Option<String>,
-    /// "udp" (default) or "tcp", with `bind`.
-    #[serde(default)]
-    pub protocol: Protocol,
-    /// A UNIX socket path to listen on instead of `bind` (with `socket_type`).
-    #[serde(default)]
-    pub path: Option<String>,
-    /// "dgram" (default with `path`, as /dev/log) or "stream".
-    #[serde(default)]
-    pub socket_type: Option<SocketType>,
-    /// The first part of the tag; `.<facility>.<severity>` is added. Required.
-    pub tag: String,
-    /// "rfc3164", "rfc5424" or "auto" (default: each message by its look,
-    /// a version number after the PRI meaning RFC 5424).
-    #[serde(default)]
-    pub message_format: SyslogFormat,
-    /// Longest message kept whole (default "64KiB"); a longer one is cut
-    /// to this size (then parsed), and counted as an error.
-    #[serde_inline_default(Size::kib(64))]
-    pub max_message_size: Size,
-    /// Add the facility's name (e.g. "auth") to each record under this key.
-    #[serde(default)]
-    pub facility_key: Option<String>,
-    /// Add the severity's name (e.g. "warn") to each record under this key.
-    #[serde(default)]
-    pub severity_key: Option<String>,
-    /// Add the sender's IP address (or the socket's path) under this key.
-    #[serde(default)]
-    pub source_address_key: Option<String>,
-    /// Streams: open connections at most (default 1024); more are closed at once.
-    #[serde_inline_default(DEFAULT_MAX_CONNECTIONS)]
-    pub max_connections: usize,
-    /// Streams: a connection that completes no message for this long is closed (default "5m").
-    #[serde_inline_default(DEFAULT_IDLE_TIMEOUT)]
-    pub idle_timeout: Dur,
-    /// TLS with `protocol = "tcp"` (RFC 5425; `[input.tls]`: `cert`, `key`,
-    /// and `ca` to require client certificates); see docs/tls.md.
-    #[serde(default)]
-    pub tls: Option<TlsOptions>,
-}
+connection_options!(
+    /// The `syslog` input.
+    SyslogInputConfig {
+        /// "HOST:PORT" to listen on (with `protocol`).
+        #[serde(default)]
+        bind: Option<String>,
+        /// "udp" (default) or "tcp", with `bind`.
+        #[serde(default)]
+        protocol: Protocol,
+        /// A UNIX socket path to listen on instead of `bind` (with `socket_type`).
+        #[serde(default)]
+        path: Option<String>,
+        /// "dgram" (default with `path`, as /dev/log) or "stream".
+        #[serde(default)]
+        socket_type: Option<SocketType>,
+        /// The first part of the tag; `.<facility>.<severity>` is added. Required.
+        tag: String,
+        /// "rfc3164", "rfc5424" or "auto" (default: each message by its look,
+        /// a version number after the PRI meaning RFC 5424).
+        #[serde(default)]
+        message_format: SyslogFormat,
+        /// Longest message kept whole (default "64KiB"); a longer one is cut
+        /// to this size (then parsed), and counted as an error.
+        #[serde_inline_default(Size::kib(64))]
+        max_message_size: Size,
+        /// Add the facility's name (e.g. "auth") to each record under this key.
+        #[serde(default)]
+        facility_key: Option<String>,
+        /// Add the severity's name (e.g. "warn") to each record under this key.
+        #[serde(default)]
+        severity_key: Option<String>,
+        /// Add the sender's IP address (or the socket's path) under this key.
+        #[serde(default)]
+        source_address_key: Option<String>,
+    }
+);
 
 /// Facility names by number, as Fluentd's in_syslog names them.
 const FACILITIES: [&str; 24] = [
@@ -331,7 +321,7 @@ impl InputPlugin for SyslogInputConfig {
         if self.tag.trim().is_empty() {
             return Err(OptionError::new("tag", "must not be empty"));
         }
-        check_max_connections(self.max_connections)?;
+        self.check_connections()?;
         let on = self.tls.as_ref().is_some_and(|t| t.enable);
         if on && !matches!(endpoint, Endpoint::Tcp(_)) {
             return Err(OptionError::new(

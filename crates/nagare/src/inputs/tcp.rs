@@ -4,53 +4,39 @@
 
 use std::sync::Arc;
 
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
-use nagare_core::units::{Dur, Size};
-use serde::Deserialize;
+use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_core::units::Size;
 use tokio::task::JoinHandle;
 
 use crate::inputs::common::sockets::lines::LineOptions;
 use crate::inputs::common::sockets::{self, Endpoint, Settings};
-use crate::inputs::common::{
-    check_max_connections, DEFAULT_DELIMITER, DEFAULT_IDLE_TIMEOUT, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_LINE,
-};
+use crate::inputs::common::{connection_options, DEFAULT_DELIMITER, DEFAULT_MAX_LINE};
 use crate::inputs::{Input, InputContext, InputPlugin};
-use crate::net::tls::{TlsOptions, TlsServer};
+use crate::net::tls::TlsServer;
 use crate::parsers::ParserConfig;
 
-#[serde_inline_default]
-#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct TcpInputConfig {
-    /// "HOST:PORT" to listen on. Required.
-    pub bind: String,
-    /// The events' tag. Required.
-    pub tag: String,
-    /// What ends a line (default "\n"; e.g. "\r\n" or "\u0000").
-    #[serde_inline_default(DEFAULT_DELIMITER.into())]
-    pub delimiter: String,
-    /// Longest line kept whole (default "1MiB"); a longer line is cut to
-    /// this size, the rest of it skipped, and counted as an error.
-    #[serde_inline_default(DEFAULT_MAX_LINE)]
-    pub max_line_size: Size,
-    /// Add the sender's IP address to each record under this key.
-    #[serde(default)]
-    pub source_address_key: Option<String>,
-    /// Open connections at most (default 1024); more are closed at once.
-    #[serde_inline_default(DEFAULT_MAX_CONNECTIONS)]
-    pub max_connections: usize,
-    /// A connection that completes no line for this long is closed (default "5m").
-    #[serde_inline_default(DEFAULT_IDLE_TIMEOUT)]
-    pub idle_timeout: Dur,
-    /// `[input.parser]`: how a line becomes a record (default type "none").
-    #[serde(default)]
-    pub parser: Option<Box<ParserConfig>>,
-    /// TLS (`[input.tls]`: `cert`, `key`, and `ca` to require client
-    /// certificates); see docs/tls.md.
-    #[serde(default)]
-    pub tls: Option<TlsOptions>,
-}
+connection_options!(
+    /// The `tcp` input.
+    TcpInputConfig {
+        /// "HOST:PORT" to listen on. Required.
+        bind: String,
+        /// The events' tag. Required.
+        tag: String,
+        /// What ends a line (default "\n"; e.g. "\r\n" or "\u0000").
+        #[serde_inline_default(DEFAULT_DELIMITER.into())]
+        delimiter: String,
+        /// Longest line kept whole (default "1MiB"); a longer line is cut to
+        /// this size, the rest of it skipped, and counted as an error.
+        #[serde_inline_default(DEFAULT_MAX_LINE)]
+        max_line_size: Size,
+        /// Add the sender's IP address to each record under this key.
+        #[serde(default)]
+        source_address_key: Option<String>,
+        /// `[input.parser]`: how a line becomes a record (default type "none").
+        #[serde(default)]
+        parser: Option<Box<ParserConfig>>,
+    }
+);
 
 impl TcpInputConfig {
     fn lines(&self) -> LineOptions<'_> {
@@ -72,7 +58,7 @@ impl InputPlugin for TcpInputConfig {
             nagare_core::address::resolve(&self.bind).map_err(|e| OptionError::new("bind", e))?;
         cx.listen("bind", Endpoint::Tcp(addr).listen());
         self.lines().check()?;
-        check_max_connections(self.max_connections)?;
+        self.check_connections()?;
         let tls = TlsServer::build(self.tls.as_ref(), cx)?;
         Ok(Box::new(TcpInput { cfg: self, tls }))
     }

@@ -127,6 +127,20 @@ pub fn render_metrics(reg: &Registry) -> String {
             }
         }
     }
+    let _ = writeln!(
+        out,
+        "# HELP nagare_refused_events_total Events the destination refused for good in a partial write (per item), by reason; they went to the secondary output or dead letters\n# TYPE nagare_refused_events_total counter"
+    );
+    for p in &plugins {
+        for (reason, n) in p.refused() {
+            let reason = reason.replace(['\\', '"', '\n'], "_");
+            let _ = writeln!(
+                out,
+                "nagare_refused_events_total{{plugin=\"{}\",kind=\"{}\",type=\"{}\",reason=\"{reason}\"}} {n}",
+                p.name, p.kind, p.plugin_type
+            );
+        }
+    }
     out
 }
 

@@ -1,4 +1,5 @@
-//! What the `http` and `opentelemetry` outputs share: an HTTP/1.1 client
+//! What the HTTP outputs share: their options ([`http_client_options!`]),
+//! the headers and compression of each request ([`HttpSender`]), an HTTP/1.1 client
 //! (hyper) that keeps connections alive and opens more while flush workers
 //! send at once, and the answer rules: 2xx delivered; connection errors,
 //! timeouts, 5xx and 429 retried (after the server's `Retry-After`); any
@@ -288,4 +289,221 @@ pub enum Compress {
     #[default]
     None,
     Gzip,
+}
+
+/// Declares an HTTP output's options struct with the options every HTTP
+/// output takes appended (compression, headers, authentication, timeout,
+/// TLS), and `http_sender()` to build its [`HttpSender`]. The plugin
+/// declares its own `endpoint` (its doc says what the URL names).
+macro_rules! http_client_options {
+    ($($plugin:tt)*) => {
+        nagare_core::option_group! {
+            [$($plugin)*]
+            fields {
+                /// "none" (default) or "gzip" (the body gzip'd, with
+                /// `Content-Encoding: gzip`).
+                #[serde(default)]
+                pub compress: crate::net::http_client::Compress,
+                /// More request headers (`[output.headers]`, name = value).
+                /// One header of each name is sent: these win over the ones
+                /// nagare sets itself (`Content-Type`, `Authorization`, …).
+                #[serde(default)]
+                pub headers: std::collections::BTreeMap<String, String>,
+                /// Send `Authorization: Bearer <token>`.
+                #[serde(default)]
+                pub bearer_token: Option<String>,
+                /// Send HTTP basic authentication as this user (with `password`).
+                #[serde(default)]
+                pub username: Option<String>,
+                /// The password of `username`.
+                #[serde(default)]
+                pub password: Option<String>,
+                /// A request without an answer for this long is retried
+                /// (default "30s").
+                #[serde_inline_default(nagare_core::units::Dur::secs(30))]
+                pub timeout: nagare_core::units::Dur,
+                /// TLS settings of an `https://` endpoint (`[output.tls]`:
+                /// `ca`, `server_name`, and `cert` and `key` for a client
+                /// certificate); `https://` alone uses the system's trust
+                /// store. See docs/tls.md.
+                #[serde(default)]
+                pub tls: Option<crate::net::tls::TlsOptions>,
+            }
+            impl {
+                /// The client of the URL in option `key` (`url`), sending
+                /// `defaults` (the plugin's own headers, e.g. its
+                /// `Content-Type`) unless `headers` names them.
+                fn http_sender(
+                    &self,
+                    key: &str,
+                    url: &str,
+                    defaults: Vec<(hyper::header::HeaderName, hyper::header::HeaderValue)>,
+                    cx: &mut nagare_core::plugin::BuildContext,
+                ) -> Result<crate::net::http_client::HttpSender, nagare_core::plugin::OptionError> {
+                    crate::net::http_client::HttpSender::new(
+                        crate::net::http_client::SenderOptions {
+                            key,
+                            url,
+                            compress: self.compress,
+                            headers: &self.headers,
+                            bearer_token: self.bearer_token.as_deref(),
+                            username: self.username.as_deref(),
+                            password: self.password.as_deref(),
+                            timeout: self.timeout.0,
+                            tls: self.tls.as_ref(),
+                        },
+                        defaults,
+                        cx,
+                    )
+                }
+            }
+        }
+    };
+}
+pub(crate) use http_client_options;
+
+/// The options of [`http_client_options!`], borrowed.
+pub struct SenderOptions<'a> {
+    pub key: &'a str,
+    pub url: &'a str,
+    pub compress: Compress,
+    pub headers: &'a std::collections::BTreeMap<String, String>,
+    pub bearer_token: Option<&'a str>,
+    pub username: Option<&'a str>,
+    pub password: Option<&'a str>,
+    pub timeout: Duration,
+    pub tls: Option<&'a TlsOptions>,
+}
+
+/// An HTTP output's client: its endpoint's connections, the headers every
+/// request carries (one of each name) and the body's compression.
+pub struct HttpSender {
+    client: Client,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    gzip: bool,
+}
+
+impl HttpSender {
+    pub fn new(
+        o: SenderOptions,
+        defaults: Vec<(HeaderName, HeaderValue)>,
+        cx: &mut BuildContext,
+    ) -> Result<HttpSender, OptionError> {
+        let endpoint = Endpoint::parse(o.key, o.url)?;
+        let tls = endpoint.tls(o.tls, cx)?;
+        let mut headers = check_headers("headers", o.headers)?;
+        let user = match (o.username, o.password) {
+            (Some(u), p) => Some((u, p.unwrap_or(""))),
+            (None, Some(_)) => return Err(OptionError::new("password", "set `username` too")),
+            (None, None) => None,
+        };
+        let mut ours = defaults;
+        if let Some(auth) = authorization(o.bearer_token, user)? {
+            ours.push((header::AUTHORIZATION, auth));
+        }
+        let gzip = o.compress == Compress::Gzip;
+        if gzip {
+            ours.push((header::CONTENT_ENCODING, HeaderValue::from_static("gzip")));
+        }
+        // The user's header of a name wins over ours.
+        for (name, value) in ours {
+            if !headers.iter().any(|(n, _)| *n == name) {
+                headers.push((name, value));
+            }
+        }
+        Ok(HttpSender {
+            client: Client::new(endpoint, tls, o.timeout),
+            headers,
+            gzip,
+        })
+    }
+
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// The value of header `name` that requests carry.
+    pub fn header(&self, name: &HeaderName) -> Option<&HeaderValue> {
+        self.headers.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+    }
+
+    /// POSTs `body` (gzip'd if asked) to `path` with the headers and
+    /// `extra` ones (per request, e.g. a tenant), and reads the answer;
+    /// a connection error or a timeout is `Retry`. The answer's status is
+    /// the caller's to judge (`Client::judge`, or per item).
+    pub async fn post(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        extra: &[(HeaderName, HeaderValue)],
+    ) -> Result<Answer, FlushError> {
+        let body = if self.gzip {
+            use std::io::Write as _;
+            let mut gz = flate2::write::GzEncoder::new(
+                Vec::with_capacity(body.len() / 4),
+                flate2::Compression::fast(),
+            );
+            gz.write_all(&body)
+                .and_then(|()| gz.finish())
+                .map_err(|e| FlushError::Retry(format!("gzip: {e}")))?
+        } else {
+            body
+        };
+        let mut req = self.client.request(path);
+        for (k, v) in self.headers.iter().chain(extra) {
+            req = req.header(k, v);
+        }
+        let req = req.body(Full::new(Bytes::from(body))).map_err(|e| {
+            FlushError::Permanent(format!("building the request for {path:?}: {e}"))
+        })?;
+        self.client.send(req).await.map_err(FlushError::Retry)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sender(user: &[(&str, &str)], bearer: Option<&str>) -> HttpSender {
+        let headers = user
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let o = SenderOptions {
+            key: "endpoint",
+            url: "http://127.0.0.1:9/in",
+            compress: Compress::Gzip,
+            headers: &headers,
+            bearer_token: bearer,
+            username: None,
+            password: None,
+            timeout: Duration::from_secs(1),
+            tls: None,
+        };
+        let ours = vec![(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/x-ndjson"),
+        )];
+        HttpSender::new(o, ours, &mut BuildContext::new("http#0")).unwrap()
+    }
+
+    #[test]
+    fn one_header_of_each_name_the_users_winning() {
+        let s = sender(
+            &[("content-type", "application/json"), ("X-A", "1")],
+            Some("t"),
+        );
+        let names: Vec<&str> = s.headers.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            ["x-a", "content-type", "authorization", "content-encoding"]
+        );
+        assert_eq!(s.header(&header::CONTENT_TYPE).unwrap(), "application/json");
+        let s = sender(&[("Authorization", "Splunk abc")], Some("t"));
+        assert_eq!(s.header(&header::AUTHORIZATION).unwrap(), "Splunk abc");
+        assert_eq!(
+            s.header(&header::CONTENT_TYPE).unwrap(),
+            "application/x-ndjson"
+        );
+    }
 }

@@ -10,25 +10,20 @@
 //! The client (keep-alive, connections, retry rules) is http_client.rs,
 //! shared with the `opentelemetry` output.
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper::header::{self, HeaderName, HeaderValue};
+use hyper::header::{self, HeaderValue};
 use nagare_core::output::OutputPlugin;
 use nagare_core::output::{FlushError, Output};
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
-use nagare_core::units::Dur;
+use nagare_core::plugin::{BuildContext, OptionError};
 use nagare_forward::msgpack::{read_map_len, write_array_len, write_map_len, write_str};
 use nagare_forward::EventTime;
 use serde::Deserialize;
 
 use crate::buffer::Chunk;
-use crate::net::http_client::Compress;
-use crate::net::http_client::{self, Client, Endpoint};
+use crate::net::http_client::{http_client_options, HttpSender};
 
 /// How a chunk's events are written in a request body.
 #[derive(
@@ -45,75 +40,42 @@ pub enum BodyFormat {
     Msgpack,
 }
 
-#[serde_inline_default]
-#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct HttpOutputConfig {
-    /// "http://HOST[:PORT]/PATH" or "https://…" (TLS, with `tls`);
-    /// `${tag}` in the path becomes the chunk's tag. Required.
-    pub endpoint: String,
-    /// "ndjson" (default), "json_array" or "msgpack".
-    #[serde(default)]
-    pub format: BodyFormat,
-    /// "none" (default) or "gzip" (Content-Encoding: gzip).
-    #[serde(default)]
-    pub compress: Compress,
-    /// The record field the event time is written to, as epoch seconds
-    /// with nanoseconds (default "time"; "" writes no time).
-    #[serde_inline_default("time".into())]
-    pub time_key: String,
-    /// The record field the tag is written to (default: none).
-    #[serde(default)]
-    pub tag_key: Option<String>,
-    /// More request headers (`[output.headers]`, name = value).
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    /// Send `Authorization: Bearer <token>`.
-    #[serde(default)]
-    pub bearer_token: Option<String>,
-    /// Send HTTP basic authentication as this user (with `password`).
-    #[serde(default)]
-    pub username: Option<String>,
-    #[serde(default)]
-    pub password: Option<String>,
-    /// A request without an answer for this long is retried (default "30s").
-    #[serde_inline_default(Dur::secs(30))]
-    pub timeout: Dur,
-    /// TLS settings of an `https://` endpoint (`[output.tls]`: `ca`,
-    /// `server_name`, and `cert` and `key` for a client certificate);
-    /// `https://` alone uses the system's trust store. See docs/tls.md.
-    #[serde(default)]
-    pub tls: Option<crate::net::tls::TlsOptions>,
-}
+http_client_options!(
+    /// The `http` output.
+    HttpOutputConfig {
+        /// "http://HOST[:PORT]/PATH" or "https://…" (TLS, with `tls`);
+        /// `${tag}` in the path becomes the chunk's tag. Required.
+        endpoint: String,
+        /// "ndjson" (default, sent as `application/x-ndjson`; Fluent Bit's
+        /// in_http wants NDJSON labelled `application/json`: set
+        /// `Content-Type` in `headers`), "json_array" (`application/json`)
+        /// or "msgpack" (`application/msgpack`; Fluent Bit's in_http does
+        /// not take it).
+        #[serde(default)]
+        format: BodyFormat,
+        /// The record field the event time is written to, as epoch seconds
+        /// with nanoseconds (default "time"; "" writes no time).
+        #[serde_inline_default("time".into())]
+        time_key: String,
+        /// The record field the tag is written to (default: none).
+        #[serde(default)]
+        tag_key: Option<String>,
+    }
+);
 
 impl OutputPlugin for HttpOutputConfig {
     const TYPE: &'static str = "http";
     const DOC: &'static str = "POSTs each chunk to an HTTP endpoint as NDJSON, a JSON array or msgpack, optionally gzip'd, over keep-alive connections; retries connection errors, 5xx and 429 (see [HTTP](http.md)).";
 
     fn build(self, cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
-        let endpoint = Endpoint::parse("endpoint", &self.endpoint)?;
-        let tls = endpoint.tls(self.tls.as_ref(), cx)?;
-        let mut headers = http_client::check_headers("headers", &self.headers)?;
-        let user = match (&self.username, &self.password) {
-            (Some(u), p) => Some((u.as_str(), p.as_deref().unwrap_or(""))),
-            (None, Some(_)) => return Err(OptionError::new("password", "set `username` too")),
-            (None, None) => None,
-        };
-        if let Some(auth) = http_client::authorization(self.bearer_token.as_deref(), user)? {
-            headers.push((header::AUTHORIZATION, auth));
-        }
         let content_type = match self.format {
             BodyFormat::Ndjson => "application/x-ndjson",
             BodyFormat::JsonArray => "application/json",
             BodyFormat::Msgpack => "application/msgpack",
         };
-        headers.push((header::CONTENT_TYPE, HeaderValue::from_static(content_type)));
-        if self.compress == Compress::Gzip {
-            headers.push((header::CONTENT_ENCODING, HeaderValue::from_static("gzip")));
-        }
+        let defaults = vec![(header::CONTENT_TYPE, HeaderValue::from_static(content_type))];
         Ok(Arc::new(HttpOutput {
-            client: Client::new(endpoint, tls, self.timeout.0),
-            headers,
+            sender: self.http_sender("endpoint", &self.endpoint, defaults, cx)?,
             cfg: self,
         }))
     }
@@ -121,32 +83,20 @@ impl OutputPlugin for HttpOutputConfig {
 
 struct HttpOutput {
     cfg: HttpOutputConfig,
-    client: Client,
-    headers: Vec<(HeaderName, HeaderValue)>,
+    sender: HttpSender,
 }
 
 #[async_trait]
 impl Output for HttpOutput {
     async fn write(&self, chunk: &Chunk) -> Result<(), FlushError> {
-        let mut body = self.body(chunk);
-        if self.cfg.compress == Compress::Gzip {
-            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-            gz.write_all(&body)
-                .map_err(|e| FlushError::Retry(format!("gzip: {e}")))?;
-            body = gz
-                .finish()
-                .map_err(|e| FlushError::Retry(format!("gzip: {e}")))?;
-        }
-        let path = self.client.endpoint().path.replace("${tag}", &chunk.tag);
-        let mut req = self.client.request(&path);
-        for (k, v) in &self.headers {
-            req = req.header(k, v);
-        }
-        let req = req.body(Full::new(Bytes::from(body))).map_err(|e| {
-            FlushError::Permanent(format!("building the request for {path:?}: {e}"))
-        })?;
-        let answer = self.client.send(req).await.map_err(FlushError::Retry)?;
-        self.client.judge(answer).await.map(|_| ())
+        let path = self
+            .sender
+            .client()
+            .endpoint()
+            .path
+            .replace("${tag}", &chunk.tag);
+        let answer = self.sender.post(&path, self.body(chunk), &[]).await?;
+        self.sender.client().judge(answer).await.map(|_| ())
     }
 }
 

@@ -19,11 +19,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use nagare_core::json;
 use nagare_core::output::OutputPlugin;
 use nagare_core::output::{FlushError, Output};
 use nagare_core::plugin::{BuildContext, OptionError};
-use nagare_core::record::{self, field};
+use nagare_core::record::field_text;
 use nagare_core::units::{Dur, Size};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -268,9 +267,15 @@ impl KafkaOutput {
                 write_logstash_json(text, time, record, tag_field);
                 text
             }
-            QueueFormat::SingleValue => {
-                field(record, self.cfg.message_key.as_bytes()).unwrap_or_default()
-            }
+            // Any value as text: an integer field is its digits.
+            QueueFormat::SingleValue => match field_text(record, self.cfg.message_key.as_bytes()) {
+                Some(std::borrow::Cow::Borrowed(b)) => b,
+                Some(std::borrow::Cow::Owned(v)) => {
+                    *text = v;
+                    text
+                }
+                None => b"",
+            },
         }
     }
 
@@ -279,12 +284,11 @@ impl KafkaOutput {
             return None;
         }
         let mut headers = OwnedHeaders::new_with_capacity(self.cfg.header_fields.len());
-        let mut value = Vec::new();
         for name in &self.cfg.header_fields {
-            if field_text(record, name, &mut value) {
+            if let Some(value) = field_text(record, name.as_bytes()) {
                 headers = headers.insert(Header {
                     key: name,
-                    value: Some(&value),
+                    value: Some(&*value),
                 });
             }
         }
@@ -307,18 +311,15 @@ impl Output for KafkaOutput {
             failed: Mutex::new(None),
             done: Notify::new(),
         });
-        let (mut text, mut key) = (Vec::new(), Vec::new());
+        let mut text = Vec::new();
         for (time, record, entry) in chunk.entries() {
             let payload = self.payload(&chunk.tag, time, record, entry, &mut text);
-            let has_key = self
-                .cfg
-                .key_field
-                .as_deref()
-                .is_some_and(|k| field_text(record, k, &mut key));
+            let key =
+                (self.cfg.key_field.as_deref()).and_then(|k| field_text(record, k.as_bytes()));
             let mut msg = BaseRecord::with_opaque_to(&topic, delivery.clone())
                 .payload(payload)
                 .timestamp(time.secs as i64 * 1000 + time.nanos as i64 / 1_000_000);
-            if has_key {
+            if let Some(key) = &key {
                 msg = msg.key(&key[..]);
             }
             if let Some(h) = self.headers(record) {
@@ -389,46 +390,5 @@ fn flush_error(topic: &str, e: KafkaError) -> FlushError {
         FlushError::Permanent(msg)
     } else {
         FlushError::Retry(msg)
-    }
-}
-
-/// Writes the text of the record's field `name` to `out`: a string or
-/// binary as it is, anything else as JSON. False when there is no such field.
-pub(crate) fn field_text(record: &[u8], name: &str, out: &mut Vec<u8>) -> bool {
-    out.clear();
-    let Some((value, end)) = record::find_key(record, 0, name.as_bytes()) else {
-        return false;
-    };
-    match record::str_at(record, value) {
-        Some((s, e)) => out.extend_from_slice(&record[s..e]),
-        None => {
-            json::write_value(out, &record[value..end]);
-        }
-    }
-    true
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keys_and_headers_are_field_text() {
-        let v = rmpv::Value::Map(vec![
-            ("user".into(), "alice".into()),
-            ("n".into(), 42.into()),
-            ("tags".into(), rmpv::Value::Array(vec!["a".into()])),
-        ]);
-        let mut record = Vec::new();
-        rmpv::encode::write_value(&mut record, &v).unwrap();
-        let mut out = Vec::new();
-        assert!(field_text(&record, "user", &mut out));
-        assert_eq!(out, b"alice");
-        assert!(field_text(&record, "n", &mut out));
-        assert_eq!(out, b"42");
-        assert!(field_text(&record, "tags", &mut out));
-        assert_eq!(out, br#"["a"]"#);
-        assert!(!field_text(&record, "missing", &mut out));
-        assert!(!field_text(&[0xc1], "user", &mut out), "not a map");
     }
 }

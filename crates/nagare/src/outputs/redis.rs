@@ -23,7 +23,7 @@ use async_trait::async_trait;
 use nagare_core::output::OutputPlugin;
 use nagare_core::output::{FlushError, Output};
 use nagare_core::plugin::{BuildContext, OptionError};
-use nagare_core::record::field;
+use nagare_core::record::field_text;
 use nagare_core::units::Dur;
 use serde::Deserialize;
 use tokio::sync::{Mutex, MutexGuard};
@@ -244,7 +244,8 @@ impl RedisOutput {
                     write_logstash_json(&mut text, time, record, self.tag_field(&chunk.tag));
                     f(&text)
                 }
-                _ => f(field(record, self.cfg.message_key.as_bytes()).unwrap_or_default()),
+                // Any value as text: an integer field is its digits.
+                _ => f(&field_text(record, self.cfg.message_key.as_bytes()).unwrap_or_default()),
             }
         }
     }

@@ -17,7 +17,7 @@ use nagare_core::json;
 use nagare_core::output::OutputPlugin;
 use nagare_core::output::{FlushError, Output};
 use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
-use nagare_core::record::field;
+use nagare_core::record::field_text;
 use nagare_core::units::Dur;
 use serde::Deserialize;
 use tokio::net::UdpSocket;
@@ -193,8 +193,8 @@ fn header_field(out: &mut Vec<u8>, value: Option<&[u8]>, max: usize) {
 impl SyslogOutput {
     fn pri(&self, record: &[u8]) -> u8 {
         let pick = |key: &Option<String>, parse: fn(&str) -> Option<u8>| {
-            let v = field(record, key.as_ref()?.as_bytes())?;
-            parse(std::str::from_utf8(v).ok()?)
+            let v = field_text(record, key.as_ref()?.as_bytes())?;
+            parse(std::str::from_utf8(&v).ok()?)
         };
         let f = pick(&self.cfg.facility_key, facility_number).unwrap_or(self.facility);
         let s = pick(&self.cfg.severity_key, severity_number).unwrap_or(self.severity);
@@ -204,10 +204,14 @@ impl SyslogOutput {
     /// Appends one message (without framing) for the event.
     fn message(&self, out: &mut Vec<u8>, time: nagare_forward::EventTime, record: &[u8]) {
         use std::io::Write;
-        let get = |k: &str| field(record, k.as_bytes());
-        let host = get(&self.cfg.hostname_key).unwrap_or(self.hostname.as_bytes());
-        let app = get(&self.cfg.app_name_key).unwrap_or(self.cfg.app_name.as_bytes());
+        // Every field as text: an integer pid or severity counts too.
+        let get = |k: &str| field_text(record, k.as_bytes());
+        let host = get(&self.cfg.hostname_key);
+        let host = host.as_deref().unwrap_or(self.hostname.as_bytes());
+        let app = get(&self.cfg.app_name_key);
+        let app = app.as_deref().unwrap_or(self.cfg.app_name.as_bytes());
         let pid = get(&self.cfg.procid_key);
+        let pid = pid.as_deref();
         let _ = write!(out, "<{}>", self.pri(record));
         match self.cfg.message_format {
             MessageFormat::Rfc5424 => {
@@ -221,11 +225,11 @@ impl SyslogOutput {
                 out.push(b' ');
                 header_field(out, pid, 128);
                 out.push(b' ');
-                header_field(out, get(&self.cfg.msgid_key), 32);
+                header_field(out, get(&self.cfg.msgid_key).as_deref(), 32);
                 out.push(b' ');
                 match get(&self.cfg.structured_data_key) {
                     Some(sd) if sd.starts_with(b"[") && sd.ends_with(b"]") => {
-                        out.extend_from_slice(sd)
+                        out.extend_from_slice(&sd)
                     }
                     _ => out.push(b'-'),
                 }
@@ -247,7 +251,7 @@ impl SyslogOutput {
         }
         out.push(b' ');
         match get(&self.cfg.message_key) {
-            Some(m) => out.extend_from_slice(m),
+            Some(m) => out.extend_from_slice(&m),
             None => {
                 json::write_value(out, record);
             }
@@ -398,6 +402,20 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "<36>1 2003-10-11T22:14:15.003000Z web_1 app 42 ID7 [x@1 a=\"b\"] hello"
+        );
+    }
+
+    #[test]
+    fn integer_fields_are_read_as_numbers() {
+        let o = output("facility_key = \"facility\"\nseverity_key = \"severity\"");
+        let r = record(
+            serde_json::json!({"pid": 1234, "severity": 5, "facility": 4, "message": 17, "host": "h"}),
+        );
+        let mut out = Vec::new();
+        o.message(&mut out, nagare_forward::EventTime::new(0, 0), &r);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "<37>1 1970-01-01T00:00:00.000000Z h nagare 1234 - - 17"
         );
     }
 

@@ -120,6 +120,9 @@ impl Pipeline {
         }
         let labels: Vec<Option<String>> = outputs.iter().map(|o| o.label.clone()).collect();
         let (rules, buffers) = build::open(outputs, &reg)?;
+        for b in &buffers {
+            b.set_dead_letter_dir(dead_letter_dir(&system));
+        }
         let filter_labels: Vec<Option<String>> = filters.iter().map(|f| f.label.clone()).collect();
         let filters: Filters = filter_labels
             .into_iter()
@@ -199,10 +202,7 @@ impl Pipeline {
             .system
             .shutdown_timeout
             .map_or(Duration::from_secs(60), |d| d.0);
-        let dead_letters = self.system.dead_letter_dir.as_ref().map_or_else(
-            || std::env::temp_dir().join("nagare-dead-letters"),
-            PathBuf::from,
-        );
+        let dead_letters = dead_letter_dir(&self.system);
         let mut inputs = Vec::new();
         for i in self.inputs {
             let _ = i.stop.send(true);
@@ -304,6 +304,15 @@ impl Pipeline {
             self.retired.push(r);
         }
         self.forget_drained();
+        // `dead_letter_dir` applies at once, to kept buffers too.
+        for b in self
+            .outputs
+            .iter()
+            .map(|o| &o.buffer)
+            .chain(self.retired.iter().map(|r| &r.buffer))
+        {
+            b.set_dead_letter_dir(dead_letter_dir(&system));
+        }
         self.system = system;
         self.sections = new;
         self.control.loaded(&text);
@@ -700,4 +709,12 @@ fn restart_only(
         w.push("[monitor] applies at the next restart".into());
     }
     w
+}
+
+/// `[system] dead_letter_dir`, or its default.
+fn dead_letter_dir(system: &SystemConfig) -> PathBuf {
+    system.dead_letter_dir.as_ref().map_or_else(
+        || std::env::temp_dir().join("nagare-dead-letters"),
+        PathBuf::from,
+    )
 }

@@ -164,3 +164,48 @@ fn stalled_client() {
         b.raw(&[0x93, 0xa3, b'a', b'b']);
     });
 }
+
+/// `max_connections`: past the limit a connection is closed at once with a
+/// log line naming its peer; the open ones go on.
+#[test]
+fn forward_connections_past_max_connections_are_closed_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (port, mon) = (free_port(), free_port());
+    let out = dir.path().join("out.log");
+    let cfg = format!(
+        r#"[monitor]
+bind = "127.0.0.1:{mon}"
+[[input]]
+type = "forward"
+bind = "127.0.0.1:{port}"
+max_connections = 2
+[[output]]
+type = "file"
+match = "**"
+path = "{}"
+[output.buffer]
+flush_interval = "50ms"
+"#,
+        out.display()
+    );
+    let d = Daemon::start(dir.path(), "limit", &cfg, Some(mon));
+    // Not wait_port: its probe connection would hold a slot for a moment.
+    d.wait_log("forward input listening");
+    let mut first = Sender::tcp(port);
+    first.packed("limit.a", 0..5, Some(b"a0"));
+    assert_eq!(first.read_ack(), ack_bytes(&mp_str(b"a0")));
+    let mut second = Sender::tcp(port);
+    second.packed("limit.a", 5..10, Some(b"b0"));
+    assert_eq!(second.read_ack(), ack_bytes(&mp_str(b"b0")));
+    let mut third = Sender::tcp(port);
+    let third_peer = third.local();
+    assert!(third.closed_by_peer(), "the third connection is closed");
+    assert!(d.wait_bad_peer(&third_peer)[0].contains("max_connections (2) reached"));
+    first.packed("limit.a", 10..15, Some(b"a1"));
+    assert_eq!(first.read_ack(), ack_bytes(&mp_str(b"a1")));
+    second.finish();
+    first.finish();
+    let got = json_lines_seqs(&wait_file_lines(&out, 15));
+    assert_exact_seqs(&seqs(&got), 15);
+    assert_eq!(d.metric("errors_total", "forward#0"), 1);
+}

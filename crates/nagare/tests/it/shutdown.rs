@@ -3,9 +3,6 @@
 //! SIGTERM), kept in the file buffer for the next start, handed to the
 //! secondary output, or written as dead letters that `nagare replay` sends.
 
-use std::path::Path;
-use std::process::Command;
-
 use crate::common::*;
 
 /// A relay to `sink` (nothing listens there in these tests until asked),
@@ -35,23 +32,6 @@ retry_max_interval = "300ms"
 {buffer}
 "#
     )
-}
-
-/// `nagare replay` of `path` into a fresh sink delivers exactly seqs 0..n.
-fn replay_delivers(path: &Path, n: u64) {
-    let sink = Sink::start(SinkOpts::default());
-    let out = Command::new(BIN)
-        .args(["replay", path.to_str().unwrap(), "--to"])
-        .arg(format!("127.0.0.1:{}", sink.port))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    sink.wait_count(n as usize);
-    assert_exact_seqs(&sink.seqs(), n);
 }
 
 #[test]

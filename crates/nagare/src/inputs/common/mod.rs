@@ -22,11 +22,11 @@ use serde::Deserialize;
 pub const DEFAULT_MAX_LINE: Size = Size::mib(1);
 /// What ends a line of the socket line inputs (tcp, udp, unix): "\n".
 pub const DEFAULT_DELIMITER: &str = "\n";
-/// Connections a listener keeps open at once (tcp, unix, syslog, scribe,
-/// http, opentelemetry): 1024.
+/// Connections a listener keeps open at once (forward, tcp, unix, syslog,
+/// scribe, http, opentelemetry): 1024.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// A listener's connection that brings nothing for this long is closed
-/// (tcp, unix, syslog, scribe): "5m".
+/// (forward, tcp, unix, syslog, scribe): "5m".
 pub const DEFAULT_IDLE_TIMEOUT: Dur = Dur::mins(5);
 /// How long a request waits for room in a full buffer before it is refused
 /// (`wait_for_room` of scribe, http, opentelemetry): "1s".
@@ -39,6 +39,40 @@ pub fn check_max_connections(max_connections: usize) -> Result<(), OptionError> 
     }
     Ok(())
 }
+
+/// Declares a stream listener's options struct (forward, scribe, tcp,
+/// syslog) with the options they share appended: the connection limits
+/// and TLS. `bind` stays each input's own: its default and what it may
+/// be combined with (`path`, `protocol`) differ.
+macro_rules! connection_options {
+    ($($plugin:tt)*) => {
+        nagare_core::option_group! {
+            [$($plugin)*]
+            fields {
+                /// Open connections at most (default 1024); a connection past
+                /// the limit is closed at once, with a log line naming the peer.
+                #[serde_inline_default(crate::inputs::common::DEFAULT_MAX_CONNECTIONS)]
+                pub max_connections: usize,
+                /// A connection that brings nothing (no frame, no whole
+                /// message) for this long is closed (default "5m").
+                #[serde_inline_default(crate::inputs::common::DEFAULT_IDLE_TIMEOUT)]
+                pub idle_timeout: nagare_core::units::Dur,
+                /// TLS (`[input.tls]`: `cert`, `key`, and `ca` to require
+                /// client certificates; as Fluentd's `<transport tls>` and
+                /// Fluent Bit's `tls on`); see docs/tls.md.
+                #[serde(default)]
+                pub tls: Option<crate::net::tls::TlsOptions>,
+            }
+            impl {
+                /// Checks the shared options.
+                fn check_connections(&self) -> Result<(), nagare_core::plugin::OptionError> {
+                    crate::inputs::common::check_max_connections(self.max_connections)
+                }
+            }
+        }
+    };
+}
+pub(crate) use connection_options;
 
 /// When a forward (or HTTP) input acknowledges a batch.
 #[derive(

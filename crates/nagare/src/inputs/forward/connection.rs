@@ -25,12 +25,18 @@ pub(super) fn spawn_conn<S>(s: S, peer: String, ctx: &Arc<Ctx>, shutdown: &watch
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let Ok(slot) = ctx.slots.clone().try_acquire_owned() else {
+        PluginStats::add(&ctx.stats.errors, 1);
+        let reason = format!("max_connections ({}) reached", ctx.cfg.max_connections);
+        tracing::warn!(input = %ctx.name, peer = %peer, reason = %reason, "closing connection");
+        return;
+    };
     PluginStats::add(&ctx.stats.connections, 1);
     let ctx = ctx.clone();
     let live = ctx.live.clone();
     let sd = shutdown.clone();
     tokio::spawn(async move {
-        let _live = live;
+        let (_live, _slot) = (live, slot);
         // A failed TLS handshake has been logged with its peer and reason.
         let Some(s) = tls::accept(&ctx.tls, s, &peer).await else {
             PluginStats::add(&ctx.stats.bad_input, 1);

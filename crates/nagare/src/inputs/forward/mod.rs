@@ -27,8 +27,8 @@ use bytes::Bytes;
 use connection::spawn_conn;
 use heartbeat::answer_heartbeats;
 use nagare_core::metrics::PluginStats;
-use nagare_core::plugin::{serde_inline_default, BuildContext, Listen, OptionError};
-use nagare_core::units::{Dur, Size};
+use nagare_core::plugin::{BuildContext, Listen, OptionError};
+use nagare_core::units::Size;
 use nagare_forward::handshake::{ServerAuth, User};
 use nagare_forward::Limits;
 use serde::Deserialize;
@@ -38,9 +38,9 @@ use tokio::task::JoinHandle;
 
 use crate::inputs::common::dedup::RecentIds;
 use crate::inputs::common::listeners::{accept_tcp, accept_unix, listen_tcp, listen_unix, stopped};
-use crate::inputs::common::{AckMode, DEFAULT_IDLE_TIMEOUT};
+use crate::inputs::common::{connection_options, AckMode};
 use crate::inputs::{Input, InputContext, InputPlugin};
-use crate::net::tls::{TlsOptions, TlsServer};
+use crate::net::tls::TlsServer;
 use crate::router::LiveRouter;
 
 /// Users allowed by a forward input with `shared_key`.
@@ -53,65 +53,58 @@ pub struct UserConfig {
     pub password: String,
 }
 
-#[serde_inline_default]
-#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ForwardInputConfig {
-    /// "HOST:PORT" to listen on (TCP, and UDP for heartbeats).
-    #[serde(default)]
-    pub bind: Option<String>,
-    /// A UNIX socket path to listen on instead of `bind`.
-    #[serde(default)]
-    pub path: Option<String>,
-    /// Require the HELO/PING/PONG handshake with this shared key.
-    #[serde(default)]
-    pub shared_key: Option<String>,
-    /// With shared_key: also require one of these users ([[input.users]]).
-    #[serde(default)]
-    pub users: Vec<UserConfig>,
-    /// Hostname sent in PONG (default: this machine's hostname).
-    #[serde(default)]
-    pub self_hostname: Option<String>,
-    /// Largest frame accepted; a larger one closes the connection (default "32MiB").
-    #[serde_inline_default(Size::mib(32))]
-    pub max_frame_size: Size,
-    /// Largest size a compressed frame may expand to (default "256MiB").
-    #[serde_inline_default(Size::mib(256))]
-    pub max_decompressed_size: Size,
-    /// A connection that sends nothing for this long is closed (default "5m").
-    #[serde_inline_default(DEFAULT_IDLE_TIMEOUT)]
-    pub idle_timeout: Dur,
-    /// Answer UDP heartbeats on the same port (default true).
-    #[serde_inline_default(true)]
-    pub heartbeat: bool,
-    /// Remember this many recently acked chunk ids, and ack a resent chunk
-    /// again without storing it twice (default 10000; 0 turns it off).
-    #[serde_inline_default(10_000)]
-    pub dedup_window: usize,
-    /// Keep the remembered chunk ids in this file, so they survive a restart.
-    #[serde(default)]
-    pub dedup_path: Option<String>,
-    /// When to answer a sender's ack request: "buffered" (default; the batch is
-    /// in every matched output's buffer, fsync'd for file buffers) or
-    /// "delivered" (every matched output delivered it downstream).
-    #[serde(default)]
-    pub ack: AckMode,
-    /// TLS (`[input.tls]`: `cert`, `key`, and `ca` to require client
-    /// certificates); as Fluentd's `<transport tls>` and Fluent Bit's `tls on`.
-    #[serde(default)]
-    pub tls: Option<TlsOptions>,
-    /// Keep each chunk a sender asks to ack (a frame with the `chunk`
-    /// option) whole: it goes into chunks of its own in the outputs'
-    /// buffers, sent on at once, whose ids are derived from the sender's
-    /// chunk id. A chunk the sender resends through another nagare (its
-    /// first one died before acking) then reaches the next hop with the same
-    /// ids, and that nagare's dedup window drops the copy: no duplicates
-    /// across a failover (docs/deployment.md). Default: on with ack =
-    /// "delivered", off otherwise (off, the sender's chunks are merged into
-    /// bigger ones and a resend through another nagare can arrive twice).
-    #[serde(default)]
-    pub keep_chunks: Option<bool>,
-}
+connection_options!(
+    /// The `forward` input.
+    ForwardInputConfig {
+        /// "HOST:PORT" to listen on (TCP, and UDP for heartbeats).
+        #[serde(default)]
+        bind: Option<String>,
+        /// A UNIX socket path to listen on instead of `bind`.
+        #[serde(default)]
+        path: Option<String>,
+        /// Require the HELO/PING/PONG handshake with this shared key.
+        #[serde(default)]
+        shared_key: Option<String>,
+        /// With shared_key: also require one of these users ([[input.users]]).
+        #[serde(default)]
+        users: Vec<UserConfig>,
+        /// Hostname sent in PONG (default: this machine's hostname).
+        #[serde(default)]
+        self_hostname: Option<String>,
+        /// Largest frame accepted; a larger one closes the connection (default "32MiB").
+        #[serde_inline_default(Size::mib(32))]
+        max_frame_size: Size,
+        /// Largest size a compressed frame may expand to (default "256MiB").
+        #[serde_inline_default(Size::mib(256))]
+        max_decompressed_size: Size,
+        /// Answer UDP heartbeats on the same port (default true).
+        #[serde_inline_default(true)]
+        heartbeat: bool,
+        /// Remember this many recently acked chunk ids, and ack a resent chunk
+        /// again without storing it twice (default 10000; 0 turns it off).
+        #[serde_inline_default(10_000)]
+        dedup_window: usize,
+        /// Keep the remembered chunk ids in this file, so they survive a restart.
+        #[serde(default)]
+        dedup_path: Option<String>,
+        /// When to answer a sender's ack request: "buffered" (default; the batch is
+        /// in every matched output's buffer, fsync'd for file buffers) or
+        /// "delivered" (every matched output delivered it downstream).
+        #[serde(default)]
+        ack: AckMode,
+        /// Keep each chunk a sender asks to ack (a frame with the `chunk`
+        /// option) whole: it goes into chunks of its own in the outputs'
+        /// buffers, sent on at once, whose ids are derived from the sender's
+        /// chunk id. A chunk the sender resends through another nagare (its
+        /// first one died before acking) then reaches the next hop with the same
+        /// ids, and that nagare's dedup window drops the copy: no duplicates
+        /// across a failover (docs/deployment.md). Default: on with ack =
+        /// "delivered", off otherwise (off, the sender's chunks are merged into
+        /// bigger ones and a resend through another nagare can arrive twice).
+        #[serde(default)]
+        keep_chunks: Option<bool>,
+    }
+);
 
 impl ForwardInputConfig {
     /// Whether senders' chunks are kept whole (`keep_chunks`).
@@ -130,6 +123,8 @@ struct Ctx {
     auth: Option<ServerAuth>,
     /// Clones live as long as connections; the count tells when all are done.
     live: Arc<()>,
+    /// One permit per open connection (`max_connections`).
+    slots: Arc<tokio::sync::Semaphore>,
     recent: RecentIds,
     tls: Option<Arc<TlsServer>>,
     /// `keep_chunks`: a frame with a chunk id is a batch of its own.
@@ -180,6 +175,7 @@ pub async fn start(
         limits,
         auth,
         live: Arc::new(()),
+        slots: Arc::new(tokio::sync::Semaphore::new(cfg.max_connections)),
         tls,
     });
     let mut tasks = Vec::new();
@@ -246,6 +242,7 @@ impl InputPlugin for ForwardInputConfig {
     const DOC: &'static str = "Receives Fluentd's forward protocol v1 over TCP (with UDP heartbeat answers) or a UNIX socket.";
 
     fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
+        self.check_connections()?;
         match (&self.bind, &self.path) {
             (Some(bind), None) => {
                 let addr = nagare_core::address::resolve(bind).map_err(|e| OptionError::new("bind", e))?;

@@ -1503,3 +1503,20 @@ pub fn send_records_acked(s: &mut Sender, tag: &str, records: &[rmpv::Value], id
     );
     e
 }
+
+/// `nagare replay` of `path` into a fresh sink delivers exactly seqs 0..n.
+pub fn replay_delivers(path: &Path, n: u64) {
+    let sink = Sink::start(SinkOpts::default());
+    let out = Command::new(BIN)
+        .args(["replay", path.to_str().unwrap(), "--to"])
+        .arg(format!("127.0.0.1:{}", sink.port))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    sink.wait_count(n as usize);
+    assert_exact_seqs(&sink.seqs(), n);
+}
