@@ -82,6 +82,8 @@ need iptables iptables           # tests/it/cluster.rs: a link's packets to an N
 need python3 python3             # fuse tests write through python3; exec filter tests run Python programs
 need redis-server redis-server   # the redis input and output tests (tests/it/redis.rs)
 need logger bsdutils             # the syslog input tests send with util-linux logger (tests/it/syslog.rs)
+[ -x /lib/systemd/systemd-journald ] || need_apt+=(systemd)  # journald, journalctl, systemd-cat: the journald input's tests (tests/it/journald.rs)
+need nsenter util-linux          # unshare and nsenter: the journald tests' mount namespace
 need rsyslogd rsyslog            # rsyslog forwards to and receives from nagare (tests/it/syslog.rs)
 ls /usr/lib/*/rsyslog/lmnsd_gtls.so >/dev/null 2>&1 || need_apt+=(rsyslog-gnutls)  # rsyslog's TLS driver: the syslog output over TLS (tests/it/syslog.rs)
 need dnsmasq dnsmasq-base        # a DNS server for the forward output's service discovery (tests/it/balance.rs)

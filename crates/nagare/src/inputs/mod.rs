@@ -38,6 +38,8 @@ registry! {
     scribe => input::<scribe::ScribeInputConfig>(),
     http => input::<http::HttpInputConfig>(),
     opentelemetry => input::<opentelemetry::OtlpInputConfig>(),
+    journald => input::<journald::JournaldConfig>(),
+    exec => input::<exec::ExecInputConfig>(),
 }
 
 /// What a started input gets.

@@ -17,7 +17,7 @@
 
 mod fswatch;
 mod import;
-mod positions;
+pub(crate) mod positions;
 
 use std::collections::HashMap;
 use std::fs::File;

@@ -243,7 +243,7 @@ fn parse_line(line: &[u8]) -> Option<(u64, PathBuf, u64, bool)> {
 
 /// Replaces `path` with `data` so that a crash leaves the old or the new
 /// content: temp file, fsync, rename, fsync of the folder.
-fn write_durably(path: &Path, data: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_durably(path: &Path, data: &[u8]) -> std::io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
