@@ -38,6 +38,7 @@ registry! {
     scribe => input::<scribe::ScribeInputConfig>(),
     http => input::<http::HttpInputConfig>(),
     opentelemetry => input::<opentelemetry::OtlpInputConfig>(),
+    elasticsearch => input::<elasticsearch::ElasticsearchInputConfig>(),
 }
 
 /// What a started input gets.

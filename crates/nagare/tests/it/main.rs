@@ -34,6 +34,7 @@ mod memory;
 mod opentelemetry;
 mod parsers;
 mod rate_filters;
+mod receivers;
 mod redis;
 mod reload;
 mod scribe;

@@ -1,0 +1,441 @@
+//! The receivers for senders users already run, end to end, each with a
+//! client that is not nagare's code:
+//!
+//! - the `elasticsearch` input with Elasticsearch's and OpenSearch's Python
+//!   clients (`helpers.bulk`, gzip too) and curl for bad requests;
+//!
+//! The Python packages live in a venv next to tests/receivers/requirements.txt,
+//! which scripts/test-all.sh makes.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use nagare_forward::EventTime;
+
+use crate::common::*;
+
+/// The venv's python, or None (the test skips) when it is not made.
+fn venv_python() -> Option<PathBuf> {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/receivers/.venv/bin/python");
+    let made = p.exists();
+    if skip_unless(
+        made,
+        "no venv with the Elasticsearch/OpenSearch clients at crates/nagare/tests/receivers/.venv (scripts/test-all.sh makes it)",
+    ) {
+        return None;
+    }
+    Some(p)
+}
+
+/// nagare with a monitor, an input of `kind` (plus `extra` options) and a
+/// forward output to `sink`.
+fn input_to_sink(dir: &Path, kind: &str, extra: &str, sink: u16) -> (Daemon, u16) {
+    let (port, mon) = (free_port(), free_port());
+    let config = format!(
+        "[monitor]\nbind = \"127.0.0.1:{mon}\"\n\n[[input]]\ntype = \"{kind}\"\nbind = \"127.0.0.1:{port}\"\n{extra}\n\
+         [[output]]\ntype = \"forward\"\nmatch = \"**\"\n[[output.server]]\naddress = \"127.0.0.1:{sink}\"\n\
+         [output.buffer]\nflush_interval = \"50ms\"\n"
+    );
+    let mut d = Daemon::start(dir, "nagare", &config, Some(mon));
+    d.wait_port(port);
+    (d, port)
+}
+
+fn run_python(python: &Path, script: &str, args: &[&str]) -> String {
+    let out = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+// ------------------------------------------------------------ elasticsearch
+
+/// Sends N documents with Elasticsearch's Python client: `info()` (the
+/// version check), then `helpers.bulk` in chunks of 100, gzip-compressed
+/// when argv[4] is "gzip"; the odd ones with an `_id`, every 7th as
+/// `create`. Prints the version and helpers.bulk's count of successes.
+const ES_SENDER: &str = r#"
+import sys
+from elasticsearch import Elasticsearch, helpers
+url, index, n, comp = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "gzip"
+es = Elasticsearch(url, http_compress=comp, request_timeout=20)
+version = es.info()["version"]["number"]
+assert es.ping()
+def docs():
+    for i in range(n):
+        d = {"_index": index, "_source": {"seq": i, "message": "log line %d" % i, "nested": {"k": [i, "x"]}}}
+        if i % 2:
+            d["_id"] = "doc-%d" % i
+        if i % 7 == 0:
+            d["_op_type"] = "create"
+        yield d
+ok, errors = helpers.bulk(es, docs(), chunk_size=100)
+print(version, ok, len(errors))
+"#;
+
+/// The same with OpenSearch's Python client.
+const OPENSEARCH_SENDER: &str = r#"
+import sys
+from opensearchpy import OpenSearch, helpers
+url, index, n, comp = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "gzip"
+client = OpenSearch(hosts=[url], http_compress=comp, timeout=20)
+version = client.info()["version"]["number"]
+def docs():
+    for i in range(n):
+        yield {"_index": index, "_source": {"seq": i, "message": "log line %d" % i, "@timestamp": "2024-05-01T10:00:%02dZ" % (i % 60)}}
+ok, errors = helpers.bulk(client, docs(), chunk_size=50)
+print(version, ok, len(errors))
+"#;
+
+/// The records at the sink of tag `tag`, in order.
+fn records_of(sink: &Sink, tag: &str) -> Vec<(EventTime, rmpv::Value)> {
+    sink.records()
+        .into_iter()
+        .filter(|(t, _, _)| t == tag)
+        .map(|(_, time, r)| (time, r))
+        .collect()
+}
+
+#[test]
+fn elasticsearch_and_opensearch_clients_bulk_documents() {
+    let Some(python) = venv_python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Sink::start(SinkOpts::default());
+    let (_d, port) = input_to_sink(dir.path(), "elasticsearch", "id_key = \"_id\"", sink.port);
+    let url = format!("http://127.0.0.1:{port}");
+    let n = 1000;
+    let out = run_python(
+        &python,
+        ES_SENDER,
+        &[&url, "app-logs", &n.to_string(), "plain"],
+    );
+    assert_eq!(out.trim(), format!("8.17.0 {n} 0"));
+    let out = run_python(
+        &python,
+        ES_SENDER,
+        &[&url, "app-gzip", &n.to_string(), "gzip"],
+    );
+    assert_eq!(out.trim(), format!("8.17.0 {n} 0"));
+    let out = run_python(
+        &python,
+        OPENSEARCH_SENDER,
+        &[&url, "os-logs", "300", "gzip"],
+    );
+    assert_eq!(out.trim(), "8.17.0 300 0");
+    sink.wait_records(2 * n + 300);
+    assert_eq!(sink.records().len(), 2 * n + 300);
+    for tag in ["es.app-logs", "es.app-gzip"] {
+        let recs = records_of(&sink, tag);
+        assert_eq!(recs.len(), n, "{tag}");
+        for (i, (t, r)) in recs.iter().enumerate() {
+            assert_eq!(seq_of(r), i as u64, "{tag}: order");
+            assert_eq!(
+                field_of(r, "message").and_then(|v| v.as_str()),
+                Some(format!("log line {i}").as_str())
+            );
+            let nested = field_of(r, "nested").unwrap();
+            let k = field_of(nested, "k").unwrap().as_array().unwrap();
+            assert_eq!(k[0].as_u64(), Some(i as u64));
+            let id = field_of(r, "_id").and_then(|v| v.as_str()).unwrap();
+            if i % 2 == 1 {
+                assert_eq!(id, format!("doc-{i}"));
+            } else {
+                assert_eq!(id.len(), 20);
+            }
+            // No @timestamp: the time of arrival.
+            assert!(t.secs > 1_700_000_000);
+        }
+    }
+    let recs = records_of(&sink, "es.os-logs");
+    assert_eq!(recs.len(), 300);
+    for (i, (t, r)) in recs.iter().enumerate() {
+        assert_eq!(seq_of(r), i as u64);
+        // The event time is @timestamp's, which stays in the record.
+        assert_eq!(t.secs, 1_714_557_600 + (i % 60) as u32);
+        assert!(field_of(r, "@timestamp").is_some());
+    }
+}
+
+fn curl(args: &[&str], body: &[u8]) -> (u16, String) {
+    let mut child = Command::new("curl")
+        .args(["-sS", "--max-time", "20", "-o", "-", "-w", "\n%{http_code}"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run curl");
+    child.stdin.take().unwrap().write_all(body).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap();
+    (code.trim().parse().unwrap(), body.to_string())
+}
+
+fn bulk(port: u16, path: &str, body: &[u8]) -> (u16, serde_json::Value) {
+    let (code, text) = curl(
+        &[
+            "-H",
+            "Content-Type: application/x-ndjson",
+            "--data-binary",
+            "@-",
+            &format!("http://127.0.0.1:{port}{path}"),
+        ],
+        body,
+    );
+    (
+        code,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}
+
+#[test]
+fn elasticsearch_answers_setup_calls_per_item_results_and_bad_requests() {
+    if skip_unless(
+        Command::new("curl").arg("--version").output().is_ok(),
+        "curl is not installed",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Sink::start(SinkOpts::default());
+    let (d, port) = input_to_sink(
+        dir.path(),
+        "elasticsearch",
+        "tag = \"bulk\"\nindex_key = \"index\"\nmax_body_size = \"4KiB\"\nheader_timeout = \"1s\"\nbody_timeout = \"1s\"",
+        sink.port,
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    // What Beats and clients ask before sending.
+    let (code, root) = curl(&[&format!("{base}/")], b"");
+    assert_eq!(code, 200);
+    let root: serde_json::Value = serde_json::from_str(&root).unwrap();
+    assert_eq!(root["version"]["number"], "8.17.0");
+    let (code, lic) = curl(&[&format!("{base}/_license?human=false")], b"");
+    assert_eq!(code, 200);
+    assert!(lic.contains("\"status\":\"active\""), "{lic}");
+    assert_eq!(curl(&["-I", &format!("{base}/")], b"").0, 200);
+    assert_eq!(
+        curl(&["-I", &format!("{base}/_index_template/filebeat-8")], b"").0,
+        200
+    );
+    let (code, put) = curl(
+        &[
+            "-X",
+            "PUT",
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            "@-",
+            &format!("{base}/_index_template/filebeat-8"),
+        ],
+        b"{\"index_patterns\":[\"filebeat-*\"]}",
+    );
+    assert_eq!((code, put.as_str()), (200, "{\"acknowledged\":true}"));
+
+    // Per-item results: index and create taken, update and delete
+    // refused, a document that is not an object refused alone.
+    let body = b"{\"index\":{\"_index\":\"a\",\"_id\":\"1\"}}\n{\"seq\":0}\n\
+{\"delete\":{\"_index\":\"a\",\"_id\":\"1\"}}\n\
+{\"update\":{\"_index\":\"a\",\"_id\":\"1\"}}\n{\"doc\":{\"seq\":9}}\n\
+{\"create\":{}}\n{\"seq\":1}\n\
+{\"index\":{\"_index\":\"a\"}}\n\"not an object\"\n\
+{\"index\":{}}\n{\"seq\":2}\n";
+    let (code, answer) = bulk(port, "/path-index/_bulk", body);
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(answer["errors"], true);
+    let statuses: Vec<(String, u64)> = answer["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            let (op, v) = i.as_object().unwrap().iter().next().unwrap();
+            (op.clone(), v["status"].as_u64().unwrap())
+        })
+        .collect();
+    let want = [
+        ("index", 201),
+        ("delete", 400),
+        ("update", 400),
+        ("create", 201),
+        ("index", 400),
+        ("index", 201),
+    ];
+    assert_eq!(
+        statuses,
+        want.map(|(o, s)| (o.to_string(), s as u64)).to_vec()
+    );
+    assert_eq!(answer["items"][3]["create"]["_index"], "path-index");
+    sink.wait_records(3);
+    let recs = records_of(&sink, "bulk");
+    let got: Vec<(u64, String)> = recs
+        .iter()
+        .map(|(_, r)| {
+            (
+                seq_of(r),
+                field_of(r, "index").unwrap().as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (0, "a".to_string()),
+            (1, "path-index".to_string()),
+            (2, "path-index".to_string())
+        ]
+    );
+
+    // Bad requests: each refused alone, with a log line naming the peer.
+    let (code, e) = bulk(port, "/_bulk", b"{\"index\":{}}\n");
+    assert_eq!(code, 400, "{e}");
+    let (code, e) = bulk(port, "/_bulk", b"nonsense\n{}\n");
+    assert_eq!(
+        (code, e["error"]["type"].as_str()),
+        (400, Some("illegal_argument_exception"))
+    );
+    let (code, _) = bulk(port, "/_bulk", &vec![b' '; 5000]);
+    assert_eq!(code, 413);
+    let (code, _) = curl(
+        &[
+            "-H",
+            "Content-Encoding: gzip",
+            "--data-binary",
+            "@-",
+            &format!("{base}/_bulk"),
+        ],
+        b"not gzip at all",
+    );
+    assert_eq!(code, 400);
+    // A slow client: headers never finished.
+    let mut slow = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let slow_peer = slow.local_addr().unwrap().to_string();
+    slow.write_all(b"POST /_bulk HTTP/1.1\r\n").unwrap();
+    slow.set_read_timeout(Some(WAIT)).unwrap();
+    let mut b = [0u8; 256];
+    let n = slow.read(&mut b).unwrap_or(0);
+    assert!(!String::from_utf8_lossy(&b[..n]).contains(" 200 "));
+    let lines = d.wait_bad_peer(&slow_peer);
+    assert!(
+        lines.iter().any(|l| l.contains("header_timeout")),
+        "{lines:?}"
+    );
+    // A truncated body: Content-Length promised more than came.
+    let mut cut = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let cut_peer = cut.local_addr().unwrap().to_string();
+    cut.write_all(b"POST /_bulk HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"index\":{}}\n{\"seq\":")
+        .unwrap();
+    cut.set_read_timeout(Some(WAIT)).unwrap();
+    let n = cut.read(&mut b).unwrap_or(0);
+    assert!(String::from_utf8_lossy(&b[..n]).contains(" 408 "));
+    d.wait_bad_peer(&cut_peer);
+    // Garbage instead of HTTP.
+    let mut junk = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let junk_peer = junk.local_addr().unwrap().to_string();
+    junk.write_all(b"\x16\x03\x01\x02\x00garbage\r\n\r\n")
+        .unwrap();
+    d.wait_bad_peer(&junk_peer);
+
+    // The listener goes on: a good request after all of that.
+    let (code, answer) = bulk(
+        port,
+        "/_bulk",
+        b"{\"index\":{\"_index\":\"z\"}}\n{\"seq\":3}\n",
+    );
+    assert_eq!(
+        (code, &answer["errors"]),
+        (200, &serde_json::Value::Bool(false))
+    );
+    sink.wait_records(4);
+    let seqs: Vec<u64> = records_of(&sink, "bulk")
+        .iter()
+        .map(|(_, r)| seq_of(r))
+        .collect();
+    assert_eq!(seqs, vec![0, 1, 2, 3]);
+}
+
+/// helpers.streaming_bulk with retries on 429 (the whole request refused
+/// while the buffer is full): 60 documents in chunks of 10.
+const ES_RETRYING_SENDER: &str = r#"
+import sys
+from elasticsearch import Elasticsearch, helpers
+es = Elasticsearch(sys.argv[1], request_timeout=20)
+docs = ({"_index": "full", "_source": {"seq": i, "pad": "x" * 300}} for i in range(60))
+n = 0
+for ok, info in helpers.streaming_bulk(es, docs, chunk_size=10, max_retries=100, initial_backoff=0.1, max_backoff=0.3):
+    assert ok, info
+    n += 1
+print(n)
+"#;
+
+#[test]
+fn elasticsearch_answers_429_while_the_buffer_is_full_and_the_client_retries() {
+    let Some(python) = venv_python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // The sink is down: the output's small buffer fills.
+    let (sink_port, port, mon) = (free_port(), free_port(), free_port());
+    let config = format!(
+        "[monitor]\nbind = \"127.0.0.1:{mon}\"\n\n[[input]]\ntype = \"elasticsearch\"\nbind = \"127.0.0.1:{port}\"\nwait_for_room = \"0s\"\n\n\
+         [[output]]\ntype = \"forward\"\nmatch = \"**\"\n[[output.server]]\naddress = \"127.0.0.1:{sink_port}\"\n\
+         [output.buffer]\nflush_interval = \"50ms\"\ntotal_limit_size = \"8KiB\"\nchunk_limit_size = \"2KiB\"\nretry_wait = \"100ms\"\nretry_max_interval = \"200ms\"\n"
+    );
+    let mut d = Daemon::start(dir.path(), "nagare", &config, Some(mon));
+    d.wait_port(port);
+    let url = format!("http://127.0.0.1:{port}");
+    // What a refused request gets, by curl.
+    let mut body = String::new();
+    for i in 0..20 {
+        body.push_str(&format!(
+            "{{\"index\":{{\"_index\":\"probe\"}}}}\n{{\"i\":{i},\"pad\":\"{}\"}}\n",
+            "y".repeat(300)
+        ));
+    }
+    let (code, answer) = bulk(port, "/_bulk", body.as_bytes());
+    assert_eq!(code, 200);
+    let (code, answer2) = bulk(port, "/_bulk", body.as_bytes());
+    assert_eq!(code, 429, "{answer} {answer2}");
+    assert_eq!(answer2["status"], 429);
+    assert_eq!(answer2["error"]["type"], "es_rejected_execution_exception");
+
+    let client = Command::new(&python)
+        .arg("-c")
+        .arg(ES_RETRYING_SENDER)
+        .arg(&url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until(WAIT, "the client's request refused with 429", || {
+        d.metric("rejected_events_total", "elasticsearch#0") >= 30
+    });
+    let sink = Sink::start_on(sink_port, SinkOpts::default());
+    let out = client.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "60");
+    sink.wait_records(80);
+    let seqs: Vec<u64> = records_of(&sink, "es.full")
+        .iter()
+        .map(|(_, r)| seq_of(r))
+        .collect();
+    assert_exact_seqs(&seqs, 60);
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]), "order: {seqs:?}");
+    assert_eq!(records_of(&sink, "es.probe").len(), 20);
+}
