@@ -119,6 +119,9 @@ if [ ! -x "$receivers/.venv/bin/python" ]; then
   python3 -m venv "$receivers/.venv" && "$receivers/.venv/bin/python" -m pip install --quiet \
     --disable-pip-version-check -r "$receivers/requirements.txt"
 fi
+# elastic/go-lumber's client (Go module proxy), the Lumberjack v2 sender of
+# the beats input's tests.
+(cd "$receivers/lumber" && go build -o lumber .) || echo "cannot build the go-lumber sender; the beats tests will fail" >&2
 
 # --- Rust --------------------------------------------------------------------
 suite "cargo fmt" cargo fmt --all -- --check

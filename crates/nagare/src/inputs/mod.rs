@@ -39,6 +39,7 @@ registry! {
     http => input::<http::HttpInputConfig>(),
     opentelemetry => input::<opentelemetry::OtlpInputConfig>(),
     elasticsearch => input::<elasticsearch::ElasticsearchInputConfig>(),
+    beats => input::<beats::BeatsInputConfig>(),
 }
 
 /// What a started input gets.

@@ -3,6 +3,9 @@
 //!
 //! - the `elasticsearch` input with Elasticsearch's and OpenSearch's Python
 //!   clients (`helpers.bulk`, gzip too) and curl for bad requests;
+//! - the `beats` input with elastic/go-lumber's client (the one Beats'
+//!   `output.logstash` is built on), plain, compressed and over TLS, and
+//!   hand-made frames for bad input;
 //!
 //! The Python packages live in a venv next to tests/receivers/requirements.txt,
 //! which scripts/test-all.sh makes.
@@ -438,4 +441,227 @@ fn elasticsearch_answers_429_while_the_buffer_is_full_and_the_client_retries() {
     assert_exact_seqs(&seqs, 60);
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "order: {seqs:?}");
     assert_eq!(records_of(&sink, "es.probe").len(), 20);
+}
+
+// ------------------------------------------------------------ beats
+
+/// elastic/go-lumber's client, built by scripts/test-all.sh (or here, when
+/// Go is installed and the binary is missing).
+fn lumber() -> Option<PathBuf> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/receivers/lumber");
+    let bin = dir.join("lumber");
+    if !bin.exists() {
+        let _ = Command::new("go")
+            .args(["build", "-o", "lumber", "."])
+            .current_dir(&dir)
+            .status();
+    }
+    if skip_unless(
+        bin.exists(),
+        "no go-lumber sender at crates/nagare/tests/receivers/lumber/lumber (scripts/test-all.sh builds it with Go)",
+    ) {
+        return None;
+    }
+    Some(bin)
+}
+
+/// Runs the go-lumber sender to completion: its "acked" lines.
+fn lumber_send(
+    bin: &Path,
+    port: u16,
+    start: u64,
+    n: u64,
+    window: u64,
+    compress: u32,
+    ca: Option<&Path>,
+) -> String {
+    let mut cmd = Command::new(bin);
+    cmd.args([
+        "-addr",
+        &format!("127.0.0.1:{port}"),
+        "-start",
+        &start.to_string(),
+        "-n",
+        &n.to_string(),
+        "-window",
+        &window.to_string(),
+        "-compress",
+        &compress.to_string(),
+    ]);
+    if let Some(ca) = ca {
+        cmd.arg("-ca").arg(ca);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "lumber: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn check_beats_records(recs: &[(EventTime, rmpv::Value)], seqs: std::ops::Range<u64>) {
+    assert_eq!(recs.len() as u64, seqs.end - seqs.start);
+    for ((t, r), seq) in recs.iter().zip(seqs) {
+        assert_eq!(seq_of(r), seq, "order");
+        assert_eq!(
+            field_of(r, "message").and_then(|v| v.as_str()),
+            Some(format!("line {seq}").as_str())
+        );
+        let meta = field_of(r, "@metadata").unwrap();
+        assert_eq!(
+            field_of(meta, "beat").and_then(|v| v.as_str()),
+            Some("filebeat")
+        );
+        let host = field_of(r, "host").unwrap();
+        assert_eq!(
+            field_of(host, "name").and_then(|v| v.as_str()),
+            Some("web-1")
+        );
+        assert_eq!(*t, EventTime::new(1_714_557_600 + (seq % 60) as u32, 0));
+    }
+}
+
+#[test]
+fn beats_go_lumber_sends_windows_plain_compressed_and_over_tls() {
+    let Some(bin) = lumber() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let ca = crate::common::tls::Ca::new(dir.path(), "beats");
+    let server = ca.issue("server", &["localhost", "127.0.0.1"]);
+    let sink = Sink::start(SinkOpts::default());
+    let (port, tls_port, mon) = (free_port(), free_port(), free_port());
+    let config = format!(
+        "[monitor]\nbind = \"127.0.0.1:{mon}\"\n\n\
+         [[input]]\ntype = \"beats\"\nbind = \"127.0.0.1:{port}\"\n\n\
+         [[input]]\ntype = \"beats\"\nbind = \"127.0.0.1:{tls_port}\"\ntag = \"beats.tls\"\n{}\n\
+         [[output]]\ntype = \"forward\"\nmatch = \"**\"\n[[output.server]]\naddress = \"127.0.0.1:{}\"\n\
+         [output.buffer]\nflush_interval = \"50ms\"\n",
+        crate::common::tls::tls_table("input", Some(&server), None, ""),
+        sink.port
+    );
+    let mut d = Daemon::start(dir.path(), "nagare", &config, Some(mon));
+    d.wait_port(port);
+    d.wait_port(tls_port);
+    let out = lumber_send(&bin, port, 0, 1000, 100, 0, None);
+    assert_eq!(out.lines().count(), 10);
+    assert_eq!(out.lines().last(), Some("acked 1000"));
+    // Compressed windows of uneven size (the last one short).
+    let out = lumber_send(&bin, port, 1000, 1000, 300, 3, None);
+    assert_eq!(out.lines().last(), Some("acked 1000"));
+    let out = lumber_send(&bin, tls_port, 2000, 500, 64, 5, Some(&ca.path));
+    assert_eq!(out.lines().last(), Some("acked 500"));
+    sink.wait_records(2500);
+    assert_eq!(sink.records().len(), 2500);
+    check_beats_records(&records_of(&sink, "beats"), 0..2000);
+    check_beats_records(&records_of(&sink, "beats.tls"), 2000..2500);
+}
+
+#[test]
+fn beats_acks_a_window_only_once_it_is_in_the_buffer() {
+    let Some(bin) = lumber() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (port, sink_port) = (free_port(), free_port());
+    let config = format!(
+        "[[input]]\ntype = \"beats\"\nbind = \"127.0.0.1:{port}\"\n\n\
+         [[output]]\ntype = \"forward\"\nmatch = \"**\"\n[[output.server]]\naddress = \"127.0.0.1:{sink_port}\"\n\
+         [output.buffer]\ntype = \"file\"\npath = {:?}\nflush_interval = \"100ms\"\nretry_wait = \"100ms\"\nretry_max_interval = \"300ms\"\n",
+        dir.path().join("buf")
+    );
+    // The downstream is down: every acknowledged event can only be on disk.
+    let mut d = Daemon::start(dir.path(), "nagare", &config, None);
+    d.wait_port(port);
+    let out = lumber_send(&bin, port, 0, 600, 50, 1, None);
+    assert_eq!(out.lines().last(), Some("acked 600"));
+    d.signal(libc::SIGKILL);
+    d.wait_exit(WAIT);
+    let sink = Sink::start_on(sink_port, SinkOpts::default());
+    let mut d = Daemon::start(dir.path(), "nagare", &config, None);
+    d.wait_port(port);
+    sink.wait_records(600);
+    let seqs: Vec<u64> = records_of(&sink, "beats")
+        .iter()
+        .map(|(_, r)| seq_of(r))
+        .collect();
+    assert_exact_seqs(&seqs, 600);
+}
+
+/// A window-size frame announcing `n` events, then JSON frames for `seqs`.
+fn lumber_frames(n: u32, seqs: std::ops::Range<u32>) -> Vec<u8> {
+    let mut f = b"2W".to_vec();
+    f.extend_from_slice(&n.to_be_bytes());
+    for s in seqs {
+        let json = format!("{{\"seq\":{s},\"message\":\"m{s}\"}}");
+        f.extend_from_slice(b"2J");
+        f.extend_from_slice(&(s + 1).to_be_bytes());
+        f.extend_from_slice(&(json.len() as u32).to_be_bytes());
+        f.extend_from_slice(json.as_bytes());
+    }
+    f
+}
+
+#[test]
+fn beats_bad_frames_close_only_their_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Sink::start(SinkOpts::default());
+    let (d, port) = input_to_sink(
+        dir.path(),
+        "beats",
+        "max_frame_size = \"4KiB\"\nwindow_timeout = \"1s\"",
+        sink.port,
+    );
+    // A good connection stays open across the bad ones.
+    let mut good = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    good.set_read_timeout(Some(WAIT)).unwrap();
+    good.write_all(&lumber_frames(2, 0..2)).unwrap();
+    let mut ack = [0u8; 6];
+    good.read_exact(&mut ack).unwrap();
+    assert_eq!(&ack, b"2A\0\0\0\x02");
+
+    let bad = |bytes: &[u8], close_write: bool| {
+        let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let peer = s.local_addr().unwrap().to_string();
+        s.write_all(bytes).unwrap();
+        if close_write {
+            s.shutdown(std::net::Shutdown::Write).unwrap();
+        }
+        let lines = d.wait_bad_peer(&peer);
+        // Nothing acknowledged.
+        s.set_read_timeout(Some(WAIT)).unwrap();
+        let mut rest = Vec::new();
+        let _ = s.read_to_end(&mut rest);
+        assert!(rest.is_empty(), "{rest:?}");
+        lines.join("\n")
+    };
+    // Not Lumberjack; v1; an unknown frame type.
+    assert!(bad(b"GET / HTTP/1.1\r\n\r\n", false).contains("not Lumberjack v2"));
+    assert!(bad(b"1W\0\0\0\x01", false).contains("v1"));
+    assert!(bad(b"2Q\0\0", false).contains("unknown"));
+    // A data frame larger than max_frame_size.
+    let mut big = b"2W\0\0\0\x01\x32J\0\0\0\x01".to_vec();
+    big.extend_from_slice(&100_000u32.to_be_bytes());
+    assert!(bad(&big, false).contains("max_frame_size"));
+    // A compressed frame that does not inflate.
+    assert!(bad(b"2W\0\0\0\x01\x32C\0\0\0\x04abcd", false).contains("inflate"));
+    // A document that is not JSON.
+    assert!(bad(b"2W\0\0\0\x01\x32J\0\0\0\x01\0\0\0\x03{x}", false).contains("data frame 1"));
+    // Truncated: the window cut short by the sender's close.
+    let mut cut = lumber_frames(3, 0..2);
+    cut.extend_from_slice(b"2J\0\0");
+    assert!(bad(&cut, true).contains("closed inside a frame"));
+    // Slow: a window begun and never finished.
+    assert!(bad(&lumber_frames(5, 0..1), false).contains("window_timeout"));
+
+    // The good connection goes on.
+    let mut next = b"2W\0\0\0\x01".to_vec();
+    next.extend_from_slice(&lumber_frames(1, 2..3)[6..]);
+    good.write_all(&next).unwrap();
+    good.read_exact(&mut ack).unwrap();
+    assert_eq!(&ack, b"2A\0\0\0\x03");
+    sink.wait_records(3);
+    let seqs: Vec<u64> = sink.records().iter().map(|(_, _, r)| seq_of(r)).collect();
+    assert_eq!(seqs, vec![0, 1, 2]);
 }
