@@ -40,6 +40,7 @@ registry! {
     opentelemetry => input::<opentelemetry::OtlpInputConfig>(),
     elasticsearch => input::<elasticsearch::ElasticsearchInputConfig>(),
     beats => input::<beats::BeatsInputConfig>(),
+    splunk_hec => input::<splunk_hec::SplunkHecInputConfig>(),
 }
 
 /// What a started input gets.

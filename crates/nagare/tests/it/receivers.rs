@@ -6,6 +6,9 @@
 //! - the `beats` input with elastic/go-lumber's client (the one Beats'
 //!   `output.logstash` is built on), plain, compressed and over TLS, and
 //!   hand-made frames for bad input;
+//! - the `splunk_hec` input with the splunk-data-sender HEC client (events,
+//!   gzip, channels, indexer acknowledgements) and curl (raw, tokens, bad
+//!   requests).
 //!
 //! The Python packages live in a venv next to tests/receivers/requirements.txt,
 //! which scripts/test-all.sh makes.
@@ -664,4 +667,217 @@ fn beats_bad_frames_close_only_their_connection() {
     sink.wait_records(3);
     let seqs: Vec<u64> = sink.records().iter().map(|(_, _, r)| seq_of(r)).collect();
     assert_eq!(seqs, vec![0, 1, 2]);
+}
+
+// ------------------------------------------------------------ splunk_hec
+
+/// Sends N events with splunk-data-sender (a HEC client from PyPI):
+/// health check, events in batches of 50 (gzip), on a channel in the
+/// header, then asks the acks of every batch. Prints the ack ids and the
+/// answer of /ack.
+const HEC_SENDER: &str = r#"
+import json, sys
+from splunk_data_sender import SplunkSender
+port, token, channel, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+s = SplunkSender(endpoint="127.0.0.1", port=port, token=token, protocol="http",
+                 channel=channel, channel_in="header", api_url="collector/event",
+                 source="shop", source_type="_json", index="main", allow_overrides=True,
+                 max_buf_size=50, compress=True, retry_count=2, timeout=20)
+assert s.get_health()
+ids = []
+for i in range(n):
+    r = s.send_data({"event": {"seq": i, "message": "payment %d" % i}, "time": 1714557600 + i % 60 + 0.25, "host": "web-1"})
+    if r is not None:
+        assert r["code"] == 0, r
+        ids.append(r["ackId"])
+r = s.flush_buffer()
+if r is not None:
+    ids.append(r["ackId"])
+acks = s.send_acks(ids + [999])
+print(json.dumps({"ids": ids, "acks": acks}))
+"#;
+
+#[test]
+fn splunk_hec_client_sends_events_with_channels_and_acks() {
+    let Some(python) = venv_python() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Sink::start(SinkOpts::default());
+    let (_d, port) = input_to_sink(
+        dir.path(),
+        "splunk_hec",
+        "tokens = [\"11111111-2222-3333-4444-555555555555\", \"other\"]\nindexer_acknowledgement = true",
+        sink.port,
+    );
+    let channel = "0aeeac95-ac74-4aa9-b30d-6c4c0ac581ba";
+    let out = run_python(
+        &python,
+        HEC_SENDER,
+        &[
+            &port.to_string(),
+            "11111111-2222-3333-4444-555555555555",
+            channel,
+            "230",
+        ],
+    );
+    let out: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(out["ids"], serde_json::json!([0, 1, 2, 3, 4]));
+    assert_eq!(
+        out["acks"],
+        serde_json::json!({"acks": {"0": true, "1": true, "2": true, "3": true, "4": true, "999": false}})
+    );
+    sink.wait_records(230);
+    let recs = records_of(&sink, "splunk.hec");
+    assert_eq!(recs.len(), 230);
+    for (i, (t, r)) in recs.iter().enumerate() {
+        let event = field_of(r, "event").unwrap();
+        assert_eq!(seq_of(event), i as u64, "order");
+        assert_eq!(
+            field_of(event, "message").and_then(|v| v.as_str()),
+            Some(format!("payment {i}").as_str())
+        );
+        assert_eq!(field_of(r, "host").and_then(|v| v.as_str()), Some("web-1"));
+        assert_eq!(
+            field_of(r, "sourcetype").and_then(|v| v.as_str()),
+            Some("_json")
+        );
+        assert_eq!(field_of(r, "source").and_then(|v| v.as_str()), Some("shop"));
+        assert!(field_of(r, "time").is_none());
+        assert_eq!(
+            *t,
+            EventTime::new(1_714_557_600 + (i % 60) as u32, 250_000_000)
+        );
+    }
+}
+
+fn hec(port: u16, path: &str, headers: &[&str], body: &[u8]) -> (u16, serde_json::Value) {
+    let mut args: Vec<String> = Vec::new();
+    for h in headers {
+        args.push("-H".into());
+        args.push(h.to_string());
+    }
+    args.push("--data-binary".into());
+    args.push("@-".into());
+    args.push(format!("http://127.0.0.1:{port}{path}"));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, text) = curl(&args, body);
+    (
+        code,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
+}
+
+#[test]
+fn splunk_hec_raw_tokens_and_bad_requests() {
+    if skip_unless(
+        Command::new("curl").arg("--version").output().is_ok(),
+        "curl is not installed",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Sink::start(SinkOpts::default());
+    let (d, port) = input_to_sink(
+        dir.path(),
+        "splunk_hec",
+        "tokens = [\"secret\"]\nmax_body_size = \"4KiB\"\nheader_timeout = \"1s\"",
+        sink.port,
+    );
+    let auth = "Authorization: Splunk secret";
+    // Tokens: none, a wrong scheme, a wrong token.
+    let (code, a) = hec(port, "/services/collector/event", &[], b"{\"event\":1}");
+    assert_eq!((code, &a["code"]), (401, &serde_json::json!(2)));
+    let (code, a) = hec(
+        port,
+        "/services/collector/event",
+        &["Authorization: Token x"],
+        b"{\"event\":1}",
+    );
+    assert_eq!((code, &a["code"]), (401, &serde_json::json!(3)));
+    let (code, a) = hec(
+        port,
+        "/services/collector/event",
+        &["Authorization: Splunk nope"],
+        b"{\"event\":1}",
+    );
+    assert_eq!(
+        (code, &a["text"], &a["code"]),
+        (
+            403,
+            &serde_json::json!("Invalid token"),
+            &serde_json::json!(4)
+        )
+    );
+    // Acks are off here.
+    let (code, a) = hec(port, "/services/collector/ack", &[auth], b"{\"acks\":[0]}");
+    assert_eq!((code, &a["code"]), (400, &serde_json::json!(14)));
+    // Bad events refuse the whole request, naming the event.
+    let (code, a) = hec(
+        port,
+        "/services/collector",
+        &[auth],
+        b"{\"event\":\"ok\"}{\"host\":\"x\"}",
+    );
+    assert_eq!(
+        (code, &a["code"], &a["invalid-event-number"]),
+        (400, &serde_json::json!(12), &serde_json::json!(1))
+    );
+    let (code, a) = hec(port, "/services/collector", &[auth], b"{\"event\":\"\"}");
+    assert_eq!((code, &a["code"]), (400, &serde_json::json!(13)));
+    let (code, a) = hec(
+        port,
+        "/services/collector",
+        &[auth],
+        b"{\"event\":\"ok\"} {\"event",
+    );
+    assert_eq!((code, &a["code"]), (400, &serde_json::json!(6)));
+    let (code, a) = hec(port, "/services/collector", &[auth], b"");
+    assert_eq!((code, &a["code"]), (400, &serde_json::json!(5)));
+    let (code, _) = hec(port, "/services/collector", &[auth], &vec![b' '; 5000]);
+    assert_eq!(code, 413);
+    let (code, _) = hec(port, "/nope", &[auth], b"{}");
+    assert_eq!(code, 404);
+    // A slow client.
+    let mut slow = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let slow_peer = slow.local_addr().unwrap().to_string();
+    slow.write_all(b"POST /services/collector HTTP/1.1\r\n")
+        .unwrap();
+    let lines = d.wait_bad_peer(&slow_peer);
+    assert!(
+        lines.iter().any(|l| l.contains("header_timeout")),
+        "{lines:?}"
+    );
+
+    // Raw: one event per line, with the query's metadata.
+    let (code, a) = hec(
+        port,
+        "/services/collector/raw?host=web-2&sourcetype=access_combined",
+        &["Authorization: Basic eDpzZWNyZXQ="],
+        b"GET /a 200\nGET /b 404\r\n\n",
+    );
+    assert_eq!((code, &a["text"]), (200, &serde_json::json!("Success")));
+    let (code, _) = hec(
+        port,
+        "/services/collector/event/1.0",
+        &[auth],
+        b"{\"event\":\"after\",\"time\":\"1714557600\"}\n",
+    );
+    assert_eq!(code, 200);
+    sink.wait_records(3);
+    let recs = records_of(&sink, "splunk.hec");
+    let events: Vec<&str> = recs
+        .iter()
+        .map(|(_, r)| field_of(r, "event").unwrap().as_str().unwrap())
+        .collect();
+    assert_eq!(events, vec!["GET /a 200", "GET /b 404", "after"]);
+    assert_eq!(
+        field_of(&recs[0].1, "host").and_then(|v| v.as_str()),
+        Some("web-2")
+    );
+    assert_eq!(
+        field_of(&recs[1].1, "sourcetype").and_then(|v| v.as_str()),
+        Some("access_combined")
+    );
+    assert_eq!(recs[2].0, EventTime::new(1_714_557_600, 0));
 }
