@@ -533,11 +533,11 @@ mod tests {
         let recs: Vec<_> = nagare_core::record::entries(&e.entries).collect();
         assert_eq!(recs[0].0, EventTime::new(1714557600, 500_000_000));
         assert!(nagare_core::record::field(recs[0].1, b"time").is_none());
-        assert!(nagare_core::record::field(recs[1].1, b"fields").is_some());
+        assert!(nagare_core::record::find_key(recs[1].1, 0, b"fields").is_some());
         let r = d.events(br#"{"event":"a"} {"host":"x"}"#).unwrap_err();
         assert!(r.message.starts_with(EVENT_REQUIRED), "{}", r.message);
         let a = d.refusal(r.status, &r.message);
-        let _ = a;
+        assert_eq!(a.status(), StatusCode::BAD_REQUEST);
         assert!(d
             .events(br#"{"event":""}"#)
             .unwrap_err()

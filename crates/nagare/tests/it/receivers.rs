@@ -881,3 +881,30 @@ fn splunk_hec_raw_tokens_and_bad_requests() {
     );
     assert_eq!(recs[2].0, EventTime::new(1_714_557_600, 0));
 }
+
+// ------------------------------------------------------------ docs
+
+/// Every TOML example of docs/migration-senders.md passes `nagare check`.
+#[test]
+fn the_migration_page_examples_check() {
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/migration-senders.md"
+    ))
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut n = 0;
+    for (i, block) in doc.split("```toml\n").skip(1).enumerate() {
+        let block = block.split("```").next().unwrap();
+        let path = dir.path().join(format!("example{i}.toml"));
+        std::fs::write(&path, block).unwrap();
+        let out = run_check(&path);
+        assert!(
+            out.status.success(),
+            "example {i}:\n{block}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        n += 1;
+    }
+    assert_eq!(n, 3);
+}
