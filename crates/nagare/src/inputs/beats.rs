@@ -362,7 +362,7 @@ impl Decoder {
                 .map(|x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]))
                 .ok_or_else(|| "a frame cut short".to_string())
         }
-        fn take<'a>(b: &'a [u8], at: usize, n: usize) -> Result<&'a [u8], String> {
+        fn take(b: &[u8], at: usize, n: usize) -> Result<&[u8], String> {
             b.get(at..at.saturating_add(n))
                 .ok_or_else(|| "a frame cut short".to_string())
         }
@@ -695,6 +695,56 @@ mod tests {
             .map(|(t, _, _)| t)
             .collect();
         assert_eq!(times[0], EventTime::new(1714557600, 0));
+    }
+
+    /// Random bytes in, for a few thousand cuts and mutations of a good
+    /// input (what the fuzz target does at length, here in every `cargo test`).
+    fn mutations(good: &[u8], mut each: impl FnMut(&[u8])) {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for cut in 0..=good.len() {
+            each(&good[..cut]);
+        }
+        for _ in 0..3000 {
+            let mut b = good.to_vec();
+            for _ in 0..1 + next() % 4 {
+                let at = (next() % b.len() as u64) as usize;
+                b[at] = next() as u8;
+            }
+            each(&b);
+        }
+    }
+
+    #[test]
+    fn mutated_frames_never_panic() {
+        let d = decoder();
+        let mut good = b"2W\0\0\0\x03".to_vec();
+        good.extend(jframe(
+            1,
+            r#"{"message":"a","@timestamp":"2024-05-01T10:00:00Z"}"#,
+        ));
+        good.extend_from_slice(b"2D\0\0\0\x02\0\0\0\x01\0\0\0\x01k\0\0\0\x01v");
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut z, &jframe(3, r#"{"m":[1,2]}"#)).unwrap();
+        let z = z.finish().unwrap();
+        good.extend_from_slice(b"2C");
+        good.extend_from_slice(&(z.len() as u32).to_be_bytes());
+        good.extend_from_slice(&z);
+        mutations(&good, |b| {
+            let (mut w, mut ready) = (Window::default(), Vec::new());
+            let _ = d.frames(b, &mut w, &mut ready, 0);
+            for r in &ready {
+                assert_eq!(
+                    nagare_core::record::entries(&r.entries).count(),
+                    r.count as usize
+                );
+            }
+        });
     }
 
     #[test]

@@ -45,7 +45,7 @@ use serde::Deserialize;
 use tokio::task::JoinHandle;
 
 use crate::inputs::common::http_listener::{
-    self, http_listener_options, Body, Decode, Events, Reject,
+    self, http_listener_options, Answered, Body, Decode, Events, Reject,
 };
 use crate::inputs::{Input, InputContext, InputPlugin};
 use crate::net::tls::TlsServer;
@@ -668,11 +668,7 @@ impl Decode for EsDecode {
         self.decode_answered(head, body).map(|(events, _)| events)
     }
 
-    fn decode_answered(
-        &self,
-        head: &Parts,
-        body: Body,
-    ) -> Result<(Vec<Events>, Option<Response<Full<Bytes>>>), Reject> {
+    fn decode_answered(&self, head: &Parts, body: Body) -> Result<Answered, Reject> {
         let Some(path_index) = bulk_path(head.uri.path()) else {
             return Err(Reject::new(
                 StatusCode::NOT_FOUND,
@@ -794,6 +790,50 @@ mod tests {
             .collect();
         assert_eq!(times[0], EventTime::new(1714557600, 500_000_000));
         assert!(times[1].secs > 1714557600);
+    }
+
+    /// Random bytes in, for a few thousand cuts and mutations of a good
+    /// input (what the fuzz target does at length, here in every `cargo test`).
+    fn mutations(good: &[u8], mut each: impl FnMut(&[u8])) {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for cut in 0..=good.len() {
+            each(&good[..cut]);
+        }
+        for _ in 0..3000 {
+            let mut b = good.to_vec();
+            for _ in 0..1 + next() % 4 {
+                let at = (next() % b.len() as u64) as usize;
+                b[at] = next() as u8;
+            }
+            each(&b);
+        }
+    }
+
+    #[test]
+    fn mutated_bodies_never_panic() {
+        let d = decoder("index_key = \"i\"\nid_key = \"id\"");
+        let good = b"{\"index\":{\"_index\":\"a\",\"_id\":\"1\"}}\n{\"m\":[1,{\"x\":null}],\"@timestamp\":\"2024-05-01T10:00:00Z\"}\n{\"delete\":{\"_id\":\"2\"}}\n{\"create\":{}}\n{\"m\":\"\\u00e9\"}\n";
+        mutations(good, |b| {
+            let mut body = Body::default();
+            for p in b.chunks(7) {
+                body.push(Bytes::copy_from_slice(p));
+            }
+            if let Ok((events, answer)) = d.bulk(Some("p".into()), &body) {
+                assert!(serde_json::from_slice::<serde_json::Value>(&answer).is_ok());
+                for e in events {
+                    assert_eq!(
+                        nagare_core::record::entries(&e.entries).count(),
+                        e.count as usize
+                    );
+                }
+            }
+        });
     }
 
     #[test]

@@ -47,7 +47,7 @@ use serde::Deserialize;
 use tokio::task::JoinHandle;
 
 use crate::inputs::common::http_listener::{
-    self, http_listener_options, Body, Decode, Events, Reject,
+    self, http_listener_options, Answered, Body, Decode, Events, Reject,
 };
 use crate::inputs::{Input, InputContext, InputPlugin};
 use crate::net::tls::TlsServer;
@@ -451,11 +451,7 @@ impl Decode for HecDecode {
         self.decode_answered(head, body).map(|(e, _)| e)
     }
 
-    fn decode_answered(
-        &self,
-        head: &Parts,
-        body: Body,
-    ) -> Result<(Vec<Events>, Option<Response<Full<Bytes>>>), Reject> {
+    fn decode_answered(&self, head: &Parts, body: Body) -> Result<Answered, Reject> {
         let channel = self.channel(head)?;
         let body = body.joined();
         let ep = endpoint(head.uri.path());
@@ -521,6 +517,46 @@ mod tests {
     fn decoder() -> HecDecode {
         let cfg: SplunkHecInputConfig = toml::from_str("bind = \"127.0.0.1:0\"").unwrap();
         HecDecode::new(&cfg).unwrap()
+    }
+
+    /// Random bytes in, for a few thousand cuts and mutations of a good
+    /// input (what the fuzz target does at length, here in every `cargo test`).
+    fn mutations(good: &[u8], mut each: impl FnMut(&[u8])) {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for cut in 0..=good.len() {
+            each(&good[..cut]);
+        }
+        for _ in 0..3000 {
+            let mut b = good.to_vec();
+            for _ in 0..1 + next() % 4 {
+                let at = (next() % b.len() as u64) as usize;
+                b[at] = next() as u8;
+            }
+            each(&b);
+        }
+    }
+
+    #[test]
+    fn mutated_bodies_never_panic() {
+        let d = decoder();
+        let good = br#"{"event":{"k":[1,"x"]},"time":1714557600.5,"host":"h","fields":{"f":"v"}}{"event":"b","time":"12"}"#;
+        mutations(good, |b| {
+            for e in [d.events(b), d.raw(Some("host=h"), b)]
+                .into_iter()
+                .flatten()
+            {
+                assert_eq!(
+                    nagare_core::record::entries(&e.entries).count(),
+                    e.count as usize
+                );
+            }
+        });
     }
 
     #[test]

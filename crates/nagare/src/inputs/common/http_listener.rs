@@ -243,6 +243,9 @@ impl From<Bytes> for Body {
     }
 }
 
+/// A request's events and, when it has its own, the answer once they are taken.
+pub type Answered = (Vec<Events>, Option<Response<Full<Bytes>>>);
+
 /// How one input type turns requests into events.
 pub trait Decode: Send + Sync + 'static {
     /// The batches in a request's (decompressed) body, or why it is refused.
@@ -263,11 +266,7 @@ pub trait Decode: Send + Sync + 'static {
     /// Like [`Decode::decode`], with the answer to give once the events are
     /// taken when it depends on the body (per-item results of an
     /// Elasticsearch `_bulk`, a Splunk HEC ack id); None: [`Decode::accepted`].
-    fn decode_answered(
-        &self,
-        head: &Parts,
-        body: Body,
-    ) -> Result<(Vec<Events>, Option<Response<Full<Bytes>>>), Reject> {
+    fn decode_answered(&self, head: &Parts, body: Body) -> Result<Answered, Reject> {
         Ok((self.decode(head, body)?, None))
     }
 
