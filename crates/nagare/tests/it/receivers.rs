@@ -908,3 +908,59 @@ fn the_migration_page_examples_check() {
     }
     assert_eq!(n, 3);
 }
+
+/// `nagare check` names the file, line and key of each receiver's bad option.
+#[test]
+fn receivers_bad_options_are_reported_by_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let es = "[[input]]\ntype = \"elasticsearch\"\nbind = \"127.0.0.1:0\"\n";
+    let hec = "[[input]]\ntype = \"splunk_hec\"\nbind = \"127.0.0.1:0\"\n";
+    let beats = "[[input]]\ntype = \"beats\"\nbind = \"127.0.0.1:0\"\n";
+    assert_check_errors(
+        dir.path(),
+        CHECK_BASE,
+        &[
+            (
+                format!("{es}tag = \"a b.${{index}}\"\n"),
+                ":8: key `tag`:",
+                "not a tag",
+            ),
+            (
+                format!("{es}version = \"eight\"\n"),
+                ":8: key `version`:",
+                "MAJOR.MINOR.PATCH",
+            ),
+            (
+                format!("{es}index_key = \"\"\n"),
+                ":8: key `index_key`:",
+                "must name a field",
+            ),
+            (format!("{es}shards = 1\n"), ":8:", "unknown key `shards`"),
+            (
+                format!("{hec}tokens = [\" \"]\n"),
+                ":8: key `tokens`:",
+                "must not be empty",
+            ),
+            (
+                format!("{hec}max_channels = 0\n"),
+                ":8: key `max_channels`:",
+                "at least 1",
+            ),
+            (
+                format!("{beats}max_frame_size = \"10B\"\n"),
+                ":8: key `max_frame_size`:",
+                "from 1KiB",
+            ),
+            (
+                format!("{beats}tag = \"\"\n"),
+                ":8: key `tag`:",
+                "must be a tag",
+            ),
+            (
+                format!("{beats}max_connections = 0\n"),
+                ":8: key `max_connections`:",
+                "at least 1",
+            ),
+        ],
+    );
+}
