@@ -121,6 +121,16 @@ if [ ! -x "$otlp/.venv/bin/python" ]; then
   python3 -m venv "$otlp/.venv" && "$otlp/.venv/bin/python" -m pip install --quiet \
     --disable-pip-version-check -r "$otlp/requirements.txt"
 fi
+# Elasticsearch's and OpenSearch's Python clients (and a Splunk HEC client)
+# for tests/it/receivers.rs.
+receivers=crates/nagare/tests/receivers
+if [ ! -x "$receivers/.venv/bin/python" ]; then
+  python3 -m venv "$receivers/.venv" && "$receivers/.venv/bin/python" -m pip install --quiet \
+    --disable-pip-version-check -r "$receivers/requirements.txt"
+fi
+# elastic/go-lumber's client (Go module proxy), the Lumberjack v2 sender of
+# the beats input's tests.
+(cd "$receivers/lumber" && go build -o lumber .) || echo "cannot build the go-lumber sender; the beats tests will fail" >&2
 
 # --- Rust --------------------------------------------------------------------
 suite "cargo fmt" cargo fmt --all -- --check

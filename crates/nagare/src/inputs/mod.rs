@@ -40,6 +40,9 @@ registry! {
     opentelemetry => input::<opentelemetry::OtlpInputConfig>(),
     journald => input::<journald::JournaldConfig>(),
     exec => input::<exec::ExecInputConfig>(),
+    elasticsearch => input::<elasticsearch::ElasticsearchInputConfig>(),
+    beats => input::<beats::BeatsInputConfig>(),
+    splunk_hec => input::<splunk_hec::SplunkHecInputConfig>(),
 }
 
 /// What a started input gets.

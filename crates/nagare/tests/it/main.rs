@@ -39,6 +39,7 @@ mod opentelemetry;
 mod parsers;
 mod postgresql;
 mod rate_filters;
+mod receivers;
 mod redis;
 mod reload;
 mod scribe;

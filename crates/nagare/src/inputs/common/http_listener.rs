@@ -142,6 +142,11 @@ pub struct ListenerOptions {
 }
 
 impl ListenerOptions {
+    /// Whether the listener's own authentication (bearer, basic) is on.
+    fn auth(&self) -> bool {
+        self.bearer_token.is_some() || !self.users.is_empty()
+    }
+
     /// The build-time checks; tells `cx` the address. Gives the TLS side
     /// with its files loaded (None without TLS), for [`start`].
     pub fn check(&self, cx: &mut BuildContext) -> Result<Option<Arc<TlsServer>>, OptionError> {
@@ -238,6 +243,9 @@ impl From<Bytes> for Body {
     }
 }
 
+/// A request's events and, when it has its own, the answer once they are taken.
+pub type Answered = (Vec<Events>, Option<Response<Full<Bytes>>>);
+
 /// How one input type turns requests into events.
 pub trait Decode: Send + Sync + 'static {
     /// The batches in a request's (decompressed) body, or why it is refused.
@@ -253,6 +261,38 @@ pub trait Decode: Send + Sync + 'static {
     /// The answer once the events are accepted (default: 200, no body).
     fn accepted(&self, _head: &Parts) -> Response<Full<Bytes>> {
         Response::new(Full::new(Bytes::new()))
+    }
+
+    /// Like [`Decode::decode`], with the answer to give once the events are
+    /// taken when it depends on the body (per-item results of an
+    /// Elasticsearch `_bulk`, a Splunk HEC ack id); None: [`Decode::accepted`].
+    fn decode_answered(&self, head: &Parts, body: Body) -> Result<Answered, Reject> {
+        Ok((self.decode(head, body)?, None))
+    }
+
+    /// Answers a request that brings no events from its head alone (the
+    /// `GET /` version check of an Elasticsearch client, a health check),
+    /// or refuses it (a token of the protocol's own scheme); None (default):
+    /// only `POST` is taken, its body decoded.
+    fn answer_head(&self, _head: &Parts) -> Result<Option<Response<Full<Bytes>>>, Reject> {
+        Ok(None)
+    }
+
+    /// Whether a request of this method brings events (default: POST
+    /// only; Elasticsearch clients send `_bulk` with PUT too).
+    fn takes(&self, method: &hyper::Method) -> bool {
+        *method == hyper::Method::POST
+    }
+
+    /// The answer to a refused request (default: the message as text).
+    fn refusal(&self, status: StatusCode, message: &str) -> Response<Full<Bytes>> {
+        answer(status, message)
+    }
+
+    /// The status of a request refused while a buffer is full (default 503;
+    /// Elasticsearch clients retry a 429).
+    fn busy_status(&self) -> StatusCode {
+        StatusCode::SERVICE_UNAVAILABLE
     }
 }
 
@@ -398,7 +438,8 @@ where
     }
 }
 
-fn answer(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
+/// A plain-text answer: the message and a newline.
+pub fn answer(status: StatusCode, message: &str) -> Response<Full<Bytes>> {
     let mut body = message.as_bytes().to_vec();
     if !body.is_empty() {
         body.push(b'\n');
@@ -419,8 +460,8 @@ async fn handle(ctx: &Ctx, peer: SocketAddr, req: Request<Incoming>) -> Response
         PluginStats::add(&ctx.stats.bad_input, 1);
         tracing::warn!(input = %ctx.name, peer = %peer, path = %head.uri.path(),
             status = r.status.as_u16(), reason = %r.message, "request refused");
-        let mut a = answer(r.status, &r.message);
-        if r.status == StatusCode::UNAUTHORIZED {
+        let mut a = ctx.decode.refusal(r.status, &r.message);
+        if r.status == StatusCode::UNAUTHORIZED && ctx.opts.auth() {
             let scheme = if ctx.opts.users.is_empty() {
                 "Bearer"
             } else {
@@ -434,7 +475,12 @@ async fn handle(ctx: &Ctx, peer: SocketAddr, req: Request<Incoming>) -> Response
     if let Err(r) = authorize(&ctx.opts, &head) {
         return refused(r);
     }
-    if head.method != hyper::Method::POST {
+    match ctx.decode.answer_head(&head) {
+        Ok(Some(a)) => return a,
+        Ok(None) => {}
+        Err(r) => return refused(r),
+    }
+    if !ctx.decode.takes(&head.method) {
         let mut a = refused(Reject::new(
             StatusCode::METHOD_NOT_ALLOWED,
             format!("{} is not accepted; send events with POST", head.method),
@@ -458,15 +504,16 @@ async fn handle(ctx: &Ctx, peer: SocketAddr, req: Request<Incoming>) -> Response
             .wait_for_room(&[(&tag, body.size())], deadline)
             .await;
     }
-    let batches = match ctx.decode.decode(&head, body) {
+    let (batches, answered) = match ctx.decode.decode_answered(&head, body) {
         Ok(b) => b,
         Err(r) => return refused(r),
     };
     match deliver(ctx, batches).await {
-        Ok(()) => ctx.decode.accepted(&head),
+        Ok(()) => answered.unwrap_or_else(|| ctx.decode.accepted(&head)),
         Err(Refused::Busy(why)) => {
-            tracing::debug!(input = %ctx.name, peer = %peer, reason = %why, "answering 503");
-            let mut a = answer(StatusCode::SERVICE_UNAVAILABLE, &why);
+            let status = ctx.decode.busy_status();
+            tracing::debug!(input = %ctx.name, peer = %peer, reason = %why, status = status.as_u16(), "buffer full: request refused");
+            let mut a = ctx.decode.refusal(status, &why);
             let secs = ctx.opts.retry_after.as_secs().max(1);
             a.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
@@ -474,7 +521,7 @@ async fn handle(ctx: &Ctx, peer: SocketAddr, req: Request<Incoming>) -> Response
         }
         Err(Refused::Failed(why)) => {
             tracing::warn!(input = %ctx.name, peer = %peer, reason = %why, "answering 500");
-            answer(StatusCode::INTERNAL_SERVER_ERROR, &why)
+            ctx.decode.refusal(StatusCode::INTERNAL_SERVER_ERROR, &why)
         }
     }
 }

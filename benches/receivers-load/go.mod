@@ -1,0 +1,3 @@
+module nagare.bench/receivers-load
+
+go 1.21

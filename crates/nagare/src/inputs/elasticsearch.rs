@@ -1,0 +1,846 @@
+//! `elasticsearch`: the Elasticsearch `_bulk` API, so that what already
+//! sends to Elasticsearch (Beats' `output.elasticsearch`, Fluent Bit's and
+//! Fluentd's es outputs, Logstash, the clients' `helpers.bulk`) can send to
+//! nagare instead, as Fluent Bit's in_elasticsearch.
+//!
+//! - `POST /_bulk` and `POST /<index>/_bulk` (PUT too): NDJSON, an action
+//!   line and, for `index` and `create`, the document. Each document
+//!   becomes one event whose record is the document as sent; its tag is
+//!   the `tag` option with `${index}` replaced by the document's index (the
+//!   action's `_index`, else the path's). `update` and `delete` are
+//!   answered with an error item (nagare keeps no documents to change).
+//! - The answer has one item per action, in order, as Elasticsearch's
+//!   (`{"took":..,"errors":..,"items":[{"create":{"_index":..,"_id":..,
+//!   "status":201,..}}]}`); a document that is not a JSON object is an
+//!   error item (400, `mapper_parsing_exception`), the rest are taken. A
+//!   malformed action line refuses the whole request (400), as
+//!   Elasticsearch does.
+//! - While a matched output's buffer is full the request is answered 429
+//!   (`es_rejected_execution_exception`): Beats and the clients' bulk
+//!   helpers send it again later. Nothing of a refused request was taken.
+//! - The requests clients make before they send: `GET /` (the version
+//!   they check, option `version`), `HEAD /`, `GET /_license` and
+//!   `GET /_xpack` (Beats look there), and template, pipeline and policy
+//!   calls (`/_index_template/..`, `/_template/..`, `/_ilm/policy/..`),
+//!   answered as if each already existed or was stored, so setup succeeds
+//!   and nothing is kept. Every answer carries `X-Elastic-Product:
+//!   Elasticsearch`, which Elastic's 8.x clients check.
+//!
+//! The listener (keep-alive, limits, bearer/basic auth, gzip/zstd,
+//! `ack = "delivered"`) is http_listener.rs, shared with the `http` input.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::header::{self, HeaderValue};
+use hyper::http::request::Parts;
+use hyper::{Method, Response, StatusCode};
+use nagare_core::json::write_string;
+use nagare_core::plugin::{BuildContext, OptionError};
+use nagare_forward::EventTime;
+use serde::Deserialize;
+use tokio::task::JoinHandle;
+
+use crate::inputs::common::http_listener::{
+    self, http_listener_options, Answered, Body, Decode, Events, Reject,
+};
+use crate::inputs::{Input, InputContext, InputPlugin};
+use crate::net::tls::TlsServer;
+use crate::parsers::{Parser, ParserConfig, ParserType};
+
+http_listener_options!(
+    ElasticsearchInputConfig {
+        /// The tag of the events; `${index}` is replaced by each document's
+        /// index (default "es.${index}"; a tag without `${index}` puts every
+        /// document under that one tag).
+        #[serde_inline_default("es.${index}".into())]
+        tag: String,
+        /// The document field that gives the event time (RFC 3339 or epoch
+        /// seconds); it stays in the record. A document without it, or whose
+        /// value is not a time, gets the time of arrival (default
+        /// "@timestamp", as Beats and Logstash write it; "" for arrival
+        /// time always).
+        #[serde_inline_default("@timestamp".into())]
+        time_key: String,
+        /// Add the document's index to its record under this field (default:
+        /// not added).
+        #[serde(default)]
+        index_key: Option<String>,
+        /// Add the document's `_id` (the one sent, or the one nagare gave it)
+        /// to its record under this field (default: not added).
+        #[serde(default)]
+        id_key: Option<String>,
+        /// The Elasticsearch version `GET /` reports. Beats refuse a server
+        /// older than themselves and Elastic's clients one of another major
+        /// version; raise it for newer senders (default "8.17.0").
+        #[serde_inline_default("8.17.0".into())]
+        version: String,
+    }
+);
+
+impl InputPlugin for ElasticsearchInputConfig {
+    const TYPE: &'static str = "elasticsearch";
+    const DOC: &'static str = "Receives documents sent to the Elasticsearch `_bulk` API (Beats, Fluent Bit, Fluentd, Logstash, Elastic's and OpenSearch's clients): each `index`/`create` document becomes an event tagged from its index, answered per item; 429 while buffers are full (see [Migrating senders](migration-senders.md)).";
+
+    fn build(self, cx: &mut BuildContext) -> Result<Box<dyn Input>, OptionError> {
+        let tls = self.listener().check(cx)?;
+        check_tag(&self.tag.replace(INDEX, "index"))
+            .map_err(|e| OptionError::new("tag", format!("{:?}: {e}", self.tag)))?;
+        for (key, v) in [("index_key", &self.index_key), ("id_key", &self.id_key)] {
+            if v.as_deref() == Some("") {
+                return Err(OptionError::new(key, "must name a field"));
+            }
+        }
+        let mut parts = self.version.split('.');
+        let numeric = parts.clone().count() == 3 && parts.all(|p| p.parse::<u32>().is_ok());
+        if !numeric {
+            return Err(OptionError::new(
+                "version",
+                format!("{:?} is not a version MAJOR.MINOR.PATCH", self.version),
+            ));
+        }
+        Ok(Box::new(EsInput { cfg: self, tls }))
+    }
+}
+
+/// What `tag` replaces with the document's index.
+const INDEX: &str = "${index}";
+
+/// A tag is dotted words: no spaces, slashes or control characters.
+fn check_tag(t: &str) -> Result<(), String> {
+    if t.is_empty() {
+        return Err("a tag must not be empty".into());
+    }
+    match t
+        .chars()
+        .find(|c| c.is_whitespace() || c.is_control() || *c == '/')
+    {
+        Some(c) => Err(format!("not a tag: it holds {c:?}")),
+        None => Ok(()),
+    }
+}
+
+/// A built elasticsearch input: its options and its TLS files, loaded.
+struct EsInput {
+    cfg: ElasticsearchInputConfig,
+    tls: Option<Arc<TlsServer>>,
+}
+
+#[async_trait::async_trait]
+impl Input for EsInput {
+    async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
+        let decode = Arc::new(EsDecode::new(&self.cfg)?);
+        http_listener::start(
+            &cx.name,
+            <ElasticsearchInputConfig as InputPlugin>::TYPE,
+            self.cfg.listener(),
+            self.tls,
+            decode,
+            cx.router,
+            cx.stats,
+            cx.shutdown,
+        )
+        .await
+    }
+}
+
+/// How requests become events and answers.
+pub struct EsDecode {
+    tag: String,
+    /// The json parser with `time_key` (kept in the record).
+    timed: Parser,
+    /// The json parser without it: a document whose time_key is not a time.
+    plain: Parser,
+    index_key: Option<String>,
+    id_key: Option<String>,
+    /// The body of `GET /`.
+    root: Bytes,
+    /// Makes the ids of documents sent without one unique.
+    ids: IdMaker,
+}
+
+impl EsDecode {
+    /// The decoder of `cfg`'s input (public for the fuzz target and bench).
+    pub fn new(cfg: &ElasticsearchInputConfig) -> anyhow::Result<EsDecode> {
+        let parser = |time_key: Option<String>| {
+            Parser::new(&ParserConfig {
+                kind: ParserType::Json,
+                time_key,
+                keep_time_key: true,
+                ..ParserConfig::default()
+            })
+        };
+        let time_key = (!cfg.time_key.is_empty()).then(|| cfg.time_key.clone());
+        let root = serde_json::json!({
+            "name": "nagare",
+            "cluster_name": "nagare",
+            "cluster_uuid": "nagare-elasticsearch-input",
+            "version": {
+                "number": cfg.version,
+                "build_flavor": "default",
+                "build_type": "nagare",
+                "build_hash": "0000000000000000000000000000000000000000",
+                "build_date": "2024-01-01T00:00:00.000000000Z",
+                "build_snapshot": false,
+                "lucene_version": "9.12.0",
+                "minimum_wire_compatibility_version": "7.17.0",
+                "minimum_index_compatibility_version": "7.0.0",
+            },
+            "tagline": "You Know, for Search",
+        });
+        Ok(EsDecode {
+            tag: cfg.tag.clone(),
+            timed: parser(time_key)?,
+            plain: parser(None)?,
+            index_key: cfg.index_key.clone(),
+            id_key: cfg.id_key.clone(),
+            root: Bytes::from(root.to_string()),
+            ids: IdMaker::new(),
+        })
+    }
+
+    fn tag_of(&self, index: &str) -> String {
+        self.tag.replace(INDEX, index)
+    }
+}
+
+/// Ids for documents sent without one: 20 characters, as Elasticsearch's,
+/// unique in this process and unlikely to repeat across restarts (the
+/// first half is the start time).
+struct IdMaker {
+    start: u64,
+    next: AtomicU64,
+}
+
+impl IdMaker {
+    fn new() -> IdMaker {
+        let start = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        IdMaker {
+            start,
+            next: AtomicU64::new(0),
+        }
+    }
+
+    fn make(&self) -> String {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        format!(
+            "{:08x}{:012x}",
+            (self.start >> 20) as u32,
+            n & 0xffff_ffff_ffff
+        )
+    }
+}
+
+/// The one key of an action line, e.g. `{"index":{"_index":"logs"}}`.
+#[derive(Deserialize)]
+struct ActionLine<'a> {
+    #[serde(borrow)]
+    index: Option<Meta<'a>>,
+    #[serde(borrow)]
+    create: Option<Meta<'a>>,
+    #[serde(borrow)]
+    update: Option<Meta<'a>>,
+    #[serde(borrow)]
+    delete: Option<Meta<'a>>,
+}
+
+#[derive(Deserialize)]
+struct Meta<'a> {
+    #[serde(rename = "_index", borrow)]
+    index: Option<std::borrow::Cow<'a, str>>,
+    #[serde(rename = "_id", borrow)]
+    id: Option<std::borrow::Cow<'a, str>>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Index,
+    Create,
+    Update,
+    Delete,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Op::Index => "index",
+            Op::Create => "create",
+            Op::Update => "update",
+            Op::Delete => "delete",
+        }
+    }
+}
+
+/// An action read, waiting for its document line.
+struct Pending {
+    op: Op,
+    index: Option<String>,
+    id: Option<String>,
+}
+
+/// The request being decoded: the events by tag and the answer's items.
+struct Bulk<'d> {
+    d: &'d EsDecode,
+    /// The index of the path (`/<index>/_bulk`).
+    path_index: Option<String>,
+    now: EventTime,
+    batches: Vec<Events>,
+    /// The batch the last document went to, and its index.
+    last: Option<(String, usize)>,
+    items: Vec<u8>,
+    errors: bool,
+    pending: Option<Pending>,
+    /// Lines read (for error messages).
+    line: usize,
+    size_hint: usize,
+}
+
+impl Bulk<'_> {
+    fn item_ok(&mut self, op: Op, index: &str, id: &str) {
+        self.item_head(op, index, Some(id));
+        // Elasticsearch's fields for a stored document; clients read
+        // `status` (and `result`), the rest is there for ones that expect it.
+        self.items.extend_from_slice(
+            b",\"_version\":1,\"result\":\"created\",\"_shards\":{\"total\":1,\"successful\":1,\"failed\":0},\"_seq_no\":0,\"_primary_term\":1,\"status\":201}}",
+        );
+    }
+
+    fn item_error(&mut self, op: Op, index: &str, id: Option<&str>, kind: &str, reason: &str) {
+        self.errors = true;
+        self.item_head(op, index, id);
+        self.items
+            .extend_from_slice(b",\"status\":400,\"error\":{\"type\":");
+        write_string(&mut self.items, kind.as_bytes());
+        self.items.extend_from_slice(b",\"reason\":");
+        write_string(&mut self.items, reason.as_bytes());
+        self.items.extend_from_slice(b"}}}");
+    }
+
+    fn item_head(&mut self, op: Op, index: &str, id: Option<&str>) {
+        if !self.items.is_empty() {
+            self.items.push(b',');
+        }
+        self.items.extend_from_slice(b"{\"");
+        self.items.extend_from_slice(op.name().as_bytes());
+        self.items.extend_from_slice(b"\":{\"_index\":");
+        write_string(&mut self.items, index.as_bytes());
+        self.items.extend_from_slice(b",\"_id\":");
+        match id {
+            Some(id) => write_string(&mut self.items, id.as_bytes()),
+            None => self.items.extend_from_slice(b"null"),
+        }
+    }
+
+    /// One line of the body (without its newline).
+    fn line(&mut self, line: &[u8]) -> Result<(), Reject> {
+        self.line += 1;
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        match self.pending.take() {
+            None => {
+                if line.iter().all(|b| b.is_ascii_whitespace()) {
+                    return Ok(());
+                }
+                self.action(line)
+            }
+            Some(p) => {
+                self.document(p, line);
+                Ok(())
+            }
+        }
+    }
+
+    fn action(&mut self, line: &[u8]) -> Result<(), Reject> {
+        let n = self.line;
+        let malformed = |why: String| {
+            Reject::bad(format!(
+                "Malformed action/metadata line [{n}]: {why} (expected one of [create, delete, index, update])"
+            ))
+        };
+        let a: ActionLine = serde_json::from_slice(line).map_err(|e| malformed(e.to_string()))?;
+        let mut found = [
+            (Op::Index, a.index),
+            (Op::Create, a.create),
+            (Op::Update, a.update),
+            (Op::Delete, a.delete),
+        ]
+        .into_iter()
+        .filter_map(|(op, m)| m.map(|m| (op, m)));
+        let Some((op, meta)) = found.next() else {
+            return Err(malformed("no action".into()));
+        };
+        if found.next().is_some() {
+            return Err(malformed("more than one action on one line".into()));
+        }
+        let pending = Pending {
+            op,
+            index: meta.index.map(|s| s.into_owned()),
+            id: meta.id.map(|s| s.into_owned()),
+        };
+        if op == Op::Delete {
+            // No document line follows a delete.
+            let index = pending.index.or_else(|| self.path_index.clone());
+            self.item_error(
+                op,
+                index.as_deref().unwrap_or(""),
+                pending.id.as_deref(),
+                "illegal_argument_exception",
+                "nagare's elasticsearch input takes index and create actions only",
+            );
+            return Ok(());
+        }
+        self.pending = Some(pending);
+        Ok(())
+    }
+
+    fn document(&mut self, p: Pending, doc: &[u8]) {
+        let Some(index) = p.index.or_else(|| self.path_index.clone()) else {
+            self.item_error(
+                p.op,
+                "",
+                p.id.as_deref(),
+                "action_request_validation_exception",
+                "Validation Failed: 1: index is missing;",
+            );
+            return;
+        };
+        if p.op == Op::Update {
+            self.item_error(
+                p.op,
+                &index,
+                p.id.as_deref(),
+                "illegal_argument_exception",
+                "nagare's elasticsearch input takes index and create actions only",
+            );
+            return;
+        }
+        let b = match &self.last {
+            Some((i, b)) if *i == index => *b,
+            _ => {
+                let tag = self.d.tag_of(&index);
+                if let Err(e) = check_tag(&tag) {
+                    let reason = format!("the tag {tag:?} of index {index:?}: {e}");
+                    self.item_error(
+                        p.op,
+                        &index,
+                        p.id.as_deref(),
+                        "invalid_index_name_exception",
+                        &reason,
+                    );
+                    return;
+                }
+                let b = match self.batches.iter().position(|e| e.tag == tag) {
+                    Some(b) => b,
+                    None => {
+                        let cap = if self.batches.is_empty() {
+                            self.size_hint
+                        } else {
+                            0
+                        };
+                        self.batches.push(Events {
+                            tag,
+                            entries: Vec::with_capacity(cap),
+                            count: 0,
+                        });
+                        self.batches.len() - 1
+                    }
+                };
+                self.last = Some((index.clone(), b));
+                b
+            }
+        };
+        let id = p.id.unwrap_or_else(|| self.d.ids.make());
+        let mut extra: [(&[u8], &[u8]); 2] = [(b"", b""); 2];
+        let mut n = 0;
+        if let Some(k) = &self.d.index_key {
+            extra[n] = (k.as_bytes(), index.as_bytes());
+            n += 1;
+        }
+        if let Some(k) = &self.d.id_key {
+            extra[n] = (k.as_bytes(), id.as_bytes());
+            n += 1;
+        }
+        let out = &mut self.batches[b].entries;
+        let at = out.len();
+        out.push(0x92);
+        out.extend_from_slice(&self.now.to_bytes());
+        let mut parsed = crate::parsers::json::parse(&self.d.timed, doc, &extra[..n], out);
+        if parsed.is_err() {
+            // Perhaps only its time_key is not a time: the document is
+            // still taken, at the time of arrival.
+            out.truncate(at + 11);
+            parsed = crate::parsers::json::parse(&self.d.plain, doc, &extra[..n], out);
+        }
+        match parsed {
+            Ok(time) => {
+                if let Some(t) = time {
+                    out[at + 1..at + 11].copy_from_slice(&t.to_bytes());
+                }
+                self.batches[b].count += 1;
+                self.item_ok(p.op, &index, &id);
+            }
+            Err(e) => {
+                out.truncate(at);
+                let reason = format!("failed to parse the document of line {}: {e}", self.line);
+                self.item_error(p.op, &index, Some(&id), "mapper_parsing_exception", &reason);
+            }
+        }
+    }
+}
+
+/// The path's index for `/<index>/_bulk`; Some(None) for `/_bulk`; None
+/// for any other path.
+fn bulk_path(path: &str) -> Option<Option<String>> {
+    let path = path.trim_end_matches('/');
+    if path == "/_bulk" {
+        return Some(None);
+    }
+    let index = path.strip_prefix('/')?.strip_suffix("/_bulk")?;
+    if index.is_empty() || index.contains('/') {
+        return None;
+    }
+    let index = percent_encoding::percent_decode_str(index)
+        .decode_utf8()
+        .ok()?;
+    Some(Some(index.into_owned()))
+}
+
+impl EsDecode {
+    /// Decodes a `_bulk` body of the path's index; the events and the
+    /// answer's body (public for the fuzz target and the benchmark).
+    pub fn bulk(
+        &self,
+        path_index: Option<String>,
+        body: &Body,
+    ) -> Result<(Vec<Events>, Vec<u8>), Reject> {
+        let started = Instant::now();
+        let mut bulk = Bulk {
+            d: self,
+            path_index,
+            now: EventTime::now(),
+            batches: Vec::new(),
+            last: None,
+            items: Vec::with_capacity(64 + body.size() / 8),
+            errors: false,
+            pending: None,
+            line: 0,
+            size_hint: body.size() + body.size() / 8,
+        };
+        // Lines are read where they are in the body's pieces; only a line
+        // cut by a piece's end is copied.
+        let mut cut = Vec::new();
+        for piece in body.pieces() {
+            let mut start = 0;
+            for end in memchr::memchr_iter(b'\n', piece) {
+                if cut.is_empty() {
+                    bulk.line(&piece[start..end])?;
+                } else {
+                    cut.extend_from_slice(&piece[start..end]);
+                    bulk.line(&cut)?;
+                    cut.clear();
+                }
+                start = end + 1;
+            }
+            cut.extend_from_slice(&piece[start..]);
+        }
+        if !cut.is_empty() {
+            // Elasticsearch wants the last line ended too; a client that
+            // leaves its newline out still meant the line.
+            bulk.line(&cut)?;
+        }
+        if let Some(p) = bulk.pending.take() {
+            return Err(Reject::bad(format!(
+                "the {} action of line {} has no document line after it",
+                p.op.name(),
+                bulk.line
+            )));
+        }
+        if bulk.items.is_empty() {
+            return Err(Reject::bad(
+                "Validation Failed: 1: no requests added; the body holds no action",
+            ));
+        }
+        let mut answer = Vec::with_capacity(bulk.items.len() + 48);
+        answer.extend_from_slice(b"{\"took\":");
+        answer.extend_from_slice(
+            itoa::Buffer::new()
+                .format(started.elapsed().as_millis() as u64)
+                .as_bytes(),
+        );
+        answer.extend_from_slice(if bulk.errors {
+            b",\"errors\":true,\"items\":["
+        } else {
+            b",\"errors\":false,\"items\":["
+        });
+        answer.extend_from_slice(&bulk.items);
+        answer.extend_from_slice(b"]}");
+        for b in &mut bulk.batches {
+            // The buffer counts a batch at its length: the allocation it
+            // keeps alive must be about that.
+            if b.entries.capacity() > b.entries.len() + b.entries.len() / 4 + 4096 {
+                b.entries.shrink_to_fit();
+            }
+        }
+        Ok((bulk.batches, answer))
+    }
+}
+
+/// A JSON answer with the header Elastic's clients check.
+fn json(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(body.into()));
+    *r.status_mut() = status;
+    let h = r.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json; charset=UTF-8"),
+    );
+    h.insert(
+        "x-elastic-product",
+        HeaderValue::from_static("Elasticsearch"),
+    );
+    r
+}
+
+/// `GET /_license`: an active basic license (Beats read `license.type`
+/// and `license.status`).
+const LICENSE: &str = r#"{"license":{"status":"active","uid":"00000000-0000-0000-0000-000000000000","type":"basic","issue_date":"2024-01-01T00:00:00.000Z","issue_date_in_millis":1704067200000,"max_nodes":1000,"max_resource_units":null,"issued_to":"nagare","issuer":"elasticsearch","start_date_in_millis":-1}}"#;
+
+/// `GET /_xpack`: the features, none enabled, and the license.
+const XPACK: &str = r#"{"build":{"hash":"nagare","date":"2024-01-01T00:00:00.000Z"},"license":{"uid":"00000000-0000-0000-0000-000000000000","type":"basic","mode":"basic","status":"active"},"features":{}}"#;
+
+impl Decode for EsDecode {
+    fn tag_hint(&self, head: &Parts) -> Option<String> {
+        match bulk_path(head.uri.path())? {
+            Some(index) => Some(self.tag_of(&index)),
+            None => (!self.tag.contains(INDEX)).then(|| self.tag.clone()),
+        }
+    }
+
+    fn answer_head(&self, head: &Parts) -> Result<Option<Response<Full<Bytes>>>, Reject> {
+        let path = head.uri.path().trim_end_matches('/');
+        let method = &head.method;
+        if (*method == Method::POST || *method == Method::PUT) && bulk_path(path).is_some() {
+            return Ok(None);
+        }
+        if *method == Method::HEAD {
+            // HEAD / (ping), HEAD /_index_template/x (exists: yes).
+            return Ok(Some(json(StatusCode::OK, Bytes::new())));
+        }
+        if *method == Method::GET {
+            let body = match path {
+                "" => self.root.clone(),
+                "/_license" => Bytes::from_static(LICENSE.as_bytes()),
+                "/_xpack" => Bytes::from_static(XPACK.as_bytes()),
+                "/_cluster/health" => Bytes::from_static(
+                    br#"{"cluster_name":"nagare","status":"green","number_of_nodes":1}"#,
+                ),
+                "/_nodes" | "/_nodes/http" | "/_nodes/_all/http" => Bytes::from_static(
+                    br#"{"_nodes":{"total":0,"successful":0,"failed":0},"cluster_name":"nagare","nodes":{}}"#,
+                ),
+                // Templates, pipelines, policies: found (setup then leaves
+                // them alone).
+                _ => Bytes::from_static(b"{}"),
+            };
+            return Ok(Some(json(StatusCode::OK, body)));
+        }
+        if *method == Method::PUT || *method == Method::POST || *method == Method::DELETE {
+            // A template, pipeline or policy stored; nothing is kept.
+            return Ok(Some(json(
+                StatusCode::OK,
+                Bytes::from_static(br#"{"acknowledged":true}"#),
+            )));
+        }
+        Err(Reject::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("{method} {path} is not served"),
+        ))
+    }
+
+    fn takes(&self, method: &Method) -> bool {
+        *method == Method::POST || *method == Method::PUT
+    }
+
+    fn decode(&self, head: &Parts, body: Body) -> Result<Vec<Events>, Reject> {
+        self.decode_answered(head, body).map(|(events, _)| events)
+    }
+
+    fn decode_answered(&self, head: &Parts, body: Body) -> Result<Answered, Reject> {
+        let Some(path_index) = bulk_path(head.uri.path()) else {
+            return Err(Reject::new(
+                StatusCode::NOT_FOUND,
+                format!("{}: send documents to /_bulk", head.uri.path()),
+            ));
+        };
+        let (events, answer) = self.bulk(path_index, &body)?;
+        Ok((events, Some(json(StatusCode::OK, answer))))
+    }
+
+    /// Elasticsearch's error body.
+    fn refusal(&self, status: StatusCode, message: &str) -> Response<Full<Bytes>> {
+        let kind = match status {
+            StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE => {
+                "es_rejected_execution_exception"
+            }
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => "security_exception",
+            StatusCode::PAYLOAD_TOO_LARGE => "content_too_long_exception",
+            StatusCode::NOT_FOUND => "no_handler_found_exception",
+            StatusCode::INTERNAL_SERVER_ERROR => "exception",
+            _ => "illegal_argument_exception",
+        };
+        let mut b = Vec::with_capacity(message.len() * 2 + 128);
+        b.extend_from_slice(b"{\"error\":{\"root_cause\":[{\"type\":\"");
+        b.extend_from_slice(kind.as_bytes());
+        b.extend_from_slice(b"\",\"reason\":");
+        write_string(&mut b, message.as_bytes());
+        b.extend_from_slice(b"}],\"type\":\"");
+        b.extend_from_slice(kind.as_bytes());
+        b.extend_from_slice(b"\",\"reason\":");
+        write_string(&mut b, message.as_bytes());
+        b.extend_from_slice(b"},\"status\":");
+        b.extend_from_slice(itoa::Buffer::new().format(status.as_u16()).as_bytes());
+        b.push(b'}');
+        json(status, b)
+    }
+
+    fn busy_status(&self) -> StatusCode {
+        StatusCode::TOO_MANY_REQUESTS
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decoder(toml: &str) -> EsDecode {
+        let cfg: ElasticsearchInputConfig =
+            toml::from_str(&format!("bind = \"127.0.0.1:0\"\n{toml}")).unwrap();
+        EsDecode::new(&cfg).unwrap()
+    }
+
+    fn records(e: &Events) -> Vec<serde_json::Value> {
+        nagare_core::record::entries(&e.entries)
+            .map(|(_, rec, _)| {
+                let v = rmpv::decode::read_value(&mut &rec[..]).unwrap();
+                serde_json::to_value(format!("{v}")).unwrap()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn bulk_items_and_tags() {
+        let d = decoder("index_key = \"idx\"");
+        let body = Body::from(Bytes::from_static(
+            b"{\"index\":{\"_index\":\"a\",\"_id\":\"1\"}}\n{\"m\":1}\n{\"create\":{}}\n{\"m\":2}\n{\"delete\":{\"_index\":\"a\",\"_id\":\"1\"}}\n{\"update\":{\"_index\":\"a\",\"_id\":\"1\"}}\n{\"doc\":{}}\n{\"index\":{\"_index\":\"a\"}}\n[1]\n",
+        ));
+        let (events, answer) = d.bulk(Some("b".into()), &body).unwrap();
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0].tag, "es.a");
+        assert_eq!(events[0].count, 1);
+        assert_eq!(events[1].tag, "es.b");
+        let a: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(a["errors"], true);
+        let items = a["items"].as_array().unwrap();
+        assert_eq!(items.len(), 5);
+        assert_eq!(items[0]["index"]["status"], 201);
+        assert_eq!(items[0]["index"]["_id"], "1");
+        assert_eq!(items[1]["create"]["_index"], "b");
+        assert_eq!(items[1]["create"]["_id"].as_str().unwrap().len(), 20);
+        assert_eq!(items[2]["delete"]["status"], 400);
+        assert_eq!(items[3]["update"]["status"], 400);
+        assert_eq!(
+            items[4]["index"]["error"]["type"],
+            "mapper_parsing_exception"
+        );
+        let recs = records(&events[0]);
+        assert!(
+            recs[0].as_str().unwrap().contains("\"idx\": \"a\""),
+            "{recs:?}"
+        );
+    }
+
+    #[test]
+    fn malformed_action_refuses_the_request() {
+        let d = decoder("");
+        for body in [
+            &b"nope\n{}\n"[..],
+            b"{\"index\":{}}\n",
+            b"{\"x\":{}}\n{}\n",
+            b"\n\n",
+        ] {
+            let r = d.bulk(Some("i".into()), &Body::from(Bytes::copy_from_slice(body)));
+            assert!(r.is_err(), "{}", String::from_utf8_lossy(body));
+        }
+    }
+
+    #[test]
+    fn time_from_timestamp_or_arrival() {
+        let d = decoder("");
+        let body = Body::from(Bytes::from_static(
+            b"{\"index\":{}}\n{\"@timestamp\":\"2024-05-01T10:00:00.5Z\",\"m\":1}\n{\"index\":{}}\n{\"@timestamp\":\"soon\"}\n",
+        ));
+        let (events, answer) = d.bulk(Some("i".into()), &body).unwrap();
+        assert!(answer.starts_with(b"{\"took\":"));
+        assert_eq!(events[0].count, 2);
+        let times: Vec<EventTime> = nagare_core::record::entries(&events[0].entries)
+            .map(|(t, _, _)| t)
+            .collect();
+        assert_eq!(times[0], EventTime::new(1714557600, 500_000_000));
+        assert!(times[1].secs > 1714557600);
+    }
+
+    /// Random bytes in, for a few thousand cuts and mutations of a good
+    /// input (what the fuzz target does at length, here in every `cargo test`).
+    fn mutations(good: &[u8], mut each: impl FnMut(&[u8])) {
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for cut in 0..=good.len() {
+            each(&good[..cut]);
+        }
+        for _ in 0..3000 {
+            let mut b = good.to_vec();
+            for _ in 0..1 + next() % 4 {
+                let at = (next() % b.len() as u64) as usize;
+                b[at] = next() as u8;
+            }
+            each(&b);
+        }
+    }
+
+    #[test]
+    fn mutated_bodies_never_panic() {
+        let d = decoder("index_key = \"i\"\nid_key = \"id\"");
+        let good = b"{\"index\":{\"_index\":\"a\",\"_id\":\"1\"}}\n{\"m\":[1,{\"x\":null}],\"@timestamp\":\"2024-05-01T10:00:00Z\"}\n{\"delete\":{\"_id\":\"2\"}}\n{\"create\":{}}\n{\"m\":\"\\u00e9\"}\n";
+        mutations(good, |b| {
+            let mut body = Body::default();
+            for p in b.chunks(7) {
+                body.push(Bytes::copy_from_slice(p));
+            }
+            if let Ok((events, answer)) = d.bulk(Some("p".into()), &body) {
+                assert!(serde_json::from_slice::<serde_json::Value>(&answer).is_ok());
+                for e in events {
+                    assert_eq!(
+                        nagare_core::record::entries(&e.entries).count(),
+                        e.count as usize
+                    );
+                }
+            }
+        });
+    }
+
+    #[test]
+    fn paths() {
+        assert_eq!(bulk_path("/_bulk"), Some(None));
+        assert_eq!(bulk_path("/logs-1/_bulk"), Some(Some("logs-1".into())));
+        assert_eq!(bulk_path("/a/b/_bulk"), None);
+        assert_eq!(bulk_path("/"), None);
+    }
+}
