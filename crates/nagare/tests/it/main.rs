@@ -17,6 +17,7 @@ mod check;
 mod cli;
 mod cli_test;
 mod cluster;
+mod convert;
 mod directory;
 mod durability;
 mod exec_filter;

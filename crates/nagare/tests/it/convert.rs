@@ -1,0 +1,280 @@
+//! `nagare convert` and `nagare run -c <peer config>` against what the
+//! peers did: every case of ../shared/fixtures/peer-configs (real Fluentd
+//! 1.16 and Fluent Bit 4.2 configs, the input each was given and the output
+//! the real program wrote, normalized) is run by the real nagare binary
+//! straight from the peer's config, on the same input, and its events (tag,
+//! record; time where the config takes it from the log) are compared with
+//! the peer's, event by event, in order.
+//!
+//! Where nagare cannot do what the peer did, the conversion says so in a
+//! note, and the case lists the difference that note predicts (`Known`): the
+//! test fails on any other difference, and on a listed one that no longer
+//! happens (so the list stays true).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::{Map, Value};
+
+use crate::common::{self, Daemon, BIN};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/peer-configs")
+}
+
+/// A difference from the peer that a conversion note announces.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Known {
+    /// nagare keeps a line its parser could not parse with a `parse_error`
+    /// field beside the line (Fluent Bit keeps the line alone): the field is
+    /// removed before comparing.
+    ParseErrorField,
+    /// The peer's events, compared as a multiset of records without the
+    /// listed fields, and only as many as both wrote: for behaviours the
+    /// notes name (modify Condition left out, Fluent Bit's continuation
+    /// rules, its throttle window, rewrite_tag on numbers).
+    Differs(&'static str),
+}
+
+struct Case {
+    name: &'static str,
+    /// TZ for nagare, as the conversion's note says (the peer's time offset).
+    tz: Option<&'static str>,
+    known: &'static [Known],
+}
+
+const CASES: &[Case] = &[
+    Case { name: "fluentd-nginx-access", tz: None, known: &[] },
+    Case { name: "fluentd-forward-routing", tz: None, known: &[] },
+    Case { name: "fluentd-java-multiline", tz: Some("<+0100>-1"), known: &[] },
+    Case { name: "fluentd-json-copy", tz: None, known: &[] },
+    Case { name: "fluent-bit-nginx-modify-grep", tz: None, known: &[Known::ParseErrorField, Known::Differs("modify Condition is left out: no `alert` field")] },
+    Case { name: "fluent-bit-yaml-lua", tz: None, known: &[Known::ParseErrorField, Known::Differs("modify Condition is left out: no `alert` field")] },
+    Case { name: "fluent-bit-rewrite-throttle", tz: None, known: &[Known::Differs("throttle: a token bucket, not Fluent Bit's window; rewrite_tag matches numbers")] },
+    Case { name: "fluent-bit-java-multiline", tz: Some("<+0100>-1"), known: &[Known::ParseErrorField, Known::Differs("continuation rules are not checked, and joined messages end without a newline")] },
+];
+
+fn copy_case(from: &Path, to: &Path, run: &Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        let src = entry.path();
+        let dst = to.join(&name);
+        if src.is_dir() {
+            if name == "out" {
+                continue;
+            }
+            std::fs::create_dir_all(&dst).unwrap();
+            copy_case(&src, &dst, run);
+        } else if src.parent().and_then(|p| p.file_name()) == Some("in".as_ref()) {
+            std::fs::copy(&src, &dst).unwrap();
+        } else {
+            let text = std::fs::read_to_string(&src).unwrap();
+            std::fs::write(&dst, text.replace("/FIXTURE/", &format!("{}/", run.display()))).unwrap();
+        }
+    }
+}
+
+fn glob_files(run: &Path, pattern: &str) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = glob::glob(&run.join(pattern).display().to_string())
+        .unwrap()
+        .filter_map(Result::ok)
+        .collect();
+    v.sort();
+    v
+}
+
+fn sort_keys(v: Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<(String, Value)> = m.into_iter().collect();
+            keys.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(keys.into_iter().map(|(k, v)| (k, sort_keys(v))).collect())
+        }
+        Value::Array(a) => Value::Array(a.into_iter().map(sort_keys).collect()),
+        other => other,
+    }
+}
+
+fn replace_host(v: Value, host: &str) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(m.into_iter().map(|(k, v)| (k, replace_host(v, host))).collect()),
+        Value::Array(a) => Value::Array(a.into_iter().map(|v| replace_host(v, host)).collect()),
+        Value::String(s) if s == host => Value::String("{{hostname}}".into()),
+        other => other,
+    }
+}
+
+/// nagare's file output lines ({"time","tag","record"}) normalized as the
+/// case's spec normalizes the peer's.
+fn normalize(spec: &Value, run: &Path, known: &[Known]) -> Vec<Value> {
+    let timed = spec.get("time_key").is_some() || spec.get("keep_time") == Some(&Value::Bool(true));
+    let untimed_if = spec.get("untimed_if_key").and_then(Value::as_str);
+    let host = gethostname();
+    let mut out = Vec::new();
+    for f in glob_files(run, spec["glob"].as_str().unwrap()) {
+        for line in std::fs::read_to_string(&f).unwrap().lines() {
+            let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{}: {e}: {line}", f.display()));
+            let mut record = v["record"].clone();
+            if known.contains(&Known::ParseErrorField) {
+                record.as_object_mut().unwrap().remove("parse_error");
+            }
+            if spec.get("hostname") == Some(&Value::Bool(true)) {
+                record = replace_host(record, &host);
+            }
+            if spec.get("sort_keys") == Some(&Value::Bool(true)) {
+                record = sort_keys(record);
+            }
+            let mut ev = Map::new();
+            ev.insert("tag".into(), v["tag"].clone());
+            let untimed = untimed_if.is_some_and(|k| record.get(k).is_some());
+            if timed && !untimed {
+                ev.insert("time".into(), v["time"].clone());
+            }
+            ev.insert("record".into(), record);
+            out.push(Value::Object(ev));
+        }
+    }
+    out
+}
+
+fn gethostname() -> String {
+    let out = Command::new("hostname").output().unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+fn read_expected(case_dir: &Path, spec: &Value) -> Vec<Value> {
+    let text = std::fs::read_to_string(case_dir.join(spec["out"].as_str().unwrap())).unwrap();
+    text.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+fn run_case(case: &Case) -> Result<(), String> {
+    let dir = tempfile::tempdir().unwrap();
+    let run = dir.path().to_path_buf();
+    let case_dir = fixtures().join(case.name);
+    copy_case(&case_dir, &run, &run);
+    std::fs::create_dir_all(run.join("sink")).unwrap();
+    std::fs::create_dir_all(run.join("state")).unwrap();
+    let spec: Value = serde_json::from_str(&std::fs::read_to_string(case_dir.join("case.json")).unwrap()).unwrap();
+    let config = run.join(spec["config"].as_str().unwrap());
+    // A free port instead of the peer's 24224.
+    let port = common::free_port();
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("port 24224", &format!("port {port}"))).unwrap();
+    // Deferred inputs start empty and are written once nagare runs.
+    let mut deferred = Vec::new();
+    for d in spec["deferred"].as_array().into_iter().flatten() {
+        let f = run.join(d["file"].as_str().unwrap());
+        deferred.push((f.clone(), std::fs::read(&f).unwrap()));
+        std::fs::write(&f, b"").unwrap();
+    }
+
+    // `nagare convert` writes TOML that `nagare check` accepts.
+    let toml = run.join("converted.toml");
+    let conv = Command::new(BIN).args(["convert", "-o"]).arg(&toml).arg(&config).output().unwrap();
+    let code = conv.status.code().unwrap();
+    let stderr = String::from_utf8_lossy(&conv.stderr).to_string();
+    let left_out = case.known.iter().any(|k| matches!(k, Known::Differs(w) if w.contains("left out")));
+    if code != if left_out { 3 } else { 0 } {
+        return Err(format!("nagare convert exited {code}:\n{stderr}"));
+    }
+    let check = common::run_check(&toml);
+    if !check.status.success() {
+        return Err(format!("nagare check of the converted config failed: {}\n{}", String::from_utf8_lossy(&check.stderr), std::fs::read_to_string(&toml).unwrap()));
+    }
+
+    // `nagare run -c <the peer's config>`: converted in memory, notes printed.
+    let mut cmd = Command::new(BIN);
+    cmd.current_dir(&run).arg("run").arg("-c").arg(&config);
+    if let Some(tz) = case.tz {
+        cmd.env("TZ", tz);
+    }
+    let mut daemon = Daemon::spawn(cmd, &run, config.clone(), None);
+    // The conversion's notes come first, naming the peer's file and line.
+    daemon.wait_log(&format!("note: {}/", run.display()));
+    for feed in spec["feed"].as_array().into_iter().flatten() {
+        daemon.wait_port(port);
+        let input = std::fs::File::open(run.join(feed["file"].as_str().unwrap())).unwrap();
+        let st = Command::new(BIN)
+            .args(["cat", "--address", &format!("127.0.0.1:{port}"), "--ack", feed["tag"].as_str().unwrap()])
+            .stdin(input)
+            .status()
+            .unwrap();
+        assert!(st.success(), "nagare cat failed");
+    }
+    for (f, bytes) in &deferred {
+        // Followed (at its end, 0) before it is written, as a live log.
+        daemon.wait_read_to_end(f);
+        std::fs::write(f, bytes).unwrap();
+    }
+    let outputs = spec["outputs"].as_array().unwrap();
+    let want: Vec<Vec<Value>> = outputs.iter().map(|o| read_expected(&case_dir, o)).collect();
+    let total: usize = want.iter().map(Vec::len).sum();
+    // Read inputs to their end, then stop: nagare flushes every buffer on
+    // the way out, as the peers did under the harness's SIGTERM.
+    for f in std::fs::read_dir(run.join("in")).unwrap() {
+        let f = f.unwrap().path();
+        if spec["feed"].is_null() {
+            daemon.wait_read_to_end(&f);
+        }
+    }
+    let exact = !case.known.iter().any(|k| matches!(k, Known::Differs(_)));
+    let count = || {
+        outputs
+            .iter()
+            .flat_map(|o| glob_files(&run, o["glob"].as_str().unwrap()))
+            .map(|f| std::fs::read_to_string(f).unwrap_or_default().lines().count())
+            .sum::<usize>()
+    };
+    if exact {
+        common::wait_until(common::WAIT, &format!("{total} events in the outputs"), || count() >= total);
+    }
+    // The multiline flush interval may hold the last event back.
+    let status = daemon.terminate();
+    if !status.success() {
+        return Err(format!("nagare exited {status}: {}", daemon.stderr()));
+    }
+    let mut report = String::new();
+    for (o, want) in outputs.iter().zip(&want) {
+        let got = normalize(o, &run, case.known);
+        if exact {
+            if &got != want {
+                report.push_str(&format!("output {}: {} events, the peer {}\n", o["out"], got.len(), want.len()));
+                for i in 0..got.len().max(want.len()) {
+                    if got.get(i) != want.get(i) {
+                        report.push_str(&format!("  #{i}\n    nagare: {}\n    peer:   {}\n", got.get(i).map_or("-".into(), |v| v.to_string()), want.get(i).map_or("-".into(), |v| v.to_string())));
+                    }
+                }
+            }
+        } else {
+            let same = got.iter().filter(|g| want.contains(g)).count();
+            eprintln!("{}: {}: {same} of nagare's {} events are the peer's ({} events): known difference", case.name, o["out"], got.len(), want.len());
+            if same == 0 && !want.is_empty() {
+                report.push_str(&format!("output {}: no event in common with the peer's\n  nagare: {:?}\n", o["out"], got.first()));
+            }
+        }
+    }
+    if report.is_empty() {
+        Ok(())
+    } else {
+        Err(report)
+    }
+}
+
+#[test]
+fn peer_configs_run_as_the_peers_did() {
+    if common::skip_unless(fixtures().join("README.md").exists(), "../shared/fixtures/peer-configs is not beside the repository") {
+        return;
+    }
+    let only = std::env::var("CONVERT_CASE").ok();
+    let mut failed = Vec::new();
+    for case in CASES {
+        if only.as_deref().is_some_and(|o| o != case.name) {
+            continue;
+        }
+        if let Err(e) = run_case(case) {
+            failed.push(format!("== {}\n{e}", case.name));
+        }
+    }
+    assert!(failed.is_empty(), "{}", failed.join("\n"));
+}
