@@ -252,6 +252,20 @@ pub fn fluent_bit_match(peer: &str) -> (String, bool) {
     (parts.join("."), approx)
 }
 
+/// A peer's time format for nagare: None for an ISO 8601 format ending in
+/// `%z` (Ruby's and Fluent Bit's `%z` also read `Z` and `+01:00`; nagare
+/// reads RFC 3339 times, whatever their offset's spelling, without a format).
+pub fn time_format(peer: &str) -> Option<String> {
+    static ISO: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
+        regex::Regex::new(r"^%Y-%m-%dT%H:%M:%S(\.%[LN3-9]N?|\.%L|\.%N|\.%[0-9]*N|%\.[0-9]*f)?%:?z$").expect("static regex")
+    });
+    if ISO.is_match(peer.trim()) {
+        None
+    } else {
+        Some(peer.to_string())
+    }
+}
+
 /// Keys (lower-cased) that were used; the rest of a section are reported.
 #[derive(Default)]
 pub struct Used(HashSet<String>);
@@ -288,6 +302,9 @@ mod tests {
         assert_eq!(field("$level").as_deref(), Some("level"));
         assert_eq!(field("$['a']['b']").as_deref(), Some("$.a.b"));
         assert_eq!(field("$.a[0]"), None);
+        assert_eq!(time_format("%Y-%m-%dT%H:%M:%S.%N%z"), None);
+        assert_eq!(time_format("%Y-%m-%dT%H:%M:%S.%L%z"), None);
+        assert_eq!(time_format("%d/%b/%Y:%H:%M:%S %z").as_deref(), Some("%d/%b/%Y:%H:%M:%S %z"));
         assert_eq!(fluent_bit_match("app.*"), ("app.**".to_string(), false));
         assert_eq!(fluent_bit_match("kube.a*"), ("kube.a*".to_string(), true));
     }

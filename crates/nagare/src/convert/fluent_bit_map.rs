@@ -305,7 +305,10 @@ fn parser_table(ctx: &mut Ctx, name: &str, at: &Entry, message_key: &str) -> Tab
         pt.set_commented("time_key", Val::s("__fluent_bit_no_time_key__"), Some("Fluent Bit reads no event time without Time_Key".into()));
     }
     if let Some(f) = val(&p, &mut used, "time_format") {
-        pt.set("time_format", Val::s(f));
+        match common::time_format(f) {
+            Some(f) => pt.set("time_format", Val::s(f)),
+            None => pt.comments.push(format!("Time_Format {f}: RFC 3339, read without a format")),
+        }
     }
     if let Some(k) = val(&p, &mut used, "time_keep").and_then(common::boolean) {
         pt.set("keep_time_key", Val::Bool(k));

@@ -614,6 +614,7 @@ fn src_tail(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
         }
     }
     let flush = o.val("multiline_flush_interval").map(str::to_string);
+    let emit_unmatched = o.flag("emit_unmatched_lines").unwrap_or(false);
     let mut has_parse = false;
     for c in d.children.iter().filter(|c| c.name == "parse") {
         has_parse = true;
@@ -639,6 +640,29 @@ fn src_tail(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
     }
     for c in d.children.iter().filter(|c| c.name != "parse") {
         ctx.notes.unmapped(&c.file, c.line, format!("<{}> in <source @type tail>", c.name), "no equivalent");
+    }
+    // Fluentd drops the lines its parser cannot read (and, with multiline,
+    // those before the first first line); nagare keeps them marked with
+    // parse_error: a grep filter drops them as Fluentd does.
+    let parsed = t.children.iter().any(|c| c.name == "parser" && c.get("type") != Some(&Val::s("none")));
+    if parsed {
+        if emit_unmatched {
+            ctx.notes.approx(&d.file, d.line, "emit_unmatched_lines true", "lines that do not parse go on as {\"message\": line, \"parse_error\": reason} (Fluentd: {\"unmatched_line\": line})");
+        } else if let Some(Val::Str(tag)) = t.get("tag").cloned() {
+            let mut g = Table::new("filter", true);
+            g.comments.push(format!("Fluentd drops the lines the parser of <source> ({}:{}) cannot read", d.file, d.line));
+            g.set("type", Val::s("grep"));
+            let pattern: Vec<&str> = tag.split('.').map(|p| if p.contains('*') { "**" } else { p }).collect();
+            g.set("match", Val::s(pattern.join(".")));
+            if let Some(l) = t.get("label").cloned() {
+                g.set("label", l);
+            }
+            let mut r = Table::new("exclude", true);
+            r.set("key", Val::s("parse_error"));
+            r.set("pattern", Val::s("^"));
+            g.children.push(r);
+            ctx.filters.insert(0, g);
+        }
     }
 }
 
@@ -713,7 +737,12 @@ fn parse_section(ctx: &mut Ctx, d: &Directive, pt: &mut Table, multiline_ok: boo
     }
     o.map(ctx, pt, "message_key", "message_key", Conv::Str);
     o.map(ctx, pt, "time_key", "time_key", Conv::Str);
-    o.map(ctx, pt, "time_format", "time_format", Conv::Str);
+    if let Some(p) = o.get("time_format") {
+        match common::time_format(&p.value) {
+            Some(f) => pt.set("time_format", Val::s(f)),
+            None => pt.comments.push(format!("time_format {}: RFC 3339, read without a format", p.value)),
+        }
+    }
     o.map(ctx, pt, "keep_time_key", "keep_time_key", Conv::Bool);
     o.map(ctx, pt, "message_format", "message_format", Conv::Str);
     o.map(ctx, pt, "delimiter", "delimiter", Conv::Str);
