@@ -318,3 +318,53 @@ fn peer_configs_run_as_the_peers_did() {
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// Exit 0 for a complete conversion, 3 with the notes of what was left out
+/// (file:line: what: why, on stderr and as comments in the TOML), 2 for a
+/// file that cannot be read; `nagare check -c` takes a peer's config too.
+#[test]
+fn convert_exit_codes_notes_and_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let complete = dir.path().join("complete.conf");
+    std::fs::write(
+        &complete,
+        "<source>\n  @type forward\n  port 24299\n</source>\n<match **>\n  @type stdout\n  <format>\n    @type json\n  </format>\n</match>\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN).arg("convert").arg(&complete).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let toml = String::from_utf8(out.stdout).unwrap();
+    assert!(toml.contains("type = 'forward'") && toml.contains("bind = '0.0.0.0:24299'"), "{toml}");
+
+    let partial = dir.path().join("fluent-bit.conf");
+    std::fs::write(
+        &partial,
+        "[INPUT]\n    Name tail\n    Path /var/log/a.log\n    Tag a\n\n[OUTPUT]\n    Name es\n    Match *\n\n[OUTPUT]\n    Name null\n    Match *\n",
+    )
+    .unwrap();
+    let toml_path = dir.path().join("out.toml");
+    let out = Command::new(BIN).arg("convert").arg("-o").arg(&toml_path).arg(&partial).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    let want = format!("{}:6: not converted: [OUTPUT] Name es: nagare has no elasticsearch output yet", partial.display());
+    assert!(stderr.contains(&want), "{stderr}");
+    let toml = std::fs::read_to_string(&toml_path).unwrap();
+    assert!(toml.contains(&format!("# not converted: {want}")), "{toml}");
+    assert!(toml.contains("type = 'null'") && toml.contains("match = '**'"), "{toml}");
+
+    // `nagare check` reads the peer's file directly, with the notes as warnings.
+    let out = common::run_check(&partial);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("warning: ") && stderr.contains("Name es"), "{stderr}");
+
+    let broken = dir.path().join("broken.conf");
+    std::fs::write(&broken, "<source>\n  @type forward\n</match>\n").unwrap();
+    let out = Command::new(BIN).arg("convert").arg(&broken).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(&format!("{}:3: </match> closes <source>", broken.display())), "{stderr}");
+    let out = common::run_check(&broken);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("closes <source>"));
+}
