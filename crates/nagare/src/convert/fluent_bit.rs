@@ -114,6 +114,9 @@ fn parse_into(
         };
         if let Some(rest) = t.strip_prefix("@INCLUDE") {
             for p in include_paths(path, rest.trim(), &file, lineno)? {
+                if !p.exists() {
+                    return Err(err(format!("@INCLUDE {}: {} does not exist", rest.trim(), p.display())));
+                }
                 parse_into(&p, cfg, vars, depth + 1)?;
             }
             continue;

@@ -190,6 +190,9 @@ fn parse_into(
             // included file's lines go onto the same stack (base_depth keeps
             // it from closing what the including file opened).
             for p in include_paths(path, &pattern, &file, lineno)? {
+                if !p.exists() {
+                    return Err(err(format!("@include {pattern}: {} does not exist", p.display())));
+                }
                 parse_into(&p, root, stack, depth + 1)?;
             }
             continue;

@@ -192,8 +192,12 @@ pub struct Ctx {
 
 /// Converts a parsed Fluentd config into nagare TOML and its notes.
 pub fn convert(root: &Directive, path: &Path) -> (String, Vec<Note>) {
+    let mut notes = Notes::default();
+    let mut root = root.clone();
+    embedded_ruby(&mut root, &mut notes);
+    let root = &root;
     let mut ctx = Ctx {
-        notes: Notes::default(),
+        notes,
         inputs: Vec::new(),
         filters: Vec::new(),
         outputs: Vec::new(),
@@ -268,6 +272,35 @@ pub fn convert(root: &Directive, path: &Path) -> (String, Vec<Note>) {
         }
     }
     (doc.render(), ctx.notes.list)
+}
+
+/// `#{…}` in every value: environment variables become nagare's
+/// `${NAME}` (`${NAME:-default}`), the host name `${hostname}`; other Ruby
+/// is noted and left as written.
+fn embedded_ruby(d: &mut Directive, notes: &mut Notes) {
+    static RUBY: std::sync::LazyLock<regex::Regex> =
+        std::sync::LazyLock::new(|| regex::Regex::new(r"#\{([^}]*)\}").expect("static regex"));
+    for p in &mut d.params {
+        if !p.value.contains("#{") {
+            continue;
+        }
+        let mut failed = None;
+        let v = RUBY.replace_all(&p.value, |c: &regex::Captures| match ruby_embedded(&c[1]) {
+            Ok(v) => v,
+            Err(why) => {
+                failed = Some(why);
+                c[0].to_string()
+            }
+        });
+        let v = v.into_owned();
+        if let Some(why) = failed {
+            notes.unmapped(&p.file, p.line, format!("{} {}", p.key, p.value), why);
+        }
+        p.value = v;
+    }
+    for c in &mut d.children {
+        embedded_ruby(c, notes);
+    }
 }
 
 fn lookup<'m>(table: &'m [(&str, &str, Mapper)], ty: &str) -> Option<&'m (&'m str, &'m str, Mapper)> {

@@ -51,7 +51,7 @@ fn fluentd_forward_env_and_unknown_plugins() {
     let p = write(
         &d,
         "f.conf",
-        r#"<source>
+        r##"<source>
   @type forward
   port "#{ENV['FWD_PORT'] || '24230'}"
   bind 127.0.0.1
@@ -78,7 +78,7 @@ fn fluentd_forward_env_and_unknown_plugins() {
     overflow_action throw_exception
   </buffer>
 </match>
-"#,
+"##,
     );
     let c = convert_file(&p, Dialect::Fluentd).unwrap();
     assert!(c.toml.contains("bind = '127.0.0.1:${FWD_PORT:-24230}'") || c.toml.contains("127.0.0.1:"), "{}", c.toml);
