@@ -368,3 +368,60 @@ fn convert_exit_codes_notes_and_check() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("closes <source>"));
 }
+
+/// The configs of docs/migration.md convert, pass `nagare check`, and the
+/// Fluentd example converts to the TOML the page shows.
+#[test]
+fn migration_doc_examples() {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/migration.md")).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut blocks: Vec<(String, String)> = Vec::new();
+    let mut lines = doc.lines();
+    while let Some(l) = lines.next() {
+        if let Some(lang) = l.strip_prefix("```") {
+            if lang.is_empty() {
+                continue;
+            }
+            let body: Vec<&str> = lines.by_ref().take_while(|l| !l.starts_with("```")).collect();
+            blocks.push((lang.to_string(), body.join("\n") + "\n"));
+        }
+    }
+    let strip = |t: &str| -> Vec<String> {
+        t.lines()
+            .map(|l| match l.find("  # ") {
+                Some(i) => l[..i].to_string(),
+                None => l.to_string(),
+            })
+            .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+            .collect()
+    };
+    let mut fluentd_toml = None;
+    let mut converted = 0;
+    for (i, (lang, body)) in blocks.iter().enumerate() {
+        let name = match lang.as_str() {
+            "fluentd" => format!("ex{i}.conf"),
+            "ini" => format!("ex{i}-fluent-bit.conf"),
+            "yaml" => format!("ex{i}.yaml"),
+            _ => continue,
+        };
+        let path = dir.path().join(name);
+        std::fs::write(&path, body).unwrap();
+        let out = Command::new(BIN).arg("convert").arg(&path).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "block {i} ({lang}): {stderr}");
+        let toml = String::from_utf8(out.stdout).unwrap();
+        let toml_path = dir.path().join(format!("ex{i}.toml"));
+        std::fs::write(&toml_path, &toml).unwrap();
+        let check = common::run_check(&toml_path);
+        assert!(check.status.success(), "block {i}: {}\n{toml}", String::from_utf8_lossy(&check.stderr));
+        if lang == "fluentd" {
+            fluentd_toml = Some(toml.clone());
+        }
+        converted += 1;
+    }
+    assert_eq!(converted, 3, "the page's Fluentd, Fluent Bit and YAML examples");
+    // The TOML block shown after the Fluentd example is what it converts to.
+    let shown = blocks.iter().find(|(l, _)| l == "toml").map(|(_, b)| strip(b)).unwrap();
+    let got = strip(fluentd_toml.as_deref().unwrap());
+    assert_eq!(got, shown, "docs/migration.md's TOML example differs from the conversion");
+}
