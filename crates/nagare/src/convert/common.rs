@@ -14,11 +14,23 @@ pub struct Notes {
 }
 
 impl Notes {
-    pub fn approx(&mut self, file: &str, line: usize, what: impl Into<String>, why: impl Into<String>) {
+    pub fn approx(
+        &mut self,
+        file: &str,
+        line: usize,
+        what: impl Into<String>,
+        why: impl Into<String>,
+    ) {
         self.push(NoteKind::Approximate, file, line, what.into(), why.into());
     }
 
-    pub fn unmapped(&mut self, file: &str, line: usize, what: impl Into<String>, why: impl Into<String>) {
+    pub fn unmapped(
+        &mut self,
+        file: &str,
+        line: usize,
+        what: impl Into<String>,
+        why: impl Into<String>,
+    ) {
         self.push(NoteKind::Unmapped, file, line, what.into(), why.into());
     }
 
@@ -70,7 +82,11 @@ pub fn regex(peer: &str) -> Result<String, String> {
             'i' => f.push('i'),
             'm' => f.push('s'),
             'x' => f.push('x'),
-            other => return Err(format!("regular expression flag `{other}` has no equivalent")),
+            other => {
+                return Err(format!(
+                    "regular expression flag `{other}` has no equivalent"
+                ))
+            }
         }
     }
     let mut out = String::new();
@@ -108,7 +124,10 @@ pub fn regex(peer: &str) -> Result<String, String> {
 /// 1024 (`8m`, `8M`, `8MB` are 8 MiB in both); a plain number is bytes.
 pub fn size(peer: &str) -> Option<String> {
     let t = peer.trim();
-    let digits = t.chars().take_while(|c| c.is_ascii_digit() || *c == '.').count();
+    let digits = t
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .count();
     let (num, unit) = t.split_at(digits);
     if num.is_empty() {
         return None;
@@ -143,7 +162,10 @@ pub fn duration(peer: &str) -> Option<String> {
     if t.is_empty() {
         return None;
     }
-    let digits = t.chars().take_while(|c| c.is_ascii_digit() || *c == '.').count();
+    let digits = t
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .count();
     let (num, unit) = t.split_at(digits);
     if num.is_empty() {
         return None;
@@ -151,7 +173,7 @@ pub fn duration(peer: &str) -> Option<String> {
     let unit = unit.trim();
     let ms = |secs: f64| -> String {
         let ms = (secs * 1000.0).round() as u64;
-        if ms % 1000 == 0 {
+        if ms.is_multiple_of(1000) {
             format!("{}s", ms / 1000)
         } else {
             format!("{ms}ms")
@@ -257,7 +279,8 @@ pub fn fluent_bit_match(peer: &str) -> (String, bool) {
 /// reads RFC 3339 times, whatever their offset's spelling, without a format).
 pub fn time_format(peer: &str) -> Option<String> {
     static ISO: std::sync::LazyLock<regex::Regex> = std::sync::LazyLock::new(|| {
-        regex::Regex::new(r"^%Y-%m-%dT%H:%M:%S(\.%[LN3-9]N?|\.%L|\.%N|\.%[0-9]*N|%\.[0-9]*f)?%:?z$").expect("static regex")
+        regex::Regex::new(r"^%Y-%m-%dT%H:%M:%S(\.%[LN3-9]N?|\.%L|\.%N|\.%[0-9]*N|%\.[0-9]*f)?%:?z$")
+            .expect("static regex")
     });
     if ISO.is_match(peer.trim()) {
         None
@@ -304,7 +327,10 @@ mod tests {
         assert_eq!(field("$.a[0]"), None);
         assert_eq!(time_format("%Y-%m-%dT%H:%M:%S.%N%z"), None);
         assert_eq!(time_format("%Y-%m-%dT%H:%M:%S.%L%z"), None);
-        assert_eq!(time_format("%d/%b/%Y:%H:%M:%S %z").as_deref(), Some("%d/%b/%Y:%H:%M:%S %z"));
+        assert_eq!(
+            time_format("%d/%b/%Y:%H:%M:%S %z").as_deref(),
+            Some("%d/%b/%Y:%H:%M:%S %z")
+        );
         assert_eq!(fluent_bit_match("app.*"), ("app.**".to_string(), false));
         assert_eq!(fluent_bit_match("kube.a*"), ("kube.a*".to_string(), true));
     }

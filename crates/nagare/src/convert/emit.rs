@@ -54,8 +54,7 @@ pub fn quote(s: &str) -> String {
 /// A key: bare when it can be, else quoted.
 pub fn key(k: &str) -> String {
     if !k.is_empty()
-        && k
-            .chars()
+        && k.chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
     {
         k.to_string()

@@ -32,7 +32,9 @@ pub struct Section {
 impl Section {
     /// The first value of `key` (keys compare without case, as Fluent Bit's).
     pub fn get(&self, key: &str) -> Option<&Entry> {
-        self.entries.iter().find(|e| e.key.eq_ignore_ascii_case(key))
+        self.entries
+            .iter()
+            .find(|e| e.key.eq_ignore_ascii_case(key))
     }
 
     pub fn value(&self, key: &str) -> Option<&str> {
@@ -41,7 +43,9 @@ impl Section {
 
     /// Every value of a repeated key, in order.
     pub fn all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a Entry> + 'a {
-        self.entries.iter().filter(move |e| e.key.eq_ignore_ascii_case(key))
+        self.entries
+            .iter()
+            .filter(move |e| e.key.eq_ignore_ascii_case(key))
     }
 }
 
@@ -72,7 +76,10 @@ pub fn read_parsers_files(
         .sections
         .iter()
         .filter(|s| s.name == "SERVICE")
-        .flat_map(|s| s.all("parsers_file").map(|e| (e.value.clone(), e.file.clone(), e.line)))
+        .flat_map(|s| {
+            s.all("parsers_file")
+                .map(|e| (e.value.clone(), e.file.clone(), e.line))
+        })
         .collect();
     for (f, file, line) in files {
         for p in include_paths(path, &f, &file, line)? {
@@ -115,7 +122,11 @@ fn parse_into(
         if let Some(rest) = t.strip_prefix("@INCLUDE") {
             for p in include_paths(path, rest.trim(), &file, lineno)? {
                 if !p.exists() {
-                    return Err(err(format!("@INCLUDE {}: {} does not exist", rest.trim(), p.display())));
+                    return Err(err(format!(
+                        "@INCLUDE {}: {} does not exist",
+                        rest.trim(),
+                        p.display()
+                    )));
                 }
                 parse_into(&p, cfg, vars, depth + 1)?;
             }

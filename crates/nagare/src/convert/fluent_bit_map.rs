@@ -65,7 +65,18 @@ const NOT_YET: &[(&str, &str)] = &[
 
 /// Keys every plugin section may have that the mapping reads itself or
 /// that need no equivalent.
-const COMMON: &[&str] = &["name", "match", "tag", "alias", "log_level", "mem_buf_limit", "storage.type", "retry_limit", "workers", "mkdir"];
+const COMMON: &[&str] = &[
+    "name",
+    "match",
+    "tag",
+    "alias",
+    "log_level",
+    "mem_buf_limit",
+    "storage.type",
+    "retry_limit",
+    "workers",
+    "mkdir",
+];
 
 pub struct Ctx {
     notes: Notes,
@@ -82,7 +93,13 @@ impl Ctx {
                 continue;
             }
             let name = s.value("name").unwrap_or("");
-            self.notes.unmapped_on(t, &e.file, e.line, format!("[{}] {name}: {} {}", s.name, e.key, e.value), "no equivalent option in nagare");
+            self.notes.unmapped_on(
+                t,
+                &e.file,
+                e.line,
+                format!("[{}] {name}: {} {}", s.name, e.key, e.value),
+                "no equivalent option in nagare",
+            );
         }
     }
 }
@@ -111,7 +128,12 @@ pub fn convert(cfg: &Config, path: &Path, dialect: Dialect) -> (String, Vec<Note
         flush: None,
     };
     for (file, line, name) in &cfg.unknown_vars {
-        ctx.notes.unmapped(file, *line, format!("${{{name}}}"), "not set by @SET/env; nagare reads only upper-case environment variables");
+        ctx.notes.unmapped(
+            file,
+            *line,
+            format!("${{{name}}}"),
+            "not set by @SET/env; nagare reads only upper-case environment variables",
+        );
     }
     for s in &cfg.sections {
         if let Some(n) = s.value("name") {
@@ -151,16 +173,25 @@ pub fn convert(cfg: &Config, path: &Path, dialect: Dialect) -> (String, Vec<Note
                 let n = *i;
                 *i += 1;
                 let Some(&(_, nagare, map)) = table.iter().find(|(t, _, _)| *t == name) else {
-                    let why = NOT_YET.iter().find(|(t, _)| *t == name).map(|(_, w)| *w).unwrap_or("nagare has no plugin of this type");
-                    ctx.notes.unmapped(&s.file, s.line, format!("[{}] Name {name}", s.name), why);
+                    let why = NOT_YET
+                        .iter()
+                        .find(|(t, _)| *t == name)
+                        .map(|(_, w)| *w)
+                        .unwrap_or("nagare has no plugin of this type");
+                    ctx.notes
+                        .unmapped(&s.file, s.line, format!("[{}] Name {name}", s.name), why);
                     continue;
                 };
                 let mut t = Table::new(kind, true);
-                t.comments.push(format!("[{}] {name} ({}:{})", s.name, s.file, s.line));
+                t.comments
+                    .push(format!("[{}] {name} ({}:{})", s.name, s.file, s.line));
                 t.set("type", Val::s(nagare));
                 let mut used = Used::default();
                 if kind == "input" {
-                    let tag = s.value("tag").map(str::to_string).unwrap_or_else(|| format!("{name}.{n}"));
+                    let tag = s
+                        .value("tag")
+                        .map(str::to_string)
+                        .unwrap_or_else(|| format!("{name}.{n}"));
                     if !matches!(nagare, "forward" | "http" | "kafka") || s.value("tag").is_some() {
                         t.set("tag", Val::s(tag));
                     }
@@ -171,7 +202,12 @@ pub fn convert(cfg: &Config, path: &Path, dialect: Dialect) -> (String, Vec<Note
                         continue;
                     }
                     let Some(m) = s.get("match") else {
-                        ctx.notes.unmapped(&s.file, s.line, format!("[{}] {name} without Match", s.name), "Fluent Bit gives it no records; not converted");
+                        ctx.notes.unmapped(
+                            &s.file,
+                            s.line,
+                            format!("[{}] {name} without Match", s.name),
+                            "Fluent Bit gives it no records; not converted",
+                        );
                         continue;
                     };
                     let (pat, approx) = common::fluent_bit_match(&m.value);
@@ -188,14 +224,23 @@ pub fn convert(cfg: &Config, path: &Path, dialect: Dialect) -> (String, Vec<Note
                 if kind == "output" {
                     if let Some(f) = &ctx.flush {
                         if f != "1s" {
-                            t.child("buffer").set_commented("flush_interval", Val::s(f), Some("[SERVICE] Flush".into()));
+                            t.child("buffer").set_commented(
+                                "flush_interval",
+                                Val::s(f),
+                                Some("[SERVICE] Flush".into()),
+                            );
                         }
                     }
                 }
                 list.push(t);
             }
             "PARSER" | "MULTILINE_PARSER" => {}
-            other => ctx.notes.unmapped(&s.file, s.line, format!("[{other}]"), "no equivalent section in nagare"),
+            other => ctx.notes.unmapped(
+                &s.file,
+                s.line,
+                format!("[{other}]"),
+                "no equivalent section in nagare",
+            ),
         }
     }
     if !system.entries.is_empty() {
@@ -235,15 +280,32 @@ fn service(ctx: &mut Ctx, s: &Section, system: &mut Table, monitor: &mut Option<
         let host = val(s, &mut used, "http_listen").unwrap_or("0.0.0.0");
         let port = val(s, &mut used, "http_port").unwrap_or("2020");
         let mut m = Table::new("monitor", false);
-        m.set_commented("bind", Val::s(format!("{host}:{port}")), Some("approx: nagare's /api/plugins and /metrics, not Fluent Bit's API".into()));
+        m.set_commented(
+            "bind",
+            Val::s(format!("{host}:{port}")),
+            Some("approx: nagare's /api/plugins and /metrics, not Fluent Bit's API".into()),
+        );
         *monitor = Some(m);
     }
-    for k in ["http_listen", "http_port", "parsers_file", "daemon", "plugins_file", "streams_file", "hot_reload"] {
+    for k in [
+        "http_listen",
+        "http_port",
+        "parsers_file",
+        "daemon",
+        "plugins_file",
+        "streams_file",
+        "hot_reload",
+    ] {
         used.mark(k);
     }
     if let Some(e) = get(s, &mut used, "daemon") {
         if common::boolean(&e.value) == Some(true) {
-            ctx.notes.approx(&e.file, e.line, "Daemon On", "nagare stays in the foreground (run it under systemd)");
+            ctx.notes.approx(
+                &e.file,
+                e.line,
+                "Daemon On",
+                "nagare stays in the foreground (run it under systemd)",
+            );
         }
     }
     let mut tmp = Table::new("x", false);
@@ -258,7 +320,15 @@ fn service(ctx: &mut Ctx, s: &Section, system: &mut Table, monitor: &mut Option<
 fn parser_table(ctx: &mut Ctx, name: &str, at: &Entry, message_key: &str) -> Table {
     let mut pt = Table::new("parser", false);
     let Some(p) = ctx.parsers.get(name).cloned() else {
-        let builtin = ["json", "docker", "syslog-rfc5424", "syslog-rfc3164", "apache2", "nginx", "apache_error"];
+        let builtin = [
+            "json",
+            "docker",
+            "syslog-rfc5424",
+            "syslog-rfc3164",
+            "apache2",
+            "nginx",
+            "apache_error",
+        ];
         let ty = match name {
             "json" | "docker" => Some("json"),
             "syslog-rfc5424" | "syslog-rfc3164" | "syslog-rfc3164-local" => Some("syslog"),
@@ -271,7 +341,12 @@ fn parser_table(ctx: &mut Ctx, name: &str, at: &Entry, message_key: &str) -> Tab
                 ctx.notes.approx(&at.file, at.line, format!("Parser {name}"), format!("not defined in a Parsers_File read here: nagare's own `{t}` parser is used"));
             }
             _ => {
-                ctx.notes.unmapped(&at.file, at.line, format!("Parser {name}"), "no [PARSER] of that name in the Parsers_File; lines are kept whole");
+                ctx.notes.unmapped(
+                    &at.file,
+                    at.line,
+                    format!("Parser {name}"),
+                    "no [PARSER] of that name in the Parsers_File; lines are kept whole",
+                );
                 pt.set("type", Val::s("none"));
             }
         }
@@ -280,7 +355,9 @@ fn parser_table(ctx: &mut Ctx, name: &str, at: &Entry, message_key: &str) -> Tab
     };
     let mut used = Used::default();
     used.mark("name");
-    let format = val(&p, &mut used, "format").unwrap_or("").to_ascii_lowercase();
+    let format = val(&p, &mut used, "format")
+        .unwrap_or("")
+        .to_ascii_lowercase();
     match format.as_str() {
         "regex" => {
             pt.set("type", Val::s("regex"));
@@ -302,12 +379,18 @@ fn parser_table(ctx: &mut Ctx, name: &str, at: &Entry, message_key: &str) -> Tab
         pt.set("time_key", Val::s(k));
     } else {
         // Fluent Bit reads no time without Time_Key; nagare would read `time`.
-        pt.set_commented("time_key", Val::s("__fluent_bit_no_time_key__"), Some("Fluent Bit reads no event time without Time_Key".into()));
+        pt.set_commented(
+            "time_key",
+            Val::s("__fluent_bit_no_time_key__"),
+            Some("Fluent Bit reads no event time without Time_Key".into()),
+        );
     }
     if let Some(f) = val(&p, &mut used, "time_format") {
         match common::time_format(f) {
             Some(f) => pt.set("time_format", Val::s(f)),
-            None => pt.comments.push(format!("Time_Format {f}: RFC 3339, read without a format")),
+            None => pt
+                .comments
+                .push(format!("Time_Format {f}: RFC 3339, read without a format")),
         }
     }
     if let Some(k) = val(&p, &mut used, "time_keep").and_then(common::boolean) {
@@ -349,7 +432,8 @@ fn multiline_table(ctx: &mut Ctx, name: &str, at: &Entry, message_key: &str) -> 
             "java" | "python" | "go" | "ruby" => "nagare has no built-in multiline language rules: write a multiline parser with format_firstline",
             _ => "no [MULTILINE_PARSER] of that name",
         };
-        ctx.notes.unmapped(&at.file, at.line, format!("multiline.parser {name}"), why);
+        ctx.notes
+            .unmapped(&at.file, at.line, format!("multiline.parser {name}"), why);
         return None;
     };
     let mut pt = Table::new("parser", false);
@@ -359,7 +443,12 @@ fn multiline_table(ctx: &mut Ctx, name: &str, at: &Entry, message_key: &str) -> 
     used.mark("name");
     if let Some(t) = val(&m, &mut used, "type") {
         if t != "regex" {
-            ctx.notes.unmapped(&m.file, m.line, format!("[MULTILINE_PARSER] {name} type {t}"), "only type regex converts");
+            ctx.notes.unmapped(
+                &m.file,
+                m.line,
+                format!("[MULTILINE_PARSER] {name} type {t}"),
+                "only type regex converts",
+            );
             return None;
         }
     }
@@ -367,7 +456,12 @@ fn multiline_table(ctx: &mut Ctx, name: &str, at: &Entry, message_key: &str) -> 
     for r in all(&m, &mut used, "rule") {
         let parts = quoted_parts(&r.value);
         if parts.len() < 3 {
-            ctx.notes.unmapped(&r.file, r.line, format!("rule {}", r.value), "a rule is \"state\" \"/regex/\" \"next state\"");
+            ctx.notes.unmapped(
+                &r.file,
+                r.line,
+                format!("rule {}", r.value),
+                "a rule is \"state\" \"/regex/\" \"next state\"",
+            );
             continue;
         }
         if parts[0] == "start_state" {
@@ -383,7 +477,9 @@ fn multiline_table(ctx: &mut Ctx, name: &str, at: &Entry, message_key: &str) -> 
         pt.comments.push("approx: every line up to the next first line joins the event (Fluent Bit's continuation rules are not checked)".into());
         ctx.notes.approx(&m.file, m.line, format!("[MULTILINE_PARSER] {name} continuation rules"), "nagare joins every line up to the next start_state line; Fluent Bit makes a line that matches no rule a record of its own, and ends each joined message with a newline");
     }
-    if let Some(f) = val(&m, &mut used, "flush_timeout").and_then(|ms| ms.trim().parse::<u64>().ok()) {
+    if let Some(f) =
+        val(&m, &mut used, "flush_timeout").and_then(|ms| ms.trim().parse::<u64>().ok())
+    {
         pt.set("multiline_flush_interval", Val::s(format!("{f}ms")));
     }
     if let Some(e) = get(&m, &mut used, "parser") {
@@ -439,7 +535,9 @@ fn quoted_parts(v: &str) -> Vec<String> {
 
 fn bind(s: &Section, used: &mut Used, t: &mut Table, port: u16) {
     let host = val(s, used, "listen").unwrap_or("0.0.0.0").to_string();
-    let port = val(s, used, "port").map(str::to_string).unwrap_or_else(|| port.to_string());
+    let port = val(s, used, "port")
+        .map(str::to_string)
+        .unwrap_or_else(|| port.to_string());
     t.set("bind", Val::s(format!("{host}:{port}")));
 }
 
@@ -448,7 +546,11 @@ fn tls(s: &Section, used: &mut Used, t: &mut Table, client: bool) {
         return;
     }
     let mut tls = Table::new("tls", false);
-    for (k, n) in [("tls.crt_file", "cert"), ("tls.key_file", "key"), ("tls.ca_file", "ca")] {
+    for (k, n) in [
+        ("tls.crt_file", "cert"),
+        ("tls.key_file", "key"),
+        ("tls.ca_file", "ca"),
+    ] {
         if let Some(v) = val(s, used, k) {
             tls.set(n, Val::s(v));
         }
@@ -467,7 +569,11 @@ fn tls(s: &Section, used: &mut Used, t: &mut Table, client: bool) {
 
 fn in_tail(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
     if let Some(p) = val(s, used, "path") {
-        let paths: Vec<String> = p.split(',').map(|x| x.trim().to_string()).filter(|x| !x.is_empty()).collect();
+        let paths: Vec<String> = p
+            .split(',')
+            .map(|x| x.trim().to_string())
+            .filter(|x| !x.is_empty())
+            .collect();
         if paths.len() == 1 {
             t.set("path", Val::s(&paths[0]));
         } else {
@@ -475,11 +581,26 @@ fn in_tail(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
         }
     }
     if let Some(p) = val(s, used, "exclude_path") {
-        t.set("exclude", Val::Arr(p.split(',').map(|x| Val::s(x.trim())).collect()));
+        t.set(
+            "exclude",
+            Val::Arr(p.split(',').map(|x| Val::s(x.trim())).collect()),
+        );
     }
     if let Some(e) = get(s, used, "db") {
-        t.set_commented("position_db", Val::s(format!("{}.nagare", e.value)), Some("approx: nagare keeps its own position file; see docs/migration.md, Tail positions".into()));
-        ctx.notes.approx(&e.file, e.line, format!("DB {}", e.value), "nagare keeps positions in a file of its own format beside it (position_db)");
+        t.set_commented(
+            "position_db",
+            Val::s(format!("{}.nagare", e.value)),
+            Some(
+                "approx: nagare keeps its own position file; see docs/migration.md, Tail positions"
+                    .into(),
+            ),
+        );
+        ctx.notes.approx(
+            &e.file,
+            e.line,
+            format!("DB {}", e.value),
+            "nagare keeps positions in a file of its own format beside it (position_db)",
+        );
     }
     if let Some(b) = val(s, used, "read_from_head").and_then(common::boolean) {
         t.set("read_from_head", Val::Bool(b));
@@ -499,7 +620,14 @@ fn in_tail(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
     if val(s, used, "inotify_watcher").and_then(common::boolean) == Some(false) {
         t.set("watch", Val::Bool(false));
     }
-    for k in ["rotate_wait", "db.sync", "db.locking", "db.journal_mode", "buffer_chunk_size", "refresh_interval"] {
+    for k in [
+        "rotate_wait",
+        "db.sync",
+        "db.locking",
+        "db.journal_mode",
+        "buffer_chunk_size",
+        "refresh_interval",
+    ] {
         used.mark(k);
     }
     let key = val(s, used, "key").unwrap_or("log").to_string();
@@ -578,7 +706,9 @@ fn in_http(_ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
 }
 
 fn in_syslog(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
-    let mode = val(s, used, "mode").unwrap_or("unix_udp").to_ascii_lowercase();
+    let mode = val(s, used, "mode")
+        .unwrap_or("unix_udp")
+        .to_ascii_lowercase();
     match mode.as_str() {
         "udp" | "tcp" => {
             bind(s, used, t, 5140);
@@ -588,26 +718,47 @@ fn in_syslog(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
             if let Some(p) = val(s, used, "path") {
                 t.set("path", Val::s(p));
             }
-            t.set("socket_type", Val::s(if mode == "unix_udp" { "dgram" } else { "stream" }));
+            t.set(
+                "socket_type",
+                Val::s(if mode == "unix_udp" {
+                    "dgram"
+                } else {
+                    "stream"
+                }),
+            );
         }
         _ => {}
     }
     if let Some(p) = val(s, used, "parser") {
-        let f = if p.contains("5424") { "rfc5424" } else { "rfc3164" };
+        let f = if p.contains("5424") {
+            "rfc5424"
+        } else {
+            "rfc3164"
+        };
         t.set("message_format", Val::s(f));
     }
     if let Some(sz) = val(s, used, "buffer_max_size").and_then(common::size) {
         t.set("max_message_size", Val::s(sz));
     }
     used.mark("buffer_chunk_size");
-    ctx.notes.approx(&s.file, s.line, "[INPUT] syslog Tag", "nagare adds .<facility>.<severity> to the tag, as Fluentd does (match it with `tag.**`)");
+    ctx.notes.approx(
+        &s.file,
+        s.line,
+        "[INPUT] syslog Tag",
+        "nagare adds .<facility>.<severity> to the tag, as Fluentd does (match it with `tag.**`)",
+    );
 }
 
 fn in_tcp(_ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
     bind(s, used, t, 5170);
-    let format = val(s, used, "format").unwrap_or("json").to_ascii_lowercase();
+    let format = val(s, used, "format")
+        .unwrap_or("json")
+        .to_ascii_lowercase();
     if let Some(sep) = val(s, used, "separator") {
-        t.set("delimiter", Val::s(sep.replace("\\n", "\n").replace("\\r", "\r")));
+        t.set(
+            "delimiter",
+            Val::s(sep.replace("\\n", "\n").replace("\\r", "\r")),
+        );
     }
     if let Some(sz) = val(s, used, "buffer_size").and_then(common::size) {
         t.set("max_line_size", Val::s(sz));
@@ -625,10 +776,16 @@ fn in_tcp(_ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
 
 fn in_kafka(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
     if let Some(b) = val(s, used, "brokers") {
-        t.set("addresses", Val::Arr(b.split(',').map(|x| Val::s(x.trim())).collect()));
+        t.set(
+            "addresses",
+            Val::Arr(b.split(',').map(|x| Val::s(x.trim())).collect()),
+        );
     }
     if let Some(b) = val(s, used, "topics") {
-        t.set("topics", Val::Arr(b.split(',').map(|x| Val::s(x.trim())).collect()));
+        t.set(
+            "topics",
+            Val::Arr(b.split(',').map(|x| Val::s(x.trim())).collect()),
+        );
     }
     if let Some(g) = val(s, used, "group_id") {
         t.set("group", Val::s(g));
@@ -653,7 +810,9 @@ fn rule_parts(v: &str) -> (String, String) {
 }
 
 fn flt_grep(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
-    let op = val(s, used, "logical_op").unwrap_or("legacy").to_ascii_lowercase();
+    let op = val(s, used, "logical_op")
+        .unwrap_or("legacy")
+        .to_ascii_lowercase();
     let rules: Vec<&Entry> = s
         .entries
         .iter()
@@ -676,13 +835,20 @@ fn flt_grep(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
             None => (e.value.clone(), String::new()),
         };
         let Some(field) = common::field(&k) else {
-            ctx.notes.unmapped_on(t, &e.file, e.line, format!("{} {}", e.key, e.value), "nagare's field paths have no array indexes");
+            ctx.notes.unmapped_on(
+                t,
+                &e.file,
+                e.line,
+                format!("{} {}", e.key, e.value),
+                "nagare's field paths have no array indexes",
+            );
             continue;
         };
         let re = match common::regex(&pat) {
             Ok(r) => r,
             Err(why) => {
-                ctx.notes.unmapped_on(t, &e.file, e.line, format!("{} {}", e.key, e.value), why);
+                ctx.notes
+                    .unmapped_on(t, &e.file, e.line, format!("{} {}", e.key, e.value), why);
                 continue;
             }
         };
@@ -727,12 +893,24 @@ fn flt_modify(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
             "add" => add.set(&a, Val::s(b)),
             "remove" => remove.push(Val::s(a)),
             "rename" | "hard_rename" => {
-                rename.set_commented(&a, Val::s(b), (k == "rename").then(|| "approx: Fluent Bit does not rename onto an existing field".to_string()));
+                rename.set_commented(
+                    &a,
+                    Val::s(b),
+                    (k == "rename").then(|| {
+                        "approx: Fluent Bit does not rename onto an existing field".to_string()
+                    }),
+                );
             }
             "copy" | "hard_copy" => copy.set(&a, Val::s(b)),
             "name" | "match" | "alias" => continue,
             _ => {
-                ctx.notes.unmapped_on(t, &e.file, e.line, format!("{} {}", e.key, e.value), "no equivalent in nagare's modify");
+                ctx.notes.unmapped_on(
+                    t,
+                    &e.file,
+                    e.line,
+                    format!("{} {}", e.key, e.value),
+                    "no equivalent in nagare's modify",
+                );
             }
         }
         used.mark(&e.key);
@@ -753,9 +931,19 @@ fn flt_record_modifier(_ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Tab
         let (a, b) = rule_parts(&e.value);
         set.set(&a, Val::s(b));
     }
-    let remove: Vec<Val> = all(s, used, "remove_key").into_iter().map(|e| Val::s(&e.value)).collect();
-    let mut keep: Vec<Val> = all(s, used, "allowlist_key").into_iter().map(|e| Val::s(&e.value)).collect();
-    keep.extend(all(s, used, "whitelist_key").into_iter().map(|e| Val::s(&e.value)));
+    let remove: Vec<Val> = all(s, used, "remove_key")
+        .into_iter()
+        .map(|e| Val::s(&e.value))
+        .collect();
+    let mut keep: Vec<Val> = all(s, used, "allowlist_key")
+        .into_iter()
+        .map(|e| Val::s(&e.value))
+        .collect();
+    keep.extend(
+        all(s, used, "whitelist_key")
+            .into_iter()
+            .map(|e| Val::s(&e.value)),
+    );
     if !remove.is_empty() {
         t.set("remove", Val::Arr(remove));
     }
@@ -771,8 +959,12 @@ fn flt_parser(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
     if let Some(k) = val(s, used, "key_name") {
         t.set("key_name", Val::s(k));
     }
-    let reserve = val(s, used, "reserve_data").and_then(common::boolean).unwrap_or(false);
-    let preserve = val(s, used, "preserve_key").and_then(common::boolean).unwrap_or(false);
+    let reserve = val(s, used, "reserve_data")
+        .and_then(common::boolean)
+        .unwrap_or(false);
+    let preserve = val(s, used, "preserve_key")
+        .and_then(common::boolean)
+        .unwrap_or(false);
     if reserve {
         t.set("reserve_data", Val::Bool(true));
         if !preserve {
@@ -781,7 +973,12 @@ fn flt_parser(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
     }
     let parsers: Vec<Entry> = all(s, used, "parser").into_iter().cloned().collect();
     for extra in parsers.iter().skip(1) {
-        ctx.notes.unmapped(&extra.file, extra.line, format!("Parser {}", extra.value), "nagare's parser filter takes one parser");
+        ctx.notes.unmapped(
+            &extra.file,
+            extra.line,
+            format!("Parser {}", extra.value),
+            "nagare's parser filter takes one parser",
+        );
     }
     if let Some(p) = parsers.first() {
         let mut pt = parser_table(ctx, &p.value, p, "log");
@@ -794,30 +991,54 @@ fn flt_parser(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
 }
 
 fn flt_rewrite_tag(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
-    for k in ["emitter_name", "emitter_storage.type", "emitter_mem_buf_limit"] {
+    for k in [
+        "emitter_name",
+        "emitter_storage.type",
+        "emitter_mem_buf_limit",
+    ] {
         used.mark(k);
     }
     for e in all(s, used, "rule") {
         let parts: Vec<&str> = e.value.split_whitespace().collect();
         if parts.len() < 4 {
-            ctx.notes.unmapped_on(t, &e.file, e.line, format!("Rule {}", e.value), "a rule is $KEY REGEX NEW_TAG KEEP");
+            ctx.notes.unmapped_on(
+                t,
+                &e.file,
+                e.line,
+                format!("Rule {}", e.value),
+                "a rule is $KEY REGEX NEW_TAG KEEP",
+            );
             continue;
         }
         let (key, re, tag, keep) = (parts[0], parts[1], parts[2], parts[3]);
         let Some(field) = common::field(key) else {
-            ctx.notes.unmapped_on(t, &e.file, e.line, format!("Rule {}", e.value), "nagare's field paths have no array indexes");
+            ctx.notes.unmapped_on(
+                t,
+                &e.file,
+                e.line,
+                format!("Rule {}", e.value),
+                "nagare's field paths have no array indexes",
+            );
             continue;
         };
         let pattern = match common::regex(re) {
             Ok(r) => r,
             Err(why) => {
-                ctx.notes.unmapped_on(t, &e.file, e.line, format!("Rule {}", e.value), why);
+                ctx.notes
+                    .unmapped_on(t, &e.file, e.line, format!("Rule {}", e.value), why);
                 continue;
             }
         };
         let mut r = Table::new("rule", true);
         r.set("key", Val::s(field));
-        r.set_commented("pattern", Val::s(pattern), Some("approx: also matches numbers as their text (Fluent Bit matches strings only)".into()));
+        r.set_commented(
+            "pattern",
+            Val::s(pattern),
+            Some(
+                "approx: also matches numbers as their text (Fluent Bit matches strings only)"
+                    .into(),
+            ),
+        );
         let mut new_tag = String::new();
         let mut rest = tag;
         while let Some(i) = rest.find("$TAG") {
@@ -838,16 +1059,31 @@ fn flt_rewrite_tag(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
         }
         t.children.push(r);
     }
-    ctx.notes.approx(&s.file, s.line, "[FILTER] rewrite_tag", "nagare matches a number by its text (Fluent Bit's rules match strings only)");
+    ctx.notes.approx(
+        &s.file,
+        s.line,
+        "[FILTER] rewrite_tag",
+        "nagare matches a number by its text (Fluent Bit's rules match strings only)",
+    );
 }
 
 fn flt_throttle(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
-    let rate: i64 = val(s, used, "rate").and_then(|r| r.trim().parse().ok()).unwrap_or(1);
-    let window: i64 = val(s, used, "window").and_then(|r| r.trim().parse().ok()).unwrap_or(5);
-    let interval = val(s, used, "interval").and_then(common::duration).unwrap_or_else(|| "1s".into());
+    let rate: i64 = val(s, used, "rate")
+        .and_then(|r| r.trim().parse().ok())
+        .unwrap_or(1);
+    let window: i64 = val(s, used, "window")
+        .and_then(|r| r.trim().parse().ok())
+        .unwrap_or(5);
+    let interval = val(s, used, "interval")
+        .and_then(common::duration)
+        .unwrap_or_else(|| "1s".into());
     t.set("rate", Val::Int(rate));
     t.set("period", Val::s(interval));
-    t.set_commented("burst", Val::Int(rate * window), Some("approx: Rate × Window, the burst Fluent Bit's sliding window lets through".into()));
+    t.set_commented(
+        "burst",
+        Val::Int(rate * window),
+        Some("approx: Rate × Window, the burst Fluent Bit's sliding window lets through".into()),
+    );
     if let Some(p) = val(s, used, "print_status").and_then(common::boolean) {
         t.set("log", Val::Bool(p));
     }
@@ -859,7 +1095,11 @@ fn flt_lua(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
         // Fluent Bit reads the script next to the config; nagare from its
         // working directory: written as a path that works from anywhere.
         let p = Path::new(sc);
-        let full = if p.is_absolute() { p.to_path_buf() } else { ctx.base.join(p) };
+        let full = if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            ctx.base.join(p)
+        };
         let full = std::path::absolute(&full).unwrap_or(full);
         t.set("script", Val::s(full.display().to_string()));
     }
@@ -883,20 +1123,45 @@ fn out_stdout(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
     used.mark("format");
     used.mark("json_date_key");
     used.mark("json_date_format");
-    t.set_commented("format", Val::s("json"), Some("approx: one JSON object {time, tag, record} per event".into()));
-    ctx.notes.approx(&s.file, s.line, "[OUTPUT] stdout", "nagare prints each event as one JSON object {time, tag, record}");
+    t.set_commented(
+        "format",
+        Val::s("json"),
+        Some("approx: one JSON object {time, tag, record} per event".into()),
+    );
+    ctx.notes.approx(
+        &s.file,
+        s.line,
+        "[OUTPUT] stdout",
+        "nagare prints each event as one JSON object {time, tag, record}",
+    );
 }
 
 fn out_file(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
-    let dir = val(s, used, "path").unwrap_or(".").trim_end_matches('/').to_string();
-    let file = val(s, used, "file").map(str::to_string).unwrap_or_else(|| "${tag}".into());
+    let dir = val(s, used, "path")
+        .unwrap_or(".")
+        .trim_end_matches('/')
+        .to_string();
+    let file = val(s, used, "file")
+        .map(str::to_string)
+        .unwrap_or_else(|| "${tag}".into());
     t.set("path", Val::s(format!("{dir}/{file}")));
-    let f = val(s, used, "format").unwrap_or("out_file").to_ascii_lowercase();
+    let f = val(s, used, "format")
+        .unwrap_or("out_file")
+        .to_ascii_lowercase();
     match f.as_str() {
         "ltsv" | "msgpack" => t.set("format", Val::s(&f)),
         other => {
-            t.set_commented("format", Val::s("json"), Some(format!("approx: Fluent Bit's {other} format")));
-            ctx.notes.approx(&s.file, s.line, format!("[OUTPUT] file Format {other}"), "written as nagare's json format ({\"time\",\"tag\",\"record\"} per line)");
+            t.set_commented(
+                "format",
+                Val::s("json"),
+                Some(format!("approx: Fluent Bit's {other} format")),
+            );
+            ctx.notes.approx(
+                &s.file,
+                s.line,
+                format!("[OUTPUT] file Format {other}"),
+                "written as nagare's json format ({\"time\",\"tag\",\"record\"} per line)",
+            );
         }
     }
     for k in ["delimiter", "label_delimiter", "template"] {
@@ -906,7 +1171,12 @@ fn out_file(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
 
 fn out_forward(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
     if let Some(e) = get(s, used, "upstream") {
-        ctx.notes.unmapped(&e.file, e.line, format!("Upstream {}", e.value), "write the [UPSTREAM] nodes as [[output.server]] tables");
+        ctx.notes.unmapped(
+            &e.file,
+            e.line,
+            format!("Upstream {}", e.value),
+            "write the [UPSTREAM] nodes as [[output.server]] tables",
+        );
     }
     if let Some(k) = val(s, used, "shared_key") {
         t.set("shared_key", Val::s(k));
@@ -931,17 +1201,31 @@ fn out_forward(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
 fn out_http(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
     let host = val(s, used, "host").unwrap_or("127.0.0.1").to_string();
     let secure = s.value("tls").and_then(common::boolean) == Some(true);
-    let port = val(s, used, "port").unwrap_or(if secure { "443" } else { "80" }).to_string();
+    let port = val(s, used, "port")
+        .unwrap_or(if secure { "443" } else { "80" })
+        .to_string();
     let uri = val(s, used, "uri").unwrap_or("/").to_string();
     let scheme = if secure { "https" } else { "http" };
     t.set("endpoint", Val::s(format!("{scheme}://{host}:{port}{uri}")));
-    let f = val(s, used, "format").unwrap_or("msgpack").to_ascii_lowercase();
+    let f = val(s, used, "format")
+        .unwrap_or("msgpack")
+        .to_ascii_lowercase();
     match f.as_str() {
         "json" => t.set("format", Val::s("json_array")),
         "json_lines" => t.set("format", Val::s("ndjson")),
-        "json_stream" => t.set_commented("format", Val::s("ndjson"), Some("approx: json_stream".into())),
+        "json_stream" => t.set_commented(
+            "format",
+            Val::s("ndjson"),
+            Some("approx: json_stream".into()),
+        ),
         "msgpack" => t.set("format", Val::s("msgpack")),
-        other => ctx.notes.unmapped_on(t, &s.file, s.line, format!("Format {other}"), "nagare's http output sends ndjson, a JSON array or msgpack"),
+        other => ctx.notes.unmapped_on(
+            t,
+            &s.file,
+            s.line,
+            format!("Format {other}"),
+            "nagare's http output sends ndjson, a JSON array or msgpack",
+        ),
     }
     let date_key = val(s, used, "json_date_key").unwrap_or("date");
     if common::boolean(date_key) == Some(false) {
@@ -972,15 +1256,25 @@ fn out_http(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
 
 fn out_kafka(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
     if let Some(b) = val(s, used, "brokers") {
-        t.set("addresses", Val::Arr(b.split(',').map(|x| Val::s(x.trim())).collect()));
+        t.set(
+            "addresses",
+            Val::Arr(b.split(',').map(|x| Val::s(x.trim())).collect()),
+        );
     }
     let topics = val(s, used, "topics").unwrap_or("fluent-bit");
     let mut it = topics.split(',');
     t.set("topic", Val::s(it.next().unwrap_or("").trim()));
     if it.next().is_some() {
-        ctx.notes.approx(&s.file, s.line, format!("Topics {topics}"), "nagare writes to one topic (the first); use ${tag} in `topic` to spread by tag");
+        ctx.notes.approx(
+            &s.file,
+            s.line,
+            format!("Topics {topics}"),
+            "nagare writes to one topic (the first); use ${tag} in `topic` to spread by tag",
+        );
     }
-    let f = val(s, used, "format").unwrap_or("json").to_ascii_lowercase();
+    let f = val(s, used, "format")
+        .unwrap_or("json")
+        .to_ascii_lowercase();
     if f == "msgpack" || f == "json" {
         t.set("format", Val::s(&f));
     }
@@ -989,7 +1283,11 @@ fn out_kafka(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
     }
     used.mark("timestamp_key");
     used.mark("timestamp_format");
-    let props: Vec<&Entry> = s.entries.iter().filter(|e| e.key.to_ascii_lowercase().starts_with("rdkafka.")).collect();
+    let props: Vec<&Entry> = s
+        .entries
+        .iter()
+        .filter(|e| e.key.to_ascii_lowercase().starts_with("rdkafka."))
+        .collect();
     if !props.is_empty() {
         let mut p = Table::new("properties", false);
         for e in props {

@@ -112,7 +112,11 @@ fn parse_into(
                 cfg.sections.push(s);
             }
             "parsers" | "multiline_parsers" => {
-                let name = if key == "parsers" { "PARSER" } else { "MULTILINE_PARSER" };
+                let name = if key == "parsers" {
+                    "PARSER"
+                } else {
+                    "MULTILINE_PARSER"
+                };
                 lines.find(&format!("{key}:"));
                 if let Value::Sequence(items) = value {
                     for item in items {
@@ -126,7 +130,11 @@ fn parse_into(
             "pipeline" => {
                 lines.find("pipeline:");
                 let Value::Mapping(p) = value else { continue };
-                for (kind, name) in [("inputs", "INPUT"), ("filters", "FILTER"), ("outputs", "OUTPUT")] {
+                for (kind, name) in [
+                    ("inputs", "INPUT"),
+                    ("filters", "FILTER"),
+                    ("outputs", "OUTPUT"),
+                ] {
                     if let Some(Value::Sequence(items)) = p.get(kind) {
                         lines.find(&format!("{kind}:"));
                         for item in items {
@@ -186,7 +194,12 @@ fn section(
                         // multiline_parsers rules: {state, regex, next_state}.
                         Value::Mapping(r) if k == "rules" => {
                             let get = |f: &str| r.get(f).and_then(scalar).unwrap_or_default();
-                            push(format!("\"{}\" \"{}\" \"{}\"", get("state"), get("regex"), get("next_state")));
+                            push(format!(
+                                "\"{}\" \"{}\" \"{}\"",
+                                get("state"),
+                                get("regex"),
+                                get("next_state")
+                            ));
                         }
                         other => {
                             if let Some(v) = scalar(other) {

@@ -191,7 +191,10 @@ fn parse_into(
             // it from closing what the including file opened).
             for p in include_paths(path, &pattern, &file, lineno)? {
                 if !p.exists() {
-                    return Err(err(format!("@include {pattern}: {} does not exist", p.display())));
+                    return Err(err(format!(
+                        "@include {pattern}: {} does not exist",
+                        p.display()
+                    )));
                 }
                 parse_into(&p, root, stack, depth + 1)?;
             }
@@ -266,7 +269,9 @@ fn strip_inline_comment(v: &str) -> String {
 
 fn unquote_simple(v: &str) -> String {
     let v = v.trim();
-    if v.len() >= 2 && (v.starts_with('"') && v.ends_with('"') || v.starts_with('\'') && v.ends_with('\'')) {
+    if v.len() >= 2
+        && (v.starts_with('"') && v.ends_with('"') || v.starts_with('\'') && v.ends_with('\''))
+    {
         v[1..v.len() - 1].to_string()
     } else {
         v.to_string()

@@ -48,7 +48,11 @@ const SOURCES: &[(&str, &str, Mapper)] = &[
 /// `<filter>` types → `[[filter]]`.
 const FILTERS: &[(&str, &str, Mapper)] = &[
     ("grep", "grep", Mapper::Fn(flt_grep)),
-    ("record_transformer", "modify", Mapper::Fn(flt_record_transformer)),
+    (
+        "record_transformer",
+        "modify",
+        Mapper::Fn(flt_record_transformer),
+    ),
     ("parser", "parser", Mapper::Fn(flt_parser)),
 ];
 
@@ -208,12 +212,18 @@ pub fn convert(root: &Directive, path: &Path) -> (String, Vec<Note>) {
     for d in &root.children {
         if d.name == "source" {
             if let Some(l) = d.value("@label") {
-                ctx.source_labels.insert(l.trim_start_matches('@').to_string());
+                ctx.source_labels
+                    .insert(l.trim_start_matches('@').to_string());
             }
         }
     }
     for p in &root.params {
-        ctx.notes.unmapped(&p.file, p.line, format!("{} {}", p.key, p.value), "a parameter outside any directive");
+        ctx.notes.unmapped(
+            &p.file,
+            p.line,
+            format!("{} {}", p.key, p.value),
+            "a parameter outside any directive",
+        );
     }
     // Sources and the unlabelled flow first, then the labels: sections a
     // label holds run after the filter that sends events there.
@@ -248,7 +258,12 @@ pub fn convert(root: &Directive, path: &Path) -> (String, Vec<Note>) {
             match c.name.as_str() {
                 "filter" => filter(&mut ctx, c),
                 "match" => output(&mut ctx, c),
-                other => ctx.notes.unmapped(&c.file, c.line, format!("<{other}> in a label"), "only <filter> and <match> belong in a label"),
+                other => ctx.notes.unmapped(
+                    &c.file,
+                    c.line,
+                    format!("<{other}> in a label"),
+                    "only <filter> and <match> belong in a label",
+                ),
             }
         }
         ctx.label = None;
@@ -303,7 +318,10 @@ fn embedded_ruby(d: &mut Directive, notes: &mut Notes) {
     }
 }
 
-fn lookup<'m>(table: &'m [(&str, &str, Mapper)], ty: &str) -> Option<&'m (&'m str, &'m str, Mapper)> {
+fn lookup<'m>(
+    table: &'m [(&str, &str, Mapper)],
+    ty: &str,
+) -> Option<&'m (&'m str, &'m str, Mapper)> {
     table.iter().find(|(t, _, _)| *t == ty)
 }
 
@@ -328,7 +346,12 @@ fn system(ctx: &mut Ctx, d: &Directive) {
     if let Some(p) = o.get("log_level") {
         let level = match p.value.as_str() {
             "fatal" => {
-                ctx.notes.approx(&p.file, p.line, "log_level fatal", "nagare's quietest level is error");
+                ctx.notes.approx(
+                    &p.file,
+                    p.line,
+                    "log_level fatal",
+                    "nagare's quietest level is error",
+                );
                 "error"
             }
             l => l,
@@ -336,7 +359,12 @@ fn system(ctx: &mut Ctx, d: &Directive) {
         t.set("log_level", Val::s(level));
     }
     if let Some(p) = o.get("workers") {
-        ctx.notes.approx(&p.file, p.line, format!("workers {}", p.value), "nagare runs one process; [system] workers sets its threads (one per core by default)");
+        ctx.notes.approx(
+            &p.file,
+            p.line,
+            format!("workers {}", p.value),
+            "nagare runs one process; [system] workers sets its threads (one per core by default)",
+        );
     }
     if let Some(p) = o.get("format") {
         if p.value == "json" {
@@ -351,7 +379,12 @@ fn system(ctx: &mut Ctx, d: &Directive) {
                 }
             }
         } else {
-            ctx.notes.unmapped(&c.file, c.line, format!("<{}> in <system>", c.name), "no equivalent");
+            ctx.notes.unmapped(
+                &c.file,
+                c.line,
+                format!("<{}> in <system>", c.name),
+                "no equivalent",
+            );
         }
     }
     o.finish(ctx, &mut t, "<system>");
@@ -362,11 +395,13 @@ fn source(ctx: &mut Ctx, d: &Directive) {
     let ty = d.plugin_type();
     let Some(&(_, nagare, m)) = lookup(SOURCES, ty) else {
         let why = not_yet(ty).unwrap_or("nagare has no input of this type");
-        ctx.notes.unmapped(&d.file, d.line, format!("<source> @type {ty}"), why);
+        ctx.notes
+            .unmapped(&d.file, d.line, format!("<source> @type {ty}"), why);
         return;
     };
     let mut t = Table::new("input", true);
-    t.comments.push(format!("<source> @type {ty} ({}:{})", d.file, d.line));
+    t.comments
+        .push(format!("<source> @type {ty} ({}:{})", d.file, d.line));
     t.set("type", Val::s(nagare));
     if let Some(l) = d.value("@label") {
         let l = l.trim_start_matches('@');
@@ -388,11 +423,19 @@ fn filter(ctx: &mut Ctx, d: &Directive) {
     let ty = d.plugin_type();
     let Some(&(_, nagare, m)) = lookup(FILTERS, ty) else {
         let why = not_yet(ty).unwrap_or("nagare has no filter of this type");
-        ctx.notes.unmapped(&d.file, d.line, format!("<filter {}> @type {ty}", d.arg), why);
+        ctx.notes.unmapped(
+            &d.file,
+            d.line,
+            format!("<filter {}> @type {ty}", d.arg),
+            why,
+        );
         return;
     };
     let mut t = Table::new("filter", true);
-    t.comments.push(format!("<filter {}> @type {ty} ({}:{})", d.arg, d.file, d.line));
+    t.comments.push(format!(
+        "<filter {}> @type {ty} ({}:{})",
+        d.arg, d.file, d.line
+    ));
     t.set("type", Val::s(nagare));
     t.set("match", Val::s(pattern(&d.arg)));
     with_label(ctx, &mut t);
@@ -415,7 +458,10 @@ fn output(ctx: &mut Ctx, d: &Directive) {
     let ty = d.plugin_type();
     if ty == "rewrite_tag_filter" {
         let mut t = Table::new("filter", true);
-        t.comments.push(format!("<match {}> @type rewrite_tag_filter ({}:{})", d.arg, d.file, d.line));
+        t.comments.push(format!(
+            "<match {}> @type rewrite_tag_filter ({}:{})",
+            d.arg, d.file, d.line
+        ));
         t.set("type", Val::s("rewrite_tag"));
         t.set("match", Val::s(pattern(&d.arg)));
         with_label(ctx, &mut t);
@@ -426,9 +472,23 @@ fn output(ctx: &mut Ctx, d: &Directive) {
         return;
     }
     if let Some(mut t) = build_output(ctx, d, "output") {
-        t.entries.insert(1, super::emit::Entry { key: "match".into(), val: Val::s(pattern(&d.arg)), comment: None });
+        t.entries.insert(
+            1,
+            super::emit::Entry {
+                key: "match".into(),
+                val: Val::s(pattern(&d.arg)),
+                comment: None,
+            },
+        );
         if let Some(l) = &ctx.label {
-            t.entries.insert(2, super::emit::Entry { key: "label".into(), val: Val::s(l), comment: None });
+            t.entries.insert(
+                2,
+                super::emit::Entry {
+                    key: "label".into(),
+                    val: Val::s(l),
+                    comment: None,
+                },
+            );
         }
         ctx.outputs.push(t);
     }
@@ -440,11 +500,18 @@ fn build_output(ctx: &mut Ctx, d: &Directive, name: &str) -> Option<Table> {
     let ty = d.plugin_type();
     let Some(&(_, nagare, m)) = lookup(OUTPUTS, ty) else {
         let why = not_yet(ty).unwrap_or("nagare has no output of this type");
-        ctx.notes.unmapped(&d.file, d.line, format!("<{} {}> @type {ty}", d.name, d.arg), why);
+        ctx.notes.unmapped(
+            &d.file,
+            d.line,
+            format!("<{} {}> @type {ty}", d.name, d.arg),
+            why,
+        );
         return None;
     };
     let mut t = Table::new(name, name != "secondary");
-    t.comments.push(format!("<{} {}> @type {ty} ({}:{})", d.name, d.arg, d.file, d.line).replace("  ", " "));
+    t.comments.push(
+        format!("<{} {}> @type {ty} ({}:{})", d.name, d.arg, d.file, d.line).replace("  ", " "),
+    );
     t.set("type", Val::s(nagare));
     let mut o = Opts::new(d);
     apply(ctx, m, d, &mut o, &mut t);
@@ -458,8 +525,15 @@ fn build_output(ctx: &mut Ctx, d: &Directive, name: &str) -> Option<Table> {
                 }
             }
             // Read by the plugin's own mapping.
-            "format" | "inject" | "server" | "security" | "store" | "transport" | "auth" | "rule" | "parse" => {}
-            other => ctx.notes.unmapped_on(&mut t, &c.file, c.line, format!("<{other}> in <{} @type {ty}>", d.name), "no equivalent"),
+            "format" | "inject" | "server" | "security" | "store" | "transport" | "auth"
+            | "rule" | "parse" => {}
+            other => ctx.notes.unmapped_on(
+                &mut t,
+                &c.file,
+                c.line,
+                format!("<{other}> in <{} @type {ty}>", d.name),
+                "no equivalent",
+            ),
         }
     }
     Some(t)
@@ -468,7 +542,12 @@ fn build_output(ctx: &mut Ctx, d: &Directive, name: &str) -> Option<Table> {
 fn buffer(ctx: &mut Ctx, d: &Directive, out: &mut Table) {
     let mut o = Opts::new(d);
     let mut b = Table::new("buffer", false);
-    let keys: Vec<String> = d.arg.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    let keys: Vec<String> = d
+        .arg
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
     let ty = d.plugin_type();
     o.get("@type");
     match ty {
@@ -477,23 +556,64 @@ fn buffer(ctx: &mut Ctx, d: &Directive, out: &mut Table) {
             b.set("type", Val::s("file"));
             o.map(ctx, &mut b, "path", "path", Conv::Str);
         }
-        other => ctx.notes.unmapped(&d.file, d.line, format!("<buffer> @type {other}"), "nagare's buffers are memory or file"),
+        other => ctx.notes.unmapped(
+            &d.file,
+            d.line,
+            format!("<buffer> @type {other}"),
+            "nagare's buffers are memory or file",
+        ),
     }
     for k in &keys {
         if k != "time" && k != "tag" {
             ctx.notes.approx(&d.file, d.line, format!("<buffer {}>", d.arg), format!("nagare's chunks are split by tag (and the file output's path by time); the chunk key `{k}` is not used"));
         }
     }
-    o.map(ctx, &mut b, "chunk_limit_size", "chunk_limit_size", Conv::Size);
-    o.map(ctx, &mut b, "chunk_limit_records", "chunk_limit_records", Conv::Int);
-    o.map(ctx, &mut b, "total_limit_size", "total_limit_size", Conv::Size);
+    o.map(
+        ctx,
+        &mut b,
+        "chunk_limit_size",
+        "chunk_limit_size",
+        Conv::Size,
+    );
+    o.map(
+        ctx,
+        &mut b,
+        "chunk_limit_records",
+        "chunk_limit_records",
+        Conv::Int,
+    );
+    o.map(
+        ctx,
+        &mut b,
+        "total_limit_size",
+        "total_limit_size",
+        Conv::Size,
+    );
     o.map(ctx, &mut b, "flush_interval", "flush_interval", Conv::Dur);
-    o.map(ctx, &mut b, "flush_thread_count", "flush_thread_count", Conv::Int);
+    o.map(
+        ctx,
+        &mut b,
+        "flush_thread_count",
+        "flush_thread_count",
+        Conv::Int,
+    );
     o.map(ctx, &mut b, "retry_wait", "retry_wait", Conv::Dur);
-    o.map(ctx, &mut b, "retry_max_interval", "retry_max_interval", Conv::Dur);
+    o.map(
+        ctx,
+        &mut b,
+        "retry_max_interval",
+        "retry_max_interval",
+        Conv::Dur,
+    );
     o.map(ctx, &mut b, "retry_max_times", "retry_max_times", Conv::Int);
     o.map(ctx, &mut b, "retry_timeout", "retry_timeout", Conv::Dur);
-    o.map(ctx, &mut b, "retry_randomize", "retry_randomize", Conv::Bool);
+    o.map(
+        ctx,
+        &mut b,
+        "retry_randomize",
+        "retry_randomize",
+        Conv::Bool,
+    );
     if let Some(p) = o.get("overflow_action") {
         let v = match p.value.as_str() {
             "block" => Some("block"),
@@ -503,29 +623,55 @@ fn buffer(ctx: &mut Ctx, d: &Directive, out: &mut Table) {
         };
         match v {
             Some(v) => b.set("overflow_action", Val::s(v)),
-            None => ctx.notes.unmapped(&p.file, p.line, format!("overflow_action {}", p.value), "nagare has block, drop_oldest_chunk and throw"),
+            None => ctx.notes.unmapped(
+                &p.file,
+                p.line,
+                format!("overflow_action {}", p.value),
+                "nagare has block, drop_oldest_chunk and throw",
+            ),
         }
     }
     if let Some(p) = o.get("flush_mode") {
         match p.value.as_str() {
             "interval" | "default" | "lazy" => {}
-            "immediate" => b.set_commented("flush_interval", Val::s("10ms"), Some("approx: flush_mode immediate".into())),
+            "immediate" => b.set_commented(
+                "flush_interval",
+                Val::s("10ms"),
+                Some("approx: flush_mode immediate".into()),
+            ),
             _ => {}
         }
     }
     // nagare always flushes every buffer at shutdown, and the file output
     // reads these for its path (out_file).
-    for k in ["flush_at_shutdown", "timekey", "timekey_wait", "timekey_use_utc", "timekey_zone", "retry_type", "retry_exponential_backoff_base"] {
+    for k in [
+        "flush_at_shutdown",
+        "timekey",
+        "timekey_wait",
+        "timekey_use_utc",
+        "timekey_zone",
+        "retry_type",
+        "retry_exponential_backoff_base",
+    ] {
         o.get(k);
     }
     if let Some(p) = o.get("retry_forever") {
         if common::boolean(&p.value) == Some(true) {
-            b.set_commented("retry_timeout", Val::s("100000days"), Some("approx: retry_forever".into()));
+            b.set_commented(
+                "retry_timeout",
+                Val::s("100000days"),
+                Some("approx: retry_forever".into()),
+            );
         }
     }
     if let Some(p) = o.get("retry_type") {
         if p.value == "periodic" {
-            ctx.notes.approx(&p.file, p.line, "retry_type periodic", "nagare's retries back off exponentially");
+            ctx.notes.approx(
+                &p.file,
+                p.line,
+                "retry_type periodic",
+                "nagare's retries back off exponentially",
+            );
         }
     }
     let mut tmp = Table::new("buffer", false);
@@ -548,7 +694,10 @@ fn host_port(host: &str, port: &str) -> String {
 
 fn bind(o: &mut Opts, t: &mut Table, default_port: u16) {
     let host = o.val("bind").unwrap_or("0.0.0.0").to_string();
-    let port = o.val("port").map(str::to_string).unwrap_or_else(|| default_port.to_string());
+    let port = o
+        .val("port")
+        .map(str::to_string)
+        .unwrap_or_else(|| default_port.to_string());
     t.set("bind", Val::s(host_port(&host, &port)));
 }
 
@@ -568,9 +717,22 @@ fn tls_server(ctx: &mut Ctx, d: &Directive, t: &mut Table) {
             }
         }
         o.get("client_cert_auth");
-        for k in ["ciphers", "insecure", "private_key_passphrase", "cert_verifier", "ca_private_key_path", "ca_private_key_passphrase", "generate_private_key_length"] {
+        for k in [
+            "ciphers",
+            "insecure",
+            "private_key_passphrase",
+            "cert_verifier",
+            "ca_private_key_path",
+            "ca_private_key_passphrase",
+            "generate_private_key_length",
+        ] {
             if let Some(p) = o.get(k) {
-                ctx.notes.unmapped(&p.file, p.line, format!("<transport tls> {}", p.key), "no equivalent in nagare's [input.tls]");
+                ctx.notes.unmapped(
+                    &p.file,
+                    p.line,
+                    format!("<transport tls> {}", p.key),
+                    "no equivalent in nagare's [input.tls]",
+                );
             }
         }
         if let Some(p) = o.get("cert_path").or(None) {
@@ -610,7 +772,12 @@ fn security_server(ctx: &mut Ctx, d: &Directive, t: &mut Table) {
             t.children.push(user);
         }
         for cl in c.children.iter().filter(|u| u.name == "client") {
-            ctx.notes.unmapped(&cl.file, cl.line, "<client> in <security>", "nagare's forward input has no per-client allow list (use a firewall)");
+            ctx.notes.unmapped(
+                &cl.file,
+                cl.line,
+                "<client> in <security>",
+                "nagare's forward input has no per-client allow list (use a firewall)",
+            );
         }
         o.finish(ctx, t, "<security>");
     }
@@ -627,8 +794,20 @@ fn src_tail(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
     }
     o.map(ctx, t, "tag", "tag", Conv::Str);
     if let Some(p) = o.get("pos_file") {
-        t.set_commented("position_db", Val::s(format!("{}.nagare", p.value)), Some("approx: nagare keeps its own position file; see docs/migration.md, Tail positions".into()));
-        ctx.notes.approx(&p.file, p.line, format!("pos_file {}", p.value), "nagare keeps positions in a file of its own format beside it (position_db)");
+        t.set_commented(
+            "position_db",
+            Val::s(format!("{}.nagare", p.value)),
+            Some(
+                "approx: nagare keeps its own position file; see docs/migration.md, Tail positions"
+                    .into(),
+            ),
+        );
+        ctx.notes.approx(
+            &p.file,
+            p.line,
+            format!("pos_file {}", p.value),
+            "nagare keeps positions in a file of its own format beside it (position_db)",
+        );
     }
     o.map(ctx, t, "read_from_head", "read_from_head", Conv::Bool);
     o.map(ctx, t, "refresh_interval", "refresh_interval", Conv::Dur);
@@ -641,7 +820,12 @@ fn src_tail(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
             t.set("watch", Val::Bool(false));
         }
     }
-    for k in ["rotate_wait", "follow_inodes", "enable_watch_timer", "skip_refresh_on_startup"] {
+    for k in [
+        "rotate_wait",
+        "follow_inodes",
+        "enable_watch_timer",
+        "skip_refresh_on_startup",
+    ] {
         if let Some(p) = o.get(k) {
             ctx.notes.approx(&p.file, p.line, format!("{} {}", p.key, p.value), "nagare follows files by inode, reads a rotated file on for 5 s, and watches with inotify with timers as the fallback");
         }
@@ -666,26 +850,52 @@ fn src_tail(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
         if let Some(f) = o.val("format") {
             // v0 style: `format json` on the source itself.
             let mut pt = Table::new("parser", false);
-            let fake = Directive { name: "parse".into(), arg: String::new(), params: vec![Param { key: "@type".into(), value: f.to_string(), file: d.file.clone(), line: d.line }], children: Vec::new(), file: d.file.clone(), line: d.line };
+            let fake = Directive {
+                name: "parse".into(),
+                arg: String::new(),
+                params: vec![Param {
+                    key: "@type".into(),
+                    value: f.to_string(),
+                    file: d.file.clone(),
+                    line: d.line,
+                }],
+                children: Vec::new(),
+                file: d.file.clone(),
+                line: d.line,
+            };
             parse_section(ctx, &fake, &mut pt, true);
             t.children.push(pt);
         }
     }
     for c in d.children.iter().filter(|c| c.name != "parse") {
-        ctx.notes.unmapped(&c.file, c.line, format!("<{}> in <source @type tail>", c.name), "no equivalent");
+        ctx.notes.unmapped(
+            &c.file,
+            c.line,
+            format!("<{}> in <source @type tail>", c.name),
+            "no equivalent",
+        );
     }
     // Fluentd drops the lines its parser cannot read (and, with multiline,
     // those before the first first line); nagare keeps them marked with
     // parse_error: a grep filter drops them as Fluentd does.
-    let parsed = t.children.iter().any(|c| c.name == "parser" && c.get("type") != Some(&Val::s("none")));
+    let parsed = t
+        .children
+        .iter()
+        .any(|c| c.name == "parser" && c.get("type") != Some(&Val::s("none")));
     if parsed {
         if emit_unmatched {
             ctx.notes.approx(&d.file, d.line, "emit_unmatched_lines true", "lines that do not parse go on as {\"message\": line, \"parse_error\": reason} (Fluentd: {\"unmatched_line\": line})");
         } else if let Some(Val::Str(tag)) = t.get("tag").cloned() {
             let mut g = Table::new("filter", true);
-            g.comments.push(format!("Fluentd drops the lines the parser of <source> ({}:{}) cannot read", d.file, d.line));
+            g.comments.push(format!(
+                "Fluentd drops the lines the parser of <source> ({}:{}) cannot read",
+                d.file, d.line
+            ));
             g.set("type", Val::s("grep"));
-            let pattern: Vec<&str> = tag.split('.').map(|p| if p.contains('*') { "**" } else { p }).collect();
+            let pattern: Vec<&str> = tag
+                .split('.')
+                .map(|p| if p.contains('*') { "**" } else { p })
+                .collect();
             g.set("match", Val::s(pattern.join(".")));
             if let Some(l) = t.get("label").cloned() {
                 g.set("label", l);
@@ -704,13 +914,26 @@ fn parse_section(ctx: &mut Ctx, d: &Directive, pt: &mut Table, multiline_ok: boo
     let mut o = Opts::new(d);
     let ty = d.plugin_type();
     o.get("@type");
-    let simple = ["none", "json", "ltsv", "csv", "tsv", "apache2", "apache_error", "syslog"];
+    let simple = [
+        "none",
+        "json",
+        "ltsv",
+        "csv",
+        "tsv",
+        "apache2",
+        "apache_error",
+        "syslog",
+    ];
     match ty {
         // Fluentd 1.16's nginx parser keeps every field a string ("-"
         // included); nagare's `nginx` type makes code and size integers.
         "nginx" => {
             pt.set("type", Val::s("regex"));
-            pt.set_commented("expression", Val::s(NGINX), Some("Fluentd's nginx parser".into()));
+            pt.set_commented(
+                "expression",
+                Val::s(NGINX),
+                Some("Fluentd's nginx parser".into()),
+            );
             pt.set("time_format", Val::s("%d/%b/%Y:%H:%M:%S %z"));
         }
         t if simple.contains(&t) => pt.set("type", Val::s(t)),
@@ -719,7 +942,10 @@ fn parse_section(ctx: &mut Ctx, d: &Directive, pt: &mut Table, multiline_ok: boo
             if let Some(p) = o.get("expression") {
                 match common::regex(&p.value) {
                     Ok(r) => pt.set("expression", Val::s(r)),
-                    Err(why) => ctx.notes.unmapped(&p.file, p.line, format!("expression {}", p.value), why),
+                    Err(why) => {
+                        ctx.notes
+                            .unmapped(&p.file, p.line, format!("expression {}", p.value), why)
+                    }
                 }
             }
             if let Some(p) = o.get("ignorecase") {
@@ -751,7 +977,11 @@ fn parse_section(ctx: &mut Ctx, d: &Directive, pt: &mut Table, multiline_ok: boo
                 if let Some(p) = o.get(&format!("format{n}")) {
                     first.get_or_insert(p);
                     let v = p.value.trim();
-                    let body = if v.starts_with('/') && v.len() > 1 { &v[1..v.rfind('/').unwrap_or(v.len())] } else { v };
+                    let body = if v.starts_with('/') && v.len() > 1 {
+                        &v[1..v.rfind('/').unwrap_or(v.len())]
+                    } else {
+                        v
+                    };
                     expr.push_str(body);
                 }
             }
@@ -773,7 +1003,10 @@ fn parse_section(ctx: &mut Ctx, d: &Directive, pt: &mut Table, multiline_ok: boo
     if let Some(p) = o.get("time_format") {
         match common::time_format(&p.value) {
             Some(f) => pt.set("time_format", Val::s(f)),
-            None => pt.comments.push(format!("time_format {}: RFC 3339, read without a format", p.value)),
+            None => pt.comments.push(format!(
+                "time_format {}: RFC 3339, read without a format",
+                p.value
+            )),
         }
     }
     o.map(ctx, pt, "keep_time_key", "keep_time_key", Conv::Bool);
@@ -785,7 +1018,12 @@ fn parse_section(ctx: &mut Ctx, d: &Directive, pt: &mut Table, multiline_ok: boo
         if p.value == "unixtime" || p.value == "float" {
             // nagare reads seconds since the epoch without a time_format.
         } else if p.value == "mixed" {
-            ctx.notes.approx(&p.file, p.line, "time_type mixed", "nagare reads one time_format (or RFC 3339 / epoch seconds without one)");
+            ctx.notes.approx(
+                &p.file,
+                p.line,
+                "time_type mixed",
+                "nagare reads one time_format (or RFC 3339 / epoch seconds without one)",
+            );
         }
     }
     if let Some(p) = o.get("types") {
@@ -796,7 +1034,12 @@ fn parse_section(ctx: &mut Ctx, d: &Directive, pt: &mut Table, multiline_ok: boo
             let v = match v {
                 "integer" | "float" | "bool" | "string" => v,
                 other => {
-                    ctx.notes.unmapped(&p.file, p.line, format!("types {k}:{other}"), "nagare converts to integer, float, bool or string");
+                    ctx.notes.unmapped(
+                        &p.file,
+                        p.line,
+                        format!("types {k}:{other}"),
+                        "nagare converts to integer, float, bool or string",
+                    );
                     continue;
                 }
             };
@@ -807,7 +1050,11 @@ fn parse_section(ctx: &mut Ctx, d: &Directive, pt: &mut Table, multiline_ok: boo
     for k in ["timezone", "utc", "localtime"] {
         if let Some(p) = o.get(k) {
             if k == "utc" && common::boolean(&p.value) == Some(true) || k == "timezone" {
-                let tz = if k == "utc" { "+00:00".to_string() } else { p.value.clone() };
+                let tz = if k == "utc" {
+                    "+00:00".to_string()
+                } else {
+                    p.value.clone()
+                };
                 pt.comments.push(format!("approx: {} {} — nagare reads times without a zone as local time: run it with TZ set to this zone", p.key, p.value));
                 ctx.notes.approx(&p.file, p.line, format!("{} {}", p.key, p.value), format!("nagare has no time zone option: times without a zone are read in the local zone, so run nagare with TZ={}", posix_tz(&tz)));
             }
@@ -854,7 +1101,12 @@ fn src_http(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
         if ty == "json" || ty == "msgpack" || ty == "in_http" {
             ctx.notes.approx(&c.file, c.line, format!("<parse> @type {ty}"), "nagare's http input reads JSON, NDJSON, msgpack and form bodies by their Content-Type");
         } else {
-            ctx.notes.unmapped(&c.file, c.line, format!("<parse> @type {ty}"), "nagare's http input reads JSON, NDJSON, msgpack and form bodies only");
+            ctx.notes.unmapped(
+                &c.file,
+                c.line,
+                format!("<parse> @type {ty}"),
+                "nagare's http input reads JSON, NDJSON, msgpack and form bodies only",
+            );
         }
     }
     tls_server(ctx, d, t);
@@ -883,10 +1135,22 @@ fn src_syslog(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
         t.set("protocol", Val::s(p));
     }
     o.map(ctx, t, "message_format", "message_format", Conv::Str);
-    o.map(ctx, t, "source_address_key", "source_address_key", Conv::Str);
+    o.map(
+        ctx,
+        t,
+        "source_address_key",
+        "source_address_key",
+        Conv::Str,
+    );
     o.map(ctx, t, "severity_key", "severity_key", Conv::Str);
     o.map(ctx, t, "facility_key", "facility_key", Conv::Str);
-    o.map(ctx, t, "message_length_limit", "max_message_size", Conv::Size);
+    o.map(
+        ctx,
+        t,
+        "message_length_limit",
+        "max_message_size",
+        Conv::Size,
+    );
     for c in d.children.iter().filter(|c| c.name == "parse") {
         if let Some(f) = c.value("message_format") {
             t.set("message_format", Val::s(f));
@@ -900,7 +1164,13 @@ fn src_tcp(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
     bind(o, t, 5170);
     o.map(ctx, t, "tag", "tag", Conv::Str);
     o.map(ctx, t, "delimiter", "delimiter", Conv::Str);
-    o.map(ctx, t, "source_address_key", "source_address_key", Conv::Str);
+    o.map(
+        ctx,
+        t,
+        "source_address_key",
+        "source_address_key",
+        Conv::Str,
+    );
     o.map(ctx, t, "message_length_limit", "max_line_size", Conv::Size);
     parser_child(ctx, d, t);
     tls_server(ctx, d, t);
@@ -910,7 +1180,13 @@ fn src_udp(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
     bind(o, t, 5160);
     o.map(ctx, t, "tag", "tag", Conv::Str);
     o.map(ctx, t, "delimiter", "delimiter", Conv::Str);
-    o.map(ctx, t, "source_address_key", "source_address_key", Conv::Str);
+    o.map(
+        ctx,
+        t,
+        "source_address_key",
+        "source_address_key",
+        Conv::Str,
+    );
     o.map(ctx, t, "message_length_limit", "max_line_size", Conv::Size);
     parser_child(ctx, d, t);
 }
@@ -940,13 +1216,21 @@ fn flt_grep(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
         if let Some(p) = ro.get("key") {
             match common::field(&p.value) {
                 Some(f) => r.set("key", Val::s(f)),
-                None => ctx.notes.unmapped(&p.file, p.line, format!("key {}", p.value), "nagare's field paths have no array indexes"),
+                None => ctx.notes.unmapped(
+                    &p.file,
+                    p.line,
+                    format!("key {}", p.value),
+                    "nagare's field paths have no array indexes",
+                ),
             }
         }
         if let Some(p) = ro.get("pattern") {
             match common::regex(&p.value) {
                 Ok(re) => r.set("pattern", Val::s(re)),
-                Err(why) => ctx.notes.unmapped(&p.file, p.line, format!("pattern {}", p.value), why),
+                Err(why) => {
+                    ctx.notes
+                        .unmapped(&p.file, p.line, format!("pattern {}", p.value), why)
+                }
             }
         }
         ro.finish(ctx, t, &format!("<{}>", c.name));
@@ -960,21 +1244,41 @@ fn flt_grep(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
             "exclude" => rule(ctx, c, "exclude", t),
             "and" | "or" => {
                 for g in &c.children {
-                    let name = if g.name == "regexp" { "regex" } else { "exclude" };
-                    let combine = if name == "regex" { "regex_combine" } else { "exclude_combine" };
+                    let name = if g.name == "regexp" {
+                        "regex"
+                    } else {
+                        "exclude"
+                    };
+                    let combine = if name == "regex" {
+                        "regex_combine"
+                    } else {
+                        "exclude_combine"
+                    };
                     t.set(combine, Val::s(c.name.clone()));
                     rule(ctx, g, name, t);
                 }
             }
-            other => ctx.notes.unmapped_on(t, &c.file, c.line, format!("<{other}> in grep"), "no equivalent"),
+            other => ctx.notes.unmapped_on(
+                t,
+                &c.file,
+                c.line,
+                format!("<{other}> in grep"),
+                "no equivalent",
+            ),
         }
     }
     // Fluentd v0.12's `regexpN key pattern` and `excludeN key pattern`.
     for p in &d.params {
         for (prefix, name) in [("regexp", "regex"), ("exclude", "exclude")] {
-            if p.key.starts_with(prefix) && p.key[prefix.len()..].chars().all(|c| c.is_ascii_digit()) && p.key.len() > prefix.len() {
+            if p.key.starts_with(prefix)
+                && p.key[prefix.len()..].chars().all(|c| c.is_ascii_digit())
+                && p.key.len() > prefix.len()
+            {
                 o.get(&p.key);
-                let (k, pat) = p.value.split_once(char::is_whitespace).unwrap_or((&p.value, ""));
+                let (k, pat) = p
+                    .value
+                    .split_once(char::is_whitespace)
+                    .unwrap_or((&p.value, ""));
                 let mut r = Table::new(name, true);
                 r.set("key", Val::s(k));
                 match common::regex(pat.trim()) {
@@ -1015,10 +1319,16 @@ fn template(v: &str) -> Result<String, String> {
         let inner = m.get(1).expect("group").as_str().trim();
         if inner == "tag" || inner == "hostname" || inner == "time" {
             out.push_str(&format!("${{{inner}}}"));
-        } else if let Some(n) = inner.strip_prefix("tag_parts[").and_then(|r| r.strip_suffix(']')) {
+        } else if let Some(n) = inner
+            .strip_prefix("tag_parts[")
+            .and_then(|r| r.strip_suffix(']'))
+        {
             out.push_str(&format!("${{tag_parts[{}]}}", n.trim()));
         } else if let Some(c) = REC.captures(inner) {
-            let parts: Vec<&str> = PART.captures_iter(&c[1]).map(|p| p.get(1).expect("g").as_str()).collect();
+            let parts: Vec<&str> = PART
+                .captures_iter(&c[1])
+                .map(|p| p.get(1).expect("g").as_str())
+                .collect();
             out.push_str(&format!("${{record.{}}}", parts.join(".")));
         } else {
             return Err(format!("`${{{inner}}}` has no equivalent in nagare's templates (${{tag}}, ${{tag_parts[N]}}, ${{hostname}}, ${{time}}, ${{record.a.b}})"));
@@ -1041,7 +1351,9 @@ pub fn ruby_embedded(code: &str) -> Result<String, String> {
     if let Some(m) = ENV.captures(c) {
         let name = m.get(1).or(m.get(2)).expect("one").as_str();
         if name.chars().any(|ch| ch.is_ascii_lowercase()) {
-            return Err(format!("the environment variable {name}: nagare expands only upper-case names"));
+            return Err(format!(
+                "the environment variable {name}: nagare expands only upper-case names"
+            ));
         }
         let default = m.get(3).or(m.get(4)).map(|d| d.as_str());
         return Ok(match default {
@@ -1060,11 +1372,17 @@ fn plain_value(ctx: &mut Ctx, p: &Param) -> String {
     match template(&p.value) {
         Ok(v) if !v.contains("${hostname}") => v,
         Ok(v) => {
-            ctx.notes.approx(&p.file, p.line, format!("{} {}", p.key, p.value), "the host name is not known when the config is converted; written as ${hostname}");
+            ctx.notes.approx(
+                &p.file,
+                p.line,
+                format!("{} {}", p.key, p.value),
+                "the host name is not known when the config is converted; written as ${hostname}",
+            );
             v
         }
         Err(why) => {
-            ctx.notes.unmapped(&p.file, p.line, format!("{} {}", p.key, p.value), why);
+            ctx.notes
+                .unmapped(&p.file, p.line, format!("{} {}", p.key, p.value), why);
             p.value.clone()
         }
     }
@@ -1077,21 +1395,40 @@ fn flt_record_transformer(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Ta
     let mut set = Table::new("set", false);
     for rec in d.children.iter().filter(|c| c.name == "record") {
         for p in &rec.params {
-            let single_record = p.value.trim().starts_with("${record[") && p.value.trim().ends_with("]}") && p.value.matches("${").count() == 1;
+            let single_record = p.value.trim().starts_with("${record[")
+                && p.value.trim().ends_with("]}")
+                && p.value.matches("${").count() == 1;
             match template(&p.value) {
                 Ok(v) => {
-                    let comment = single_record.then(|| "approx: a missing field sets nothing (Fluentd sets null)".to_string());
+                    let comment = single_record.then(|| {
+                        "approx: a missing field sets nothing (Fluentd sets null)".to_string()
+                    });
                     set.set_commented(&p.key, Val::s(v), comment);
                 }
-                Err(why) => ctx.notes.unmapped_on(t, &p.file, p.line, format!("<record> {} {}", p.key, p.value), why),
+                Err(why) => ctx.notes.unmapped_on(
+                    t,
+                    &p.file,
+                    p.line,
+                    format!("<record> {} {}", p.key, p.value),
+                    why,
+                ),
             }
         }
     }
     if let Some(p) = o.get("remove_keys") {
-        let keys: Vec<Val> = list(&p.value).into_iter().filter_map(|k| common::field(&k)).map(Val::Str).collect();
+        let keys: Vec<Val> = list(&p.value)
+            .into_iter()
+            .filter_map(|k| common::field(&k))
+            .map(Val::Str)
+            .collect();
         t.set("remove", Val::Arr(keys));
     }
-    let keep: Option<Vec<String>> = o.get("keep_keys").map(|p| list(&p.value).into_iter().filter_map(|k| common::field(&k)).collect());
+    let keep: Option<Vec<String>> = o.get("keep_keys").map(|p| {
+        list(&p.value)
+            .into_iter()
+            .filter_map(|k| common::field(&k))
+            .collect()
+    });
     if renew {
         // An allow-list of the fields set (always kept) and keep_keys.
         let mut k = keep.clone().unwrap_or_default();
@@ -1099,16 +1436,33 @@ fn flt_record_transformer(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Ta
             k.extend(set.entries.iter().map(|e| e.key.clone()));
         }
         if k.is_empty() {
-            ctx.notes.unmapped_on(t, &d.file, d.line, "renew_record true without <record> or keep_keys", "nagare's keep needs at least one field");
+            ctx.notes.unmapped_on(
+                t,
+                &d.file,
+                d.line,
+                "renew_record true without <record> or keep_keys",
+                "nagare's keep needs at least one field",
+            );
         } else {
             t.set("keep", Val::Arr(k.into_iter().map(Val::Str).collect()));
         }
     } else if let Some(k) = keep {
-        ctx.notes.approx(&d.file, d.line, "keep_keys without renew_record", "Fluentd reads keep_keys only with renew_record true; nagare's keep always applies");
+        ctx.notes.approx(
+            &d.file,
+            d.line,
+            "keep_keys without renew_record",
+            "Fluentd reads keep_keys only with renew_record true; nagare's keep always applies",
+        );
         let _ = k;
     }
     if let Some(p) = o.get("renew_time_key") {
-        ctx.notes.unmapped_on(t, &p.file, p.line, format!("renew_time_key {}", p.value), "nagare's modify does not change the event time");
+        ctx.notes.unmapped_on(
+            t,
+            &p.file,
+            p.line,
+            format!("renew_time_key {}", p.value),
+            "nagare's modify does not change the event time",
+        );
     }
     if !set.entries.is_empty() {
         t.children.push(set);
@@ -1118,7 +1472,13 @@ fn flt_record_transformer(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Ta
 fn flt_parser(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
     o.map(ctx, t, "key_name", "key_name", Conv::Str);
     o.map(ctx, t, "reserve_data", "reserve_data", Conv::Bool);
-    o.map(ctx, t, "remove_key_name_field", "remove_key_name_field", Conv::Bool);
+    o.map(
+        ctx,
+        t,
+        "remove_key_name_field",
+        "remove_key_name_field",
+        Conv::Bool,
+    );
     o.map(ctx, t, "reserve_time", "reserve_time", Conv::Bool);
     o.map(ctx, t, "inject_key_prefix", "inject_key_prefix", Conv::Str);
     o.map(ctx, t, "hash_value_field", "hash_value_field", Conv::Str);
@@ -1135,7 +1495,12 @@ fn rewrite_tag_filter(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table)
     t.set("unmatched", Val::s("drop"));
     o.get("capitalize_regex_backreference");
     if let Some(p) = o.get("hostname_command") {
-        ctx.notes.unmapped(&p.file, p.line, "hostname_command", "nagare has no ${hostname} in tags");
+        ctx.notes.unmapped(
+            &p.file,
+            p.line,
+            "hostname_command",
+            "nagare has no ${hostname} in tags",
+        );
     }
     for c in d.children.iter().filter(|c| c.name == "rule") {
         let mut r = Table::new("rule", true);
@@ -1143,13 +1508,21 @@ fn rewrite_tag_filter(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table)
         if let Some(p) = ro.get("key") {
             match common::field(&p.value) {
                 Some(f) => r.set("key", Val::s(f)),
-                None => ctx.notes.unmapped(&p.file, p.line, format!("key {}", p.value), "nagare's field paths have no array indexes"),
+                None => ctx.notes.unmapped(
+                    &p.file,
+                    p.line,
+                    format!("key {}", p.value),
+                    "nagare's field paths have no array indexes",
+                ),
             }
         }
         if let Some(p) = ro.get("pattern") {
             match common::regex(&p.value) {
                 Ok(re) => r.set("pattern", Val::s(re)),
-                Err(why) => ctx.notes.unmapped(&p.file, p.line, format!("pattern {}", p.value), why),
+                Err(why) => {
+                    ctx.notes
+                        .unmapped(&p.file, p.line, format!("pattern {}", p.value), why)
+                }
             }
         }
         if let Some(p) = ro.get("tag") {
@@ -1187,8 +1560,19 @@ fn out_stdout(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
     match ty {
         "json" | "ltsv" | "msgpack" | "single_value" => t.set("format", Val::s(ty)),
         _ => {
-            t.set_commented("format", Val::s("json"), Some("approx: one JSON object per event (Fluentd prints `time tag: record`)".into()));
-            ctx.notes.approx(&d.file, d.line, "<match> @type stdout", "nagare prints each event as a JSON object {time, tag, record}");
+            t.set_commented(
+                "format",
+                Val::s("json"),
+                Some(
+                    "approx: one JSON object per event (Fluentd prints `time tag: record`)".into(),
+                ),
+            );
+            ctx.notes.approx(
+                &d.file,
+                d.line,
+                "<match> @type stdout",
+                "nagare prints each event as a JSON object {time, tag, record}",
+            );
         }
     }
     inject_note(ctx, d);
@@ -1217,27 +1601,52 @@ fn out_file(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
         None => true,
         Some(b) => b.arg.trim().is_empty() || b.arg.split(',').any(|k| k.trim() == "time"),
     };
-    let timekey = buf.and_then(|b| b.value("timekey")).and_then(common::duration).and_then(|d| humantime::parse_duration(&d).ok()).map(|d| d.as_secs()).unwrap_or(86400);
+    let timekey = buf
+        .and_then(|b| b.value("timekey"))
+        .and_then(common::duration)
+        .and_then(|d| humantime::parse_duration(&d).ok())
+        .map(|d| d.as_secs())
+        .unwrap_or(86400);
     let suffix = o.val("path_suffix").unwrap_or(".log").to_string();
     let mut append = o.flag("append").unwrap_or(false);
     if let Some(p) = o.get("path") {
         let mut path = plain_value(ctx, p);
         if path.contains("${tag[") {
-            ctx.notes.approx(&p.file, p.line, "path ${tag[N]}", "nagare's file path takes ${tag} and strftime fields only");
+            ctx.notes.approx(
+                &p.file,
+                p.line,
+                "path ${tag[N]}",
+                "nagare's file path takes ${tag} and strftime fields only",
+            );
         }
         let has_strftime = path.contains('%');
         if path.contains('*') {
-            path = path.replace('*', if has_time { timekey_format(timekey) } else { "" });
+            path = path.replace(
+                '*',
+                if has_time {
+                    timekey_format(timekey)
+                } else {
+                    ""
+                },
+            );
             t.set("path", Val::s(path));
         } else if has_time && !has_strftime {
-            t.set("path", Val::s(format!("{path}.{}{suffix}", timekey_format(timekey))));
+            t.set(
+                "path",
+                Val::s(format!("{path}.{}{suffix}", timekey_format(timekey))),
+            );
         } else {
             t.set("path", Val::s(format!("{path}{suffix}")));
         }
         if has_time {
             if let Some(b) = buf {
                 if b.value("timekey_use_utc").and_then(common::boolean) != Some(true) {
-                    ctx.notes.approx(&b.file, b.line, "timekey_use_utc false", "nagare names files by the events' UTC time");
+                    ctx.notes.approx(
+                        &b.file,
+                        b.line,
+                        "timekey_use_utc false",
+                        "nagare names files by the events' UTC time",
+                    );
                 }
             }
         }
@@ -1254,10 +1663,17 @@ fn out_file(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
     }
     o.get("symlink_path");
     o.get("recompress");
-    let ty = format_child(d).map(|f| f.plugin_type()).unwrap_or("out_file");
+    let ty = format_child(d)
+        .map(|f| f.plugin_type())
+        .unwrap_or("out_file");
     match ty {
         "json" | "ltsv" | "msgpack" | "single_value" => {
-            t.set_commented("format", Val::s(ty), (ty == "json").then(|| "approx: {\"time\",\"tag\",\"record\"} per line".to_string()));
+            t.set_commented(
+                "format",
+                Val::s(ty),
+                (ty == "json")
+                    .then(|| "approx: {\"time\",\"tag\",\"record\"} per line".to_string()),
+            );
             if ty == "single_value" {
                 if let Some(k) = format_child(d).and_then(|f| f.value("message_key")) {
                     t.set("message_key", Val::s(k));
@@ -1265,8 +1681,17 @@ fn out_file(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
             }
         }
         other => {
-            t.set_commented("format", Val::s("json"), Some(format!("approx: Fluentd's {other} format")));
-            ctx.notes.approx(&d.file, d.line, format!("<format> {other}"), "written as nagare's json format ({\"time\",\"tag\",\"record\"} per line)");
+            t.set_commented(
+                "format",
+                Val::s("json"),
+                Some(format!("approx: Fluentd's {other} format")),
+            );
+            ctx.notes.approx(
+                &d.file,
+                d.line,
+                format!("<format> {other}"),
+                "written as nagare's json format ({\"time\",\"tag\",\"record\"} per line)",
+            );
         }
     }
     inject_note(ctx, d);
@@ -1281,9 +1706,27 @@ fn out_secondary_file(ctx: &mut Ctx, _d: &Directive, o: &mut Opts, t: &mut Table
 }
 
 fn out_forward(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
-    o.map(ctx, t, "require_ack_response", "require_ack_response", Conv::Bool);
-    o.map(ctx, t, "ack_response_timeout", "ack_response_timeout", Conv::Dur);
-    o.map(ctx, t, "heartbeat_interval", "heartbeat_interval", Conv::Dur);
+    o.map(
+        ctx,
+        t,
+        "require_ack_response",
+        "require_ack_response",
+        Conv::Bool,
+    );
+    o.map(
+        ctx,
+        t,
+        "ack_response_timeout",
+        "ack_response_timeout",
+        Conv::Dur,
+    );
+    o.map(
+        ctx,
+        t,
+        "heartbeat_interval",
+        "heartbeat_interval",
+        Conv::Dur,
+    );
     o.map(ctx, t, "phi_threshold", "phi_threshold", Conv::Int);
     o.map(ctx, t, "hard_timeout", "hard_timeout", Conv::Dur);
     o.map(ctx, t, "connect_timeout", "connect_timeout", Conv::Dur);
@@ -1334,8 +1777,15 @@ fn out_forward(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
             }
         }
         o.map(ctx, &mut tls, "tls_client_cert_path", "cert", Conv::Str);
-        o.map(ctx, &mut tls, "tls_client_private_key_path", "key", Conv::Str);
-        if o.flag("tls_insecure_mode") == Some(true) || o.flag("tls_verify_hostname") == Some(false) {
+        o.map(
+            ctx,
+            &mut tls,
+            "tls_client_private_key_path",
+            "key",
+            Conv::Str,
+        );
+        if o.flag("tls_insecure_mode") == Some(true) || o.flag("tls_verify_hostname") == Some(false)
+        {
             tls.set("verify", Val::Bool(false));
         }
         o.get("tls_version");
@@ -1344,7 +1794,13 @@ fn out_forward(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
         t.children.push(tls);
     }
     if let Some(sd) = d.children.iter().find(|c| c.name == "service_discovery") {
-        ctx.notes.unmapped_on(t, &sd.file, sd.line, "<service_discovery>", "write nagare's [output.service_discovery] (type file or dns) by hand");
+        ctx.notes.unmapped_on(
+            t,
+            &sd.file,
+            sd.line,
+            "<service_discovery>",
+            "write nagare's [output.service_discovery] (type file or dns) by hand",
+        );
     }
 }
 
@@ -1352,7 +1808,13 @@ fn out_http(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
     o.map(ctx, t, "endpoint", "endpoint", Conv::Str);
     if let Some(p) = o.get("http_method") {
         if p.value != "post" {
-            ctx.notes.unmapped_on(t, &p.file, p.line, format!("http_method {}", p.value), "nagare's http output POSTs");
+            ctx.notes.unmapped_on(
+                t,
+                &p.file,
+                p.line,
+                format!("http_method {}", p.value),
+                "nagare's http output POSTs",
+            );
         }
     }
     let ty = format_child(d).map(|f| f.plugin_type()).unwrap_or("json");
@@ -1361,9 +1823,19 @@ fn out_http(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
         "json" if array => t.set("format", Val::s("json_array")),
         "json" => t.set("format", Val::s("ndjson")),
         "msgpack" => t.set("format", Val::s("msgpack")),
-        other => ctx.notes.unmapped_on(t, &d.file, d.line, format!("<format> {other}"), "nagare's http output sends ndjson, a JSON array or msgpack"),
+        other => ctx.notes.unmapped_on(
+            t,
+            &d.file,
+            d.line,
+            format!("<format> {other}"),
+            "nagare's http output sends ndjson, a JSON array or msgpack",
+        ),
     }
-    t.set_commented("time_key", Val::s(""), Some("Fluentd's out_http sends the record alone".into()));
+    t.set_commented(
+        "time_key",
+        Val::s(""),
+        Some("Fluentd's out_http sends the record alone".into()),
+    );
     if let Some(c) = o.val("compress") {
         if c == "gzip" {
             t.set("compress", Val::s("gzip"));
@@ -1374,10 +1846,19 @@ fn out_http(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
         match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&p.value) {
             Ok(m) => {
                 for (k, v) in m {
-                    headers.set(&k, Val::s(v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())));
+                    headers.set(
+                        &k,
+                        Val::s(
+                            v.as_str()
+                                .map(str::to_string)
+                                .unwrap_or_else(|| v.to_string()),
+                        ),
+                    );
                 }
             }
-            Err(_) => ctx.notes.unmapped(&p.file, p.line, "headers", "not a JSON object"),
+            Err(_) => ctx
+                .notes
+                .unmapped(&p.file, p.line, "headers", "not a JSON object"),
         }
     }
     if let Some(ct) = o.val("content_type") {
@@ -1423,17 +1904,32 @@ fn out_kafka(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
         }
     }
     if t.get("topic").is_none() {
-        t.set_commented("topic", Val::s("${tag}"), Some("Fluentd's kafka output sends to the tag's topic without default_topic".into()));
+        t.set_commented(
+            "topic",
+            Val::s("${tag}"),
+            Some("Fluentd's kafka output sends to the tag's topic without default_topic".into()),
+        );
     }
     if let Some(p) = o.get("topic_key") {
-        ctx.notes.unmapped_on(t, &p.file, p.line, format!("topic_key {}", p.value), "nagare's topic comes from `topic` (with ${tag}), not from a record field");
+        ctx.notes.unmapped_on(
+            t,
+            &p.file,
+            p.line,
+            format!("topic_key {}", p.value),
+            "nagare's topic comes from `topic` (with ${tag}), not from a record field",
+        );
     }
     o.map(ctx, t, "message_key_key", "key_field", Conv::Str);
     if let Some(p) = o.get("required_acks") {
         match p.value.trim() {
             "-1" => t.set("acks", Val::s("all")),
             "1" => t.set("acks", Val::s("leader")),
-            _ => ctx.notes.unmapped(&p.file, p.line, format!("required_acks {}", p.value), "nagare waits for the leader or all replicas"),
+            _ => ctx.notes.unmapped(
+                &p.file,
+                p.line,
+                format!("required_acks {}", p.value),
+                "nagare waits for the leader or all replicas",
+            ),
         }
     }
     if let Some(c) = o.val("compression_codec") {
@@ -1442,7 +1938,13 @@ fn out_kafka(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
     let ty = format_child(d).map(|f| f.plugin_type()).unwrap_or("json");
     match ty {
         "json" | "msgpack" | "single_value" => t.set("format", Val::s(ty)),
-        other => ctx.notes.unmapped_on(t, &d.file, d.line, format!("<format> {other}"), "nagare's kafka output writes json, msgpack or single_value"),
+        other => ctx.notes.unmapped_on(
+            t,
+            &d.file,
+            d.line,
+            format!("<format> {other}"),
+            "nagare's kafka output writes json, msgpack or single_value",
+        ),
     }
     if let (Some(u), Some(pw)) = (o.val("username"), o.val("password")) {
         let mut s = Table::new("sasl", false);
@@ -1469,7 +1971,12 @@ fn out_kafka(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
 fn out_copy(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
     if let Some(p) = o.get("copy_mode") {
         if p.value != "no_copy" && p.value != "shallow" {
-            ctx.notes.approx(&p.file, p.line, format!("copy_mode {}", p.value), "each nagare store gets the same events; a store cannot change them");
+            ctx.notes.approx(
+                &p.file,
+                p.line,
+                format!("copy_mode {}", p.value),
+                "each nagare store gets the same events; a store cannot change them",
+            );
         }
     }
     for s in d.children.iter().filter(|c| c.name == "store") {

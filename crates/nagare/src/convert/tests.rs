@@ -12,7 +12,11 @@ fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
 }
 
 fn tmp() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("nagare-convert-{}-{:?}", std::process::id(), std::thread::current().id()));
+    let d = std::env::temp_dir().join(format!(
+        "nagare-convert-{}-{:?}",
+        std::process::id(),
+        std::thread::current().id()
+    ));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -20,12 +24,30 @@ fn tmp() -> std::path::PathBuf {
 
 #[test]
 fn detects_dialects() {
-    assert_eq!(detect(Path::new("a.conf"), "# x\n<source>\n"), Some(Dialect::Fluentd));
-    assert_eq!(detect(Path::new("a.conf"), "@include x.conf\n"), Some(Dialect::Fluentd));
-    assert_eq!(detect(Path::new("a.conf"), "[SERVICE]\n  Flush 1\n"), Some(Dialect::FluentBit));
-    assert_eq!(detect(Path::new("a.conf"), "@SET a=b\n"), Some(Dialect::FluentBit));
-    assert_eq!(detect(Path::new("a.yaml"), "pipeline:\n"), Some(Dialect::FluentBitYaml));
-    assert_eq!(detect(Path::new("a.conf"), "[[input]]\ntype = \"tail\"\n"), None);
+    assert_eq!(
+        detect(Path::new("a.conf"), "# x\n<source>\n"),
+        Some(Dialect::Fluentd)
+    );
+    assert_eq!(
+        detect(Path::new("a.conf"), "@include x.conf\n"),
+        Some(Dialect::Fluentd)
+    );
+    assert_eq!(
+        detect(Path::new("a.conf"), "[SERVICE]\n  Flush 1\n"),
+        Some(Dialect::FluentBit)
+    );
+    assert_eq!(
+        detect(Path::new("a.conf"), "@SET a=b\n"),
+        Some(Dialect::FluentBit)
+    );
+    assert_eq!(
+        detect(Path::new("a.yaml"), "pipeline:\n"),
+        Some(Dialect::FluentBitYaml)
+    );
+    assert_eq!(
+        detect(Path::new("a.conf"), "[[input]]\ntype = \"tail\"\n"),
+        None
+    );
     assert_eq!(detect(Path::new("a.conf"), "[system]\n"), None);
     assert_eq!(detect(Path::new("a.toml"), "<source>\n"), None);
 }
@@ -81,13 +103,21 @@ fn fluentd_forward_env_and_unknown_plugins() {
 "##,
     );
     let c = convert_file(&p, Dialect::Fluentd).unwrap();
-    assert!(c.toml.contains("bind = '127.0.0.1:${FWD_PORT:-24230}'") || c.toml.contains("127.0.0.1:"), "{}", c.toml);
+    assert!(
+        c.toml.contains("bind = '127.0.0.1:${FWD_PORT:-24230}'") || c.toml.contains("127.0.0.1:"),
+        "{}",
+        c.toml
+    );
     assert!(c.toml.contains("shared_key = '${KEY}'"), "{}", c.toml);
     assert!(c.toml.contains("address = '10.0.0.1:24224'"), "{}", c.toml);
     assert!(c.toml.contains("chunk_limit_size = '8MiB'"), "{}", c.toml);
     assert!(c.toml.contains("overflow_action = 'throw'"), "{}", c.toml);
     assert!(c.incomplete());
-    let es = c.notes.iter().find(|n| n.what.contains("elasticsearch")).unwrap();
+    let es = c
+        .notes
+        .iter()
+        .find(|n| n.what.contains("elasticsearch"))
+        .unwrap();
     assert_eq!(es.line, 10);
     assert!(c.toml.contains("# not converted:"), "{}", c.toml);
 }

@@ -50,14 +50,60 @@ struct Case {
 }
 
 const CASES: &[Case] = &[
-    Case { name: "fluentd-nginx-access", tz: None, known: &[] },
-    Case { name: "fluentd-forward-routing", tz: None, known: &[] },
-    Case { name: "fluentd-java-multiline", tz: Some("<+0100>-1"), known: &[] },
-    Case { name: "fluentd-json-copy", tz: None, known: &[Known::NullFields] },
-    Case { name: "fluent-bit-nginx-modify-grep", tz: None, known: &[Known::ParseErrorField, Known::Differs("modify Condition is left out: no `alert` field")] },
-    Case { name: "fluent-bit-yaml-lua", tz: None, known: &[Known::ParseErrorField, Known::Differs("modify Condition is left out: no `alert` field")] },
-    Case { name: "fluent-bit-rewrite-throttle", tz: None, known: &[Known::Differs("throttle: a token bucket, not Fluent Bit's window; rewrite_tag matches numbers")] },
-    Case { name: "fluent-bit-java-multiline", tz: Some("<+0100>-1"), known: &[Known::ParseErrorField, Known::TrailingNewline, Known::Differs("continuation rules are not checked, and joined messages end without a newline")] },
+    Case {
+        name: "fluentd-nginx-access",
+        tz: None,
+        known: &[],
+    },
+    Case {
+        name: "fluentd-forward-routing",
+        tz: None,
+        known: &[],
+    },
+    Case {
+        name: "fluentd-java-multiline",
+        tz: Some("<+0100>-1"),
+        known: &[],
+    },
+    Case {
+        name: "fluentd-json-copy",
+        tz: None,
+        known: &[Known::NullFields],
+    },
+    Case {
+        name: "fluent-bit-nginx-modify-grep",
+        tz: None,
+        known: &[
+            Known::ParseErrorField,
+            Known::Differs("modify Condition is left out: no `alert` field"),
+        ],
+    },
+    Case {
+        name: "fluent-bit-yaml-lua",
+        tz: None,
+        known: &[
+            Known::ParseErrorField,
+            Known::Differs("modify Condition is left out: no `alert` field"),
+        ],
+    },
+    Case {
+        name: "fluent-bit-rewrite-throttle",
+        tz: None,
+        known: &[Known::Differs(
+            "throttle: a token bucket, not Fluent Bit's window; rewrite_tag matches numbers",
+        )],
+    },
+    Case {
+        name: "fluent-bit-java-multiline",
+        tz: Some("<+0100>-1"),
+        known: &[
+            Known::ParseErrorField,
+            Known::TrailingNewline,
+            Known::Differs(
+                "continuation rules are not checked, and joined messages end without a newline",
+            ),
+        ],
+    },
 ];
 
 fn copy_case(from: &Path, to: &Path, run: &Path) {
@@ -76,7 +122,11 @@ fn copy_case(from: &Path, to: &Path, run: &Path) {
             std::fs::copy(&src, &dst).unwrap();
         } else {
             let text = std::fs::read_to_string(&src).unwrap();
-            std::fs::write(&dst, text.replace("/FIXTURE/", &format!("{}/", run.display()))).unwrap();
+            std::fs::write(
+                &dst,
+                text.replace("/FIXTURE/", &format!("{}/", run.display())),
+            )
+            .unwrap();
         }
     }
 }
@@ -104,7 +154,11 @@ fn sort_keys(v: Value) -> Value {
 
 fn replace_host(v: Value, host: &str) -> Value {
     match v {
-        Value::Object(m) => Value::Object(m.into_iter().map(|(k, v)| (k, replace_host(v, host))).collect()),
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .map(|(k, v)| (k, replace_host(v, host)))
+                .collect(),
+        ),
         Value::Array(a) => Value::Array(a.into_iter().map(|v| replace_host(v, host)).collect()),
         Value::String(s) if s == host => Value::String("{{hostname}}".into()),
         other => other,
@@ -120,7 +174,8 @@ fn normalize(spec: &Value, run: &Path, known: &[Known]) -> Vec<Value> {
     let mut out = Vec::new();
     for f in glob_files(run, spec["glob"].as_str().unwrap()) {
         for line in std::fs::read_to_string(&f).unwrap().lines() {
-            let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{}: {e}: {line}", f.display()));
+            let v: Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("{}: {e}: {line}", f.display()));
             let mut record = v["record"].clone();
             if known.contains(&Known::ParseErrorField) {
                 record.as_object_mut().unwrap().remove("parse_error");
@@ -187,7 +242,9 @@ fn run_case(case: &Case) -> Result<(), String> {
     copy_case(&case_dir, &run, &run);
     std::fs::create_dir_all(run.join("sink")).unwrap();
     std::fs::create_dir_all(run.join("state")).unwrap();
-    let spec: Value = serde_json::from_str(&std::fs::read_to_string(case_dir.join("case.json")).unwrap()).unwrap();
+    let spec: Value =
+        serde_json::from_str(&std::fs::read_to_string(case_dir.join("case.json")).unwrap())
+            .unwrap();
     let config = run.join(spec["config"].as_str().unwrap());
     // A free port instead of the peer's 24224.
     let port = common::free_port();
@@ -203,16 +260,28 @@ fn run_case(case: &Case) -> Result<(), String> {
 
     // `nagare convert` writes TOML that `nagare check` accepts.
     let toml = run.join("converted.toml");
-    let conv = Command::new(BIN).args(["convert", "-o"]).arg(&toml).arg(&config).output().unwrap();
+    let conv = Command::new(BIN)
+        .args(["convert", "-o"])
+        .arg(&toml)
+        .arg(&config)
+        .output()
+        .unwrap();
     let code = conv.status.code().unwrap();
     let stderr = String::from_utf8_lossy(&conv.stderr).to_string();
-    let left_out = case.known.iter().any(|k| matches!(k, Known::Differs(w) if w.contains("left out")));
+    let left_out = case
+        .known
+        .iter()
+        .any(|k| matches!(k, Known::Differs(w) if w.contains("left out")));
     if code != if left_out { 3 } else { 0 } {
         return Err(format!("nagare convert exited {code}:\n{stderr}"));
     }
     let check = common::run_check(&toml);
     if !check.status.success() {
-        return Err(format!("nagare check of the converted config failed: {}\n{}", String::from_utf8_lossy(&check.stderr), std::fs::read_to_string(&toml).unwrap()));
+        return Err(format!(
+            "nagare check of the converted config failed: {}\n{}",
+            String::from_utf8_lossy(&check.stderr),
+            std::fs::read_to_string(&toml).unwrap()
+        ));
     }
 
     // `nagare run -c <the peer's config>`: converted in memory, notes printed.
@@ -228,7 +297,13 @@ fn run_case(case: &Case) -> Result<(), String> {
         daemon.wait_port(port);
         let input = std::fs::File::open(run.join(feed["file"].as_str().unwrap())).unwrap();
         let st = Command::new(BIN)
-            .args(["cat", "--address", &format!("127.0.0.1:{port}"), "--ack", feed["tag"].as_str().unwrap()])
+            .args([
+                "cat",
+                "--address",
+                &format!("127.0.0.1:{port}"),
+                "--ack",
+                feed["tag"].as_str().unwrap(),
+            ])
             .stdin(input)
             .status()
             .unwrap();
@@ -240,7 +315,10 @@ fn run_case(case: &Case) -> Result<(), String> {
         std::fs::write(f, bytes).unwrap();
     }
     let outputs = spec["outputs"].as_array().unwrap();
-    let want: Vec<Vec<Value>> = outputs.iter().map(|o| read_expected(&case_dir, o, case.known)).collect();
+    let want: Vec<Vec<Value>> = outputs
+        .iter()
+        .map(|o| read_expected(&case_dir, o, case.known))
+        .collect();
     let total: usize = want.iter().map(Vec::len).sum();
     // Read inputs to their end, then stop: nagare flushes every buffer on
     // the way out, as the peers did under the harness's SIGTERM.
@@ -255,11 +333,20 @@ fn run_case(case: &Case) -> Result<(), String> {
         outputs
             .iter()
             .flat_map(|o| glob_files(&run, o["glob"].as_str().unwrap()))
-            .map(|f| std::fs::read_to_string(f).unwrap_or_default().lines().count())
+            .map(|f| {
+                std::fs::read_to_string(f)
+                    .unwrap_or_default()
+                    .lines()
+                    .count()
+            })
             .sum::<usize>()
     };
     if exact {
-        common::wait_until(common::WAIT, &format!("{total} events in the outputs"), || count() >= total);
+        common::wait_until(
+            common::WAIT,
+            &format!("{total} events in the outputs"),
+            || count() >= total,
+        );
     }
     // The multiline flush interval may hold the last event back.
     let status = daemon.terminate();
@@ -279,18 +366,37 @@ fn run_case(case: &Case) -> Result<(), String> {
         let want = &by_tag(want.clone());
         if exact {
             if &got != want {
-                report.push_str(&format!("output {}: {} events, the peer {}\n", o["out"], got.len(), want.len()));
+                report.push_str(&format!(
+                    "output {}: {} events, the peer {}\n",
+                    o["out"],
+                    got.len(),
+                    want.len()
+                ));
                 for i in 0..got.len().max(want.len()) {
                     if got.get(i) != want.get(i) {
-                        report.push_str(&format!("  #{i}\n    nagare: {}\n    peer:   {}\n", got.get(i).map_or("-".into(), |v| v.to_string()), want.get(i).map_or("-".into(), |v| v.to_string())));
+                        report.push_str(&format!(
+                            "  #{i}\n    nagare: {}\n    peer:   {}\n",
+                            got.get(i).map_or("-".into(), |v| v.to_string()),
+                            want.get(i).map_or("-".into(), |v| v.to_string())
+                        ));
                     }
                 }
             }
         } else {
             let same = got.iter().filter(|g| want.contains(g)).count();
-            eprintln!("{}: {}: {same} of nagare's {} events are the peer's ({} events): known difference", case.name, o["out"], got.len(), want.len());
+            eprintln!(
+                "{}: {}: {same} of nagare's {} events are the peer's ({} events): known difference",
+                case.name,
+                o["out"],
+                got.len(),
+                want.len()
+            );
             if same == 0 && !want.is_empty() {
-                report.push_str(&format!("output {}: no event in common with the peer's\n  nagare: {:?}\n", o["out"], got.first()));
+                report.push_str(&format!(
+                    "output {}: no event in common with the peer's\n  nagare: {:?}\n",
+                    o["out"],
+                    got.first()
+                ));
             }
         }
     }
@@ -303,7 +409,10 @@ fn run_case(case: &Case) -> Result<(), String> {
 
 #[test]
 fn peer_configs_run_as_the_peers_did() {
-    if common::skip_unless(fixtures().join("README.md").exists(), "../shared/fixtures/peer-configs is not beside the repository") {
+    if common::skip_unless(
+        fixtures().join("README.md").exists(),
+        "../shared/fixtures/peer-configs is not beside the repository",
+    ) {
         return;
     }
     let only = std::env::var("CONVERT_CASE").ok();
@@ -331,10 +440,22 @@ fn convert_exit_codes_notes_and_check() {
         "<source>\n  @type forward\n  port 24299\n</source>\n<match **>\n  @type stdout\n  <format>\n    @type json\n  </format>\n</match>\n",
     )
     .unwrap();
-    let out = Command::new(BIN).arg("convert").arg(&complete).output().unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(BIN)
+        .arg("convert")
+        .arg(&complete)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let toml = String::from_utf8(out.stdout).unwrap();
-    assert!(toml.contains("type = 'forward'") && toml.contains("bind = '0.0.0.0:24299'"), "{toml}");
+    assert!(
+        toml.contains("type = 'forward'") && toml.contains("bind = '0.0.0.0:24299'"),
+        "{toml}"
+    );
 
     let partial = dir.path().join("fluent-bit.conf");
     std::fs::write(
@@ -343,27 +464,49 @@ fn convert_exit_codes_notes_and_check() {
     )
     .unwrap();
     let toml_path = dir.path().join("out.toml");
-    let out = Command::new(BIN).arg("convert").arg("-o").arg(&toml_path).arg(&partial).output().unwrap();
+    let out = Command::new(BIN)
+        .arg("convert")
+        .arg("-o")
+        .arg(&toml_path)
+        .arg(&partial)
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
-    let want = format!("{}:6: not converted: [OUTPUT] Name es: nagare has no elasticsearch output yet", partial.display());
+    let want = format!(
+        "{}:6: not converted: [OUTPUT] Name es: nagare has no elasticsearch output yet",
+        partial.display()
+    );
     assert!(stderr.contains(&want), "{stderr}");
     let toml = std::fs::read_to_string(&toml_path).unwrap();
     assert!(toml.contains(&format!("# not converted: {want}")), "{toml}");
-    assert!(toml.contains("type = 'null'") && toml.contains("match = '**'"), "{toml}");
+    assert!(
+        toml.contains("type = 'null'") && toml.contains("match = '**'"),
+        "{toml}"
+    );
 
     // `nagare check` reads the peer's file directly, with the notes as warnings.
     let out = common::run_check(&partial);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(stderr.contains("warning: ") && stderr.contains("Name es"), "{stderr}");
+    assert!(
+        stderr.contains("warning: ") && stderr.contains("Name es"),
+        "{stderr}"
+    );
 
     let broken = dir.path().join("broken.conf");
     std::fs::write(&broken, "<source>\n  @type forward\n</match>\n").unwrap();
-    let out = Command::new(BIN).arg("convert").arg(&broken).output().unwrap();
+    let out = Command::new(BIN)
+        .arg("convert")
+        .arg(&broken)
+        .output()
+        .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
-    assert!(stderr.contains(&format!("{}:3: </match> closes <source>", broken.display())), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{}:3: </match> closes <source>", broken.display())),
+        "{stderr}"
+    );
     let out = common::run_check(&broken);
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("closes <source>"));
@@ -373,7 +516,10 @@ fn convert_exit_codes_notes_and_check() {
 /// Fluentd example converts to the TOML the page shows.
 #[test]
 fn migration_doc_examples() {
-    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/migration.md")).unwrap();
+    let doc = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/migration.md"),
+    )
+    .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let mut blocks: Vec<(String, String)> = Vec::new();
     let mut lines = doc.lines();
@@ -382,7 +528,10 @@ fn migration_doc_examples() {
             if lang.is_empty() {
                 continue;
             }
-            let body: Vec<&str> = lines.by_ref().take_while(|l| !l.starts_with("```")).collect();
+            let body: Vec<&str> = lines
+                .by_ref()
+                .take_while(|l| !l.starts_with("```"))
+                .collect();
             blocks.push((lang.to_string(), body.join("\n") + "\n"));
         }
     }
@@ -406,22 +555,40 @@ fn migration_doc_examples() {
         };
         let path = dir.path().join(name);
         std::fs::write(&path, body).unwrap();
-        let out = Command::new(BIN).arg("convert").arg(&path).output().unwrap();
+        let out = Command::new(BIN)
+            .arg("convert")
+            .arg(&path)
+            .output()
+            .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "block {i} ({lang}): {stderr}");
         let toml = String::from_utf8(out.stdout).unwrap();
         let toml_path = dir.path().join(format!("ex{i}.toml"));
         std::fs::write(&toml_path, &toml).unwrap();
         let check = common::run_check(&toml_path);
-        assert!(check.status.success(), "block {i}: {}\n{toml}", String::from_utf8_lossy(&check.stderr));
+        assert!(
+            check.status.success(),
+            "block {i}: {}\n{toml}",
+            String::from_utf8_lossy(&check.stderr)
+        );
         if lang == "fluentd" {
             fluentd_toml = Some(toml.clone());
         }
         converted += 1;
     }
-    assert_eq!(converted, 3, "the page's Fluentd, Fluent Bit and YAML examples");
+    assert_eq!(
+        converted, 3,
+        "the page's Fluentd, Fluent Bit and YAML examples"
+    );
     // The TOML block shown after the Fluentd example is what it converts to.
-    let shown = blocks.iter().find(|(l, _)| l == "toml").map(|(_, b)| strip(b)).unwrap();
+    let shown = blocks
+        .iter()
+        .find(|(l, _)| l == "toml")
+        .map(|(_, b)| strip(b))
+        .unwrap();
     let got = strip(fluentd_toml.as_deref().unwrap());
-    assert_eq!(got, shown, "docs/migration.md's TOML example differs from the conversion");
+    assert_eq!(
+        got, shown,
+        "docs/migration.md's TOML example differs from the conversion"
+    );
 }
