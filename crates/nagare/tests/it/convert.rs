@@ -592,3 +592,209 @@ fn migration_doc_examples() {
         "docs/migration.md's TOML example differs from the conversion"
     );
 }
+
+/// The common plugins of both peers, written the way their docs show them,
+/// convert completely (exit 0) into TOML that `nagare check` accepts.
+#[test]
+fn common_plugins_of_both_peers_convert() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let fluentd = format!(
+        r##"<system>
+  log_level warn
+</system>
+<source>
+  @type forward
+  port 24301
+  @label @AUDIT
+</source>
+<source>
+  @type syslog
+  port 5141
+  tag system
+  <transport tcp>
+  </transport>
+</source>
+<source>
+  @type tcp
+  port 5171
+  tag raw.tcp
+  <parse>
+    @type json
+  </parse>
+</source>
+<source>
+  @type udp
+  port 5161
+  tag raw.udp
+  <parse>
+    @type none
+  </parse>
+</source>
+<source>
+  @type http
+  port 9881
+</source>
+<filter raw.**>
+  @type parser
+  key_name message
+  reserve_data true
+  <parse>
+    @type ltsv
+  </parse>
+</filter>
+<filter system.**>
+  @type record_transformer
+  renew_record true
+  keep_keys host,message
+</filter>
+<match system.**>
+  @type kafka2
+  brokers 127.0.0.1:9092
+  default_topic logs
+  required_acks -1
+  <format>
+    @type json
+  </format>
+</match>
+<match raw.**>
+  @type http
+  endpoint http://127.0.0.1:9999/logs
+  json_array true
+  <format>
+    @type json
+  </format>
+</match>
+<match **>
+  @type null
+</match>
+<label @AUDIT>
+  <match **>
+    @type copy
+    <store>
+      @type file
+      path {d}/audit/events
+      <format>
+        @type json
+      </format>
+      <buffer>
+        timekey 1h
+        timekey_use_utc true
+      </buffer>
+    </store>
+    <store>
+      @type stdout
+      <format>
+        @type json
+      </format>
+    </store>
+  </match>
+</label>
+"##
+    );
+    let fluent_bit = format!(
+        r#"[SERVICE]
+    Flush        2
+    Log_Level    warn
+    HTTP_Server  On
+    HTTP_Port    2021
+
+[INPUT]
+    Name    forward
+    Listen  127.0.0.1
+    Port    24302
+
+[INPUT]
+    Name    http
+    Port    9882
+
+[INPUT]
+    Name    tcp
+    Port    5172
+    Format  none
+    Tag     raw
+
+[FILTER]
+    Name    record_modifier
+    Match   *
+    Record  region eu-1
+
+[FILTER]
+    Name    lua
+    Match   raw
+    code    function cb(tag, ts, r) return 0, ts, r end
+    call    cb
+
+[OUTPUT]
+    Name    kafka
+    Match   raw
+    Brokers 127.0.0.1:9092
+    Topics  raw
+
+[OUTPUT]
+    Name    http
+    Match   http.*
+    Host    127.0.0.1
+    Port    9999
+    URI     /in
+    Format  json_lines
+
+[OUTPUT]
+    Name    file
+    Match   *
+    Path    {d}/fb
+"#
+    );
+    for (name, text, want) in [
+        (
+            "fluent.conf",
+            fluentd,
+            &[
+                "label = 'AUDIT'",
+                "protocol = 'tcp'",
+                "topic = 'logs'",
+                "acks = 'all'",
+                "format = 'json_array'",
+                "[[output.store]]",
+                "keep = ['host', 'message']",
+                "path = '",
+            ][..],
+        ),
+        (
+            "fluent-bit.conf",
+            fluent_bit,
+            &[
+                "[monitor]",
+                "bind = '0.0.0.0:2021'",
+                "flush_interval = '2s'",
+                "format = 'ndjson'",
+                "endpoint = 'http://127.0.0.1:9999/in'",
+                "region = 'eu-1'",
+                "match = '**'",
+            ][..],
+        ),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let toml_path = dir.path().join(format!("{name}.toml"));
+        let out = Command::new(BIN)
+            .arg("convert")
+            .arg("-o")
+            .arg(&toml_path)
+            .arg(&path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{name}: {stderr}");
+        let toml = std::fs::read_to_string(&toml_path).unwrap();
+        for w in want {
+            assert!(toml.contains(w), "{name}: no `{w}` in\n{toml}");
+        }
+        let check = common::run_check(&toml_path);
+        assert!(
+            check.status.success(),
+            "{name}: {}\n{toml}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+    }
+}
