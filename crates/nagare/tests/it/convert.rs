@@ -35,10 +35,10 @@ enum Known {
     /// Fluent Bit's multiline messages end with a newline; nagare's joined
     /// lines do not: one trailing newline is removed from the peer's strings.
     TrailingNewline,
-    /// The peer's events, compared as a multiset of records without the
-    /// listed fields, and only as many as both wrote: for behaviours the
-    /// notes name (modify Condition left out, Fluent Bit's continuation
-    /// rules, its throttle window, rewrite_tag on numbers).
+    /// Some events differ, for behaviours the notes name (modify Condition
+    /// left out, Fluent Bit's continuation rules, its throttle window,
+    /// rewrite_tag on numbers): at least half of the events on either side
+    /// must still be exactly the peer's.
     Differs(&'static str),
 }
 
@@ -391,10 +391,14 @@ fn run_case(case: &Case) -> Result<(), String> {
                 got.len(),
                 want.len()
             );
-            if same == 0 && !want.is_empty() {
+            // The differences the notes announce touch a few events: most
+            // must still be exactly the peer's.
+            if same * 2 < got.len().max(want.len()) {
                 report.push_str(&format!(
-                    "output {}: no event in common with the peer's\n  nagare: {:?}\n",
+                    "output {}: only {same} of nagare's {} events are the peer's ({} events)\n  nagare: {:?}\n",
                     o["out"],
+                    got.len(),
+                    want.len(),
                     got.first()
                 ));
             }
