@@ -208,8 +208,11 @@ fn normalize(spec: &Value, run: &Path, known: &[Known]) -> Vec<Value> {
 }
 
 fn gethostname() -> String {
-    let out = Command::new("hostname").output().unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+    // What nagare's ${hostname} reads (gethostname(2)), without a `hostname` program.
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .unwrap()
+        .trim()
+        .to_string()
 }
 
 fn read_expected(case_dir: &Path, spec: &Value, known: &[Known]) -> Vec<Value> {
