@@ -88,6 +88,7 @@ need dnsmasq dnsmasq-base        # a DNS server for the forward output's service
 need tmux tmux                   # `nagare top` in a terminal (tests/it/top.rs)
 need chromium chromium           # the monitor's status page in a browser (tests/status-page)
 need openssl openssl             # a CA and a server certificate for the redis TLS test
+need ruby ruby                   # a TLS server set up as Fluentd's in_forward sets up OpenSSL (tests/it/tls.rs)
 need java default-jre-headless   # the Kafka broker of the kafka tests (tests/kafka/broker.sh)
 need mvn maven                   # fetches the broker's jars (tests/kafka/fetch.sh)
 need cmake cmake                 # builds librdkafka into nagare (the kafka input and output)

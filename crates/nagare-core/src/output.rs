@@ -69,6 +69,11 @@ pub trait Output: Send + Sync {
     /// Starts background work (heartbeats, …) once the daemon runs; `nagare
     /// check` builds outputs without calling it.
     fn start(&self) {}
+
+    /// Closes what it keeps open once its buffer is drained at shutdown,
+    /// politely (a TLS close_notify, …): a peer logs a connection dropped
+    /// without one as an error.
+    async fn stop(&self) {}
 }
 
 /// An output type: its options struct.

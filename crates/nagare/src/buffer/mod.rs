@@ -267,6 +267,11 @@ impl Buffer {
         self.secondary().map(|(_, st)| st)
     }
 
+    /// Lets the output close its connections (after the flush workers ended).
+    pub async fn stop_output(&self) {
+        self.output().stop().await;
+    }
+
     fn output(&self) -> Arc<dyn Output> {
         self.output.read().expect("buffer output").clone()
     }

@@ -81,6 +81,8 @@ pub async fn start(
         exclude: cfg.exclude,
         tag: cfg.tag,
         position_db: cfg.position_db,
+        import_fluentd_pos_file: None,
+        import_fluent_bit_db: None,
         // A drop box ships whole files, also those already there at start.
         read_from_head: true,
         refresh_interval: cfg.refresh_interval,

@@ -285,13 +285,28 @@ impl HttpDecode {
             }
             Some(b'{') => match self.json_record(body, out) {
                 Ok(()) => Ok(()),
-                // Several objects: NDJSON sent as application/json.
-                Err(e) if e.contains("trailing characters") => self.ndjson(&[body], out),
+                // Several objects: NDJSON sent as application/json (Fluent
+                // Bit's json_lines), or objects one after another (its
+                // json_stream).
+                Err(e) if e.contains("trailing characters") => self.json_stream(body, out),
                 Err(e) => Err(Reject::bad(e)),
             },
             Some(_) => Err(Reject::bad("expected a JSON object or an array of objects")),
             None => Err(Reject::bad("empty body")),
         }
+    }
+
+    /// JSON objects one after another, with or without whitespace or
+    /// newlines between them.
+    fn json_stream(&self, body: &[u8], out: &mut Batches) -> Result<(), Reject> {
+        let values =
+            serde_json::Deserializer::from_slice(body).into_iter::<&serde_json::value::RawValue>();
+        for (i, v) in values.enumerate() {
+            let v = v.map_err(|e| Reject::bad(format!("record {i} of the JSON stream: {e}")))?;
+            self.json_record(v.get().as_bytes(), out)
+                .map_err(|e| Reject::bad(format!("record {i} of the JSON stream: {e}")))?;
+        }
+        Ok(())
     }
 
     /// NDJSON in `pieces` (the body as it arrived): lines inside a piece are
@@ -333,34 +348,70 @@ impl HttpDecode {
             .map_err(|e| Reject::bad(format!("line {n}: {e}")))
     }
 
+    /// A msgpack body: one value or a run of values, as the senders write
+    /// them: a map (a record; Fluentd's out_http writes one after another),
+    /// an array of maps, or an event `[time, {record}]` or, as Fluent
+    /// Bit's out_http sends its chunk, `[[time, {metadata}], {record}]`.
     fn msgpack(&self, body: &[u8], out: &mut Batches) -> Result<(), Reject> {
         let bad = |what: &str| Reject::bad(format!("bad msgpack body: {what}"));
-        let end = skip_value(body, 0).map_err(|e| bad(&e.to_string()))?;
-        if end != body.len() {
-            return Err(bad(&format!(
-                "{} bytes after the first value",
-                body.len() - end
-            )));
+        let mut p = 0;
+        let mut i = 0;
+        while p < body.len() {
+            let e = skip_value(body, p).map_err(|e| bad(&format!("value {i}: {e}")))?;
+            self.msgpack_value(&body[p..e], out)
+                .map_err(|m| bad(&format!("value {i}: {m}")))?;
+            p = e;
+            i += 1;
         }
-        match read_map_len(body, 0) {
-            Ok(_) => self.msgpack_record(body, out).map_err(|e| bad(&e)),
-            Err(_) => {
-                let (n, mut p) = read_array_len(body, 0)
-                    .map_err(|_| bad("expected a map or an array of maps"))?;
-                for i in 0..n {
-                    let e = skip_value(body, p).map_err(|e| bad(&e.to_string()))?;
-                    self.msgpack_record(&body[p..e], out)
-                        .map_err(|m| bad(&format!("record {i} of the array: {m}")))?;
-                    p = e;
+        if i == 0 {
+            return Err(bad("empty body"));
+        }
+        Ok(())
+    }
+
+    /// One value of a msgpack body (see `msgpack`).
+    fn msgpack_value(&self, v: &[u8], out: &mut Batches) -> Result<(), String> {
+        if read_map_len(v, 0).is_ok() {
+            return self.msgpack_record(v, None, out);
+        }
+        let (n, first) = read_array_len(v, 0)
+            .map_err(|_| "expected a map, an array of maps or an event".to_string())?;
+        if n == 0 {
+            return Ok(());
+        }
+        let second = skip_value(v, first).map_err(|e| e.to_string())?;
+        if n == 2 && read_map_len(v, second).is_ok() && read_map_len(v, first).is_err() {
+            // An event: its head is the time, or [time, {metadata}].
+            let head = &v[first..second];
+            let time = match read_array_len(head, 0) {
+                Ok((_, t)) => {
+                    let t_end = skip_value(head, t).map_err(|e| e.to_string())?;
+                    msgpack_time(&head[t..t_end])
                 }
-                Ok(())
-            }
+                Err(_) => msgpack_time(head),
+            };
+            let time = time.ok_or("an event's time is not a number or an EventTime")?;
+            return self.msgpack_record(&v[second..], Some(time), out);
         }
+        let mut p = first;
+        for i in 0..n {
+            let e = skip_value(v, p).map_err(|e| e.to_string())?;
+            self.msgpack_record(&v[p..e], None, out)
+                .map_err(|m| format!("record {i} of the array: {m}"))?;
+            p = e;
+        }
+        Ok(())
     }
 
     /// A msgpack map: copied, without its `time_key` pair when that holds
-    /// a time (a number or an EventTime), unless `keep_time_key`.
-    fn msgpack_record(&self, rec: &[u8], out: &mut Batches) -> Result<(), String> {
+    /// a time (a number or an EventTime), unless `keep_time_key`; else its
+    /// time is `event_time` (an event's own), else the arrival's.
+    fn msgpack_record(
+        &self,
+        rec: &[u8],
+        event_time: Option<EventTime>,
+        out: &mut Batches,
+    ) -> Result<(), String> {
         let (n, mut p) = read_map_len(rec, 0).map_err(|_| "a record is not a map".to_string())?;
         let mut time = None;
         let mut skip = None;
@@ -389,7 +440,7 @@ impl HttpDecode {
             }
             None => out.buf.extend_from_slice(rec),
         }
-        out.end_entry(at, time);
+        out.end_entry(at, time.or(event_time));
         Ok(())
     }
 }
@@ -672,6 +723,85 @@ mod tests {
         assert_eq!((b[0].tag.as_str(), b[0].count), ("in", 1));
         assert_eq!((b[1].tag.as_str(), b[1].count), ("x.y", 1));
         assert_eq!(records(&b[1])[0].0, EventTime::new(1_700_000_001, 0));
+    }
+
+    /// What Fluent Bit's out_http sends with `Format msgpack`: its chunk as
+    /// it is, a run of events `[[EventTime, {metadata}], {record}]`; and
+    /// what Fluentd's out_http sends with `<format> @type msgpack`: maps one
+    /// after another; and forward-style `[time, {record}]` events.
+    #[test]
+    fn msgpack_runs_of_records_and_events() {
+        use rmpv::Value;
+        let d = decoder(None);
+        let et = |s: u32, ns: u32| {
+            let mut b = s.to_be_bytes().to_vec();
+            b.extend_from_slice(&ns.to_be_bytes());
+            Value::Ext(0, b)
+        };
+        let mut body = Vec::new();
+        for i in 0..3u32 {
+            let event = Value::Array(vec![
+                Value::Array(vec![et(1_700_000_000 + i, 5), Value::Map(vec![])]),
+                Value::Map(vec![("log".into(), format!("line {i}").into())]),
+            ]);
+            rmpv::encode::write_value(&mut body, &event).unwrap();
+        }
+        let b = d
+            .decode(&request("/fb", "application/msgpack"), one(body))
+            .unwrap();
+        assert_eq!(
+            records(&b[0]),
+            (0..3u32)
+                .map(|i| (
+                    EventTime::new(1_700_000_000 + i, 5),
+                    serde_json::json!({"log": format!("line {i}")})
+                ))
+                .collect::<Vec<_>>()
+        );
+        let mut body = Vec::new();
+        for i in 0..2u64 {
+            let rec = Value::Map(vec![("n".into(), i.into())]);
+            rmpv::encode::write_value(&mut body, &rec).unwrap();
+        }
+        let event = Value::Array(vec![
+            1_700_000_009u64.into(),
+            Value::Map(vec![("n".into(), 2.into())]),
+        ]);
+        rmpv::encode::write_value(&mut body, &event).unwrap();
+        let b = d
+            .decode(&request("/fd", "application/msgpack"), one(body))
+            .unwrap();
+        let r = records(&b[0]);
+        let ns: Vec<_> = r.iter().map(|(_, v)| v["n"].as_u64().unwrap()).collect();
+        assert_eq!(ns, vec![0, 1, 2]);
+        assert_eq!(r[2].0, EventTime::new(1_700_000_009, 0));
+        // A value that is none of these is refused, naming it.
+        let mut body = Vec::new();
+        rmpv::encode::write_value(&mut body, &Value::Map(vec![])).unwrap();
+        rmpv::encode::write_value(&mut body, &Value::from("text")).unwrap();
+        let e = d
+            .decode(&request("/bad", "application/msgpack"), one(body))
+            .err()
+            .unwrap();
+        assert!(e.message.contains("value 1"), "{}", e.message);
+    }
+
+    /// Fluent Bit's out_http `Format json_stream`: objects one after
+    /// another, without newlines.
+    #[test]
+    fn json_objects_one_after_another() {
+        let d = decoder(None);
+        let b = d
+            .decode(
+                &request("/s", "application/json"),
+                one(&b"{\"a\":1}{\"a\":2} {\"a\":3}\n{\"a\":4}"[..]),
+            )
+            .unwrap();
+        let a: Vec<_> = records(&b[0])
+            .iter()
+            .map(|(_, v)| v["a"].as_u64().unwrap())
+            .collect();
+        assert_eq!(a, vec![1, 2, 3, 4]);
     }
 
     #[test]

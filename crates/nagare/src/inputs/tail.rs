@@ -20,6 +20,17 @@ impl InputPlugin for TailConfig {
             &self.exclude,
             self.parser.as_deref(),
         )?;
+        for (key, import) in [
+            ("import_fluentd_pos_file", &self.import_fluentd_pos_file),
+            ("import_fluent_bit_db", &self.import_fluent_bit_db),
+        ] {
+            if import.is_some() && self.position_db.is_none() {
+                return Err(OptionError::new(
+                    key,
+                    "needs `position_db`: nagare keeps its own positions from the first start on",
+                ));
+            }
+        }
         match &self.position_db {
             Some(p) => cx.writes_file("position_db", p),
             None => cx.warn(

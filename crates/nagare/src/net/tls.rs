@@ -390,10 +390,17 @@ fn client_config(o: &TlsOptions) -> Result<ClientConfig, OptionError> {
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(AnyServer(provider)))
     };
-    Ok(match certified_key(o)? {
+    let mut config = match certified_key(o)? {
         Some(key) => builder.with_client_cert_resolver(Arc::new(SingleCertAndKey::from(key))),
         None => builder.with_no_client_auth(),
-    })
+    };
+    // No session resumption: an OpenSSL server that verifies peers without
+    // a session id context (Fluentd's in_forward with `<transport tls>`)
+    // answers a resumed session with an internal-error alert, so every
+    // connection after the first would fail. nagare's connections are long
+    // lived; a full handshake for each costs little.
+    config.resumption = rustls::client::Resumption::disabled();
+    Ok(config)
 }
 
 fn system_roots() -> Result<RootCertStore, OptionError> {

@@ -53,6 +53,9 @@ pub async fn drain(
         waited = wait(&mut flushed, deadline, buffers, signals).await;
     }
     if waited == Waited::Done {
+        for b in buffers {
+            b.stop_output().await;
+        }
         return Ok(());
     }
     let (left, _) = pending(buffers);

@@ -210,7 +210,33 @@ fn fluentd_and_fluent_bit_requests_arrive_once_in_order_per_tag() {
         "the second request reused the connection"
     );
 
-    sink.wait_records(15);
+    // Fluent Bit's out_http, `Format msgpack`: its chunk as it is, events
+    // `[[EventTime, {metadata}], {record}]` one after another.
+    let mut chunk = Vec::new();
+    for seq in [15u64, 16] {
+        let mut et = (1_700_000_000u32 + seq as u32).to_be_bytes().to_vec();
+        et.extend_from_slice(&0u32.to_be_bytes());
+        let event = rmpv::Value::Array(vec![
+            rmpv::Value::Array(vec![rmpv::Value::Ext(0, et), rmpv::Value::Map(vec![])]),
+            rmpv::Value::Map(vec![("seq".into(), seq.into())]),
+        ]);
+        rmpv::encode::write_value(&mut chunk, &event).unwrap();
+    }
+    let (code, _) = post(
+        &url("/fb.msgpack"),
+        &["Content-Type: application/msgpack"],
+        &chunk,
+    );
+    assert_eq!(code, 200);
+    // Fluent Bit's out_http, `Format json_stream`: objects one after another.
+    let (code, _) = post(
+        &url("/fb.stream"),
+        &["Content-Type: application/json"],
+        br#"{"seq":17}{"seq":18}"#,
+    );
+    assert_eq!(code, 200);
+
+    sink.wait_records(19);
     let got = arrived(&sink);
     // Every event once, with its tag; order is kept within a tag (events of
     // different tags go out in different chunks, in no set order).
@@ -242,6 +268,10 @@ fn fluentd_and_fluent_bit_requests_arrive_once_in_order_per_tag() {
             ("nd.zstd", 12),
             ("ka", 13),
             ("ka", 14),
+            ("fb.msgpack", 15),
+            ("fb.msgpack", 16),
+            ("fb.stream", 17),
+            ("fb.stream", 18),
         ]
     );
     let time_of = |seq: u64| got.iter().find(|g| g.1 == seq).map(|g| g.2);
@@ -250,6 +280,7 @@ fn fluentd_and_fluent_bit_requests_arrive_once_in_order_per_tag() {
         times,
         [1_700_000_000, 1_700_000_001, 1_700_000_002, 1_700_000_003]
     );
+    assert_eq!(time_of(16), Some(1_700_000_016), "the event's own time");
     let records = sink.records();
     let by_seq = |seq: u64| {
         records
@@ -275,7 +306,7 @@ fn fluentd_and_fluent_bit_requests_arrive_once_in_order_per_tag() {
         field_of(&by_seq(8).2, "message").unwrap().as_str(),
         Some(message_for(8).as_str())
     );
-    d.wait_metric("events_in_total", "http#0", 15);
+    d.wait_metric("events_in_total", "http#0", 19);
 }
 
 /// Sends raw bytes on a new connection and reads until the server closes

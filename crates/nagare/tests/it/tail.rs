@@ -426,3 +426,132 @@ fn a_position_file_of_the_previous_release_is_read() {
     assert_eq!(e["offset"], std::fs::metadata(&log).unwrap().len());
     assert_eq!(e["path"], log.to_str().unwrap());
 }
+
+/// The 1,000 lines the real Fluentd and Fluent Bit read to the end before
+/// they wrote tests/samples/tail-state (19,893 bytes: offset 0x4db5).
+fn peer_app_log(path: &std::path::Path) {
+    let text: String = (1..=1000)
+        .map(|n| format!("line {n} of app.log\n"))
+        .collect();
+    assert_eq!(text.len(), 19_893);
+    std::fs::write(path, text).unwrap();
+}
+
+fn inode(path: &std::path::Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).unwrap().ino()
+}
+
+/// Moving over from Fluentd or Fluent Bit: the positions they saved are
+/// imported at the first start, so a file resumes at the line after the
+/// last one the peer read (nothing re-shipped, nothing skipped); a file
+/// whose inode is not the one saved (another file at the path since) is
+/// read as new. At the next start nagare's own positions are used.
+#[test]
+fn positions_saved_by_fluentd_and_fluent_bit_are_imported_at_the_first_start() {
+    let samples = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/samples/tail-state");
+    for peer in ["fluentd", "fluent_bit"] {
+        let dir = tempfile::tempdir().unwrap();
+        let logs = dir.path().join("logs");
+        std::fs::create_dir_all(&logs).unwrap();
+        let (app, other) = (logs.join("app.log"), logs.join("other.log"));
+        peer_app_log(&app);
+        let text: String = (1..=1000)
+            .map(|n| format!("line {n} of other.log\n"))
+            .collect();
+        std::fs::write(&other, text).unwrap();
+        // The peer's state, with the path and inode rewritten for this
+        // machine's files: app.log's own inode; other.log's inode is not
+        // its own.
+        let (key, state) = if peer == "fluentd" {
+            let text = read_file(&std::path::Path::new(samples).join("fluentd-1.16/app.log.pos"));
+            assert_eq!(
+                text,
+                "/var/log/app/app.log\t0000000000004db5\t0000000000a28009\n"
+            );
+            let pos = dir.path().join("app.log.pos");
+            std::fs::write(
+                &pos,
+                format!(
+                    "{}\t0000000000004db5\t{:016x}\n{}\t0000000000004db5\t{:016x}\n",
+                    app.display(),
+                    inode(&app),
+                    other.display(),
+                    inode(&other) + 1
+                ),
+            )
+            .unwrap();
+            ("import_fluentd_pos_file", pos)
+        } else {
+            let db = dir.path().join("tail.db");
+            std::fs::copy(
+                std::path::Path::new(samples).join("fluent-bit-4.2/tail.db"),
+                &db,
+            )
+            .unwrap();
+            let c = rusqlite::Connection::open(&db).unwrap();
+            let row: (String, i64, i64) = c
+                .query_row("SELECT name, offset, inode FROM in_tail_files", [], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
+                .unwrap();
+            assert_eq!(row, ("/var/log/app/app.log".into(), 19_893, 10_649_610));
+            c.execute(
+                "UPDATE in_tail_files SET name = ?1, inode = ?2",
+                rusqlite::params![app.to_str().unwrap(), inode(&app) as i64],
+            )
+            .unwrap();
+            c.execute(
+                "INSERT INTO in_tail_files (name, offset, inode, created, rotated) VALUES (?1, 19893, ?2, 0, 0)",
+                rusqlite::params![other.to_str().unwrap(), inode(&other) as i64 + 1],
+            )
+            .unwrap();
+            ("import_fluent_bit_db", db)
+        };
+        // Lines written while no collector ran.
+        let more = |path: &std::path::Path, from: u64, to: u64| {
+            let mut f = std::fs::OpenOptions::new().append(true).open(path).unwrap();
+            for n in from..=to {
+                writeln!(
+                    f,
+                    "line {n} of {}",
+                    path.file_name().unwrap().to_str().unwrap()
+                )
+                .unwrap();
+            }
+        };
+        more(&app, 1001, 1003);
+        more(&other, 1001, 1001);
+        let extra = format!("{key} = \"{}\"\n", state.display());
+        let mut d = Daemon::start(dir.path(), "nagare", &config(dir.path(), &extra), None);
+        // app.log resumes after line 1000; other.log (inode not the saved
+        // one) is read whole, as a new file with read_from_head.
+        let got = wait_lines(dir.path(), 3 + 1001);
+        assert!(d.terminate().success());
+        let app_lines: Vec<&String> = got.iter().filter(|l| l.ends_with("of app.log")).collect();
+        assert_eq!(
+            app_lines,
+            [
+                "line 1001 of app.log",
+                "line 1002 of app.log",
+                "line 1003 of app.log"
+            ],
+            "{peer}"
+        );
+        assert_eq!(
+            got.iter().filter(|l| l.ends_with("of other.log")).count(),
+            1001,
+            "{peer}"
+        );
+        assert_eq!(out_lines(dir.path()).len(), 1004, "{peer}");
+        // The next start uses nagare's own positions, not the import again.
+        more(&app, 1004, 1004);
+        let mut d = Daemon::start(dir.path(), "nagare", &config(dir.path(), &extra), None);
+        wait_lines(dir.path(), 1005);
+        d.wait_log("position_db exists");
+        assert!(d.terminate().success());
+        let all = out_lines(dir.path());
+        assert_eq!(all.len(), 1005, "{peer}");
+        assert_eq!(all.last().unwrap(), "line 1004 of app.log");
+    }
+}

@@ -871,3 +871,71 @@ fn check_names_tls_errors_of_every_plugin() {
     ];
     assert_check_errors(dir.path(), CHECK_BASE, &cases);
 }
+
+/// A forward output reaches a TLS server set up as Fluentd's in_forward
+/// sets up OpenSSL (tests/fluentd_tls/server.rb: TLS 1.2, peer
+/// verification on, no session id context), which refuses any resumed
+/// session with an internal-error alert: every connection, heartbeats
+/// included, completes a full handshake, every event arrives, and each
+/// closed connection ends with a close_notify (OpenSSL's "unexpected eof
+/// while reading" otherwise).
+#[test]
+fn forward_output_reaches_a_tls_server_set_up_as_fluentds_in_forward() {
+    if skip_unless(
+        Command::new("ruby").arg("--version").output().is_ok(),
+        "ruby is not installed",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ca = Ca::new(dir.path(), "ca");
+    let server = ca.issue("server", &["localhost", "127.0.0.1"]);
+    let sink = Sink::start(SinkOpts::default());
+    let (relay_port, tls_port) = (free_port(), free_port());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fluentd_tls/server.rb");
+    let log = dir.path().join("fluentd-tls.log");
+    let mut ruby = Command::new("ruby")
+        .arg(script)
+        .arg(tls_port.to_string())
+        .arg(&server.cert)
+        .arg(&server.key)
+        .arg(sink.port.to_string())
+        .stdout(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    wait_until(WAIT, "the Ruby TLS server listening", || {
+        read_file(&log).contains("listening")
+    });
+    let config = format!(
+        "[[input]]\ntype = \"forward\"\nbind = \"127.0.0.1:{relay_port}\"\n\n\
+         [[output]]\ntype = \"forward\"\nmatch = \"**\"\n\
+         require_ack_response = true\nheartbeat_interval = \"100ms\"\n\
+         [[output.server]]\naddress = \"127.0.0.1:{tls_port}\"\n\
+         [output.buffer]\nflush_interval = \"50ms\"\n{}",
+        tls_table(
+            "output",
+            None,
+            Some(&ca.path),
+            "server_name = \"localhost\"\n"
+        )
+    );
+    let mut d = Daemon::start(dir.path(), "relay", &config, None);
+    d.wait_port(relay_port);
+    let mut s = Sender::tcp(relay_port);
+    s.send_seqs("fluentd.tls", 5_000, 500);
+    sink.wait_records(5_000);
+    // Heartbeats open a connection each: wait for a few after the first.
+    wait_until(WAIT, "heartbeat connections accepted", || {
+        read_file(&log).matches("accepted").count() >= 6
+    });
+    assert!(d.terminate().success());
+    let _ = ruby.kill();
+    let _ = ruby.wait();
+    assert_exact_seqs(&sink.seqs(), 5_000);
+    let text = read_file(&log);
+    let errors: Vec<&str> = text.lines().filter(|l| l.contains("ERROR")).collect();
+    assert!(
+        errors.is_empty(),
+        "the server logged TLS errors: {errors:?}"
+    );
+}

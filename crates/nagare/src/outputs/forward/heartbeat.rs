@@ -7,6 +7,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::connect::Connector;
@@ -21,9 +22,15 @@ impl Connector {
     async fn heartbeat(&self, s: &Server, wait: Duration) -> Beat {
         let full = self.tls.is_some() || self.key(s).is_some();
         let r = if full {
-            tokio::time::timeout(wait, self.connect(s))
-                .await
-                .map(|r| r.map(drop))
+            // Closed with a TLS close_notify: a server's TLS layer logs a
+            // connection dropped without one as an error (OpenSSL's
+            // "unexpected eof while reading").
+            tokio::time::timeout(wait, async {
+                let mut c = self.connect(s).await?;
+                let _ = c.shutdown().await;
+                Ok(())
+            })
+            .await
         } else {
             tokio::time::timeout(wait, TcpStream::connect(&s.cfg.address))
                 .await

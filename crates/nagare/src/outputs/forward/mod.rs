@@ -268,6 +268,17 @@ impl Output for ForwardOutput {
         }
     }
 
+    async fn stop(&self) {
+        for s in self.pool.load().iter() {
+            let idle = std::mem::take(&mut *s.idle.lock().expect("server"));
+            for mut c in idle {
+                use tokio::io::AsyncWriteExt;
+                // Sends TLS's close_notify, then the TCP FIN.
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(1), c.shutdown()).await;
+            }
+        }
+    }
+
     async fn write(&self, chunk: &Chunk) -> Result<(), FlushError> {
         let servers = self.pool.load();
         match &self.hash_key {

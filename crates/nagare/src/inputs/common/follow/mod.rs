@@ -16,6 +16,7 @@
 //! file appears or grows; the refresh and poll timers stay as the fallback.
 
 mod fswatch;
+mod import;
 mod positions;
 
 use std::collections::HashMap;
@@ -84,6 +85,16 @@ pub struct TailConfig {
     /// File that keeps each file's read position across restarts.
     #[serde(default)]
     pub position_db: Option<String>,
+    /// Moving over from Fluentd: its in_tail `pos_file`. At the first start
+    /// (no `position_db` file yet) each file resumes where Fluentd left it
+    /// when its path and inode both still match; other files are read as
+    /// new. Needs `position_db`.
+    #[serde(default)]
+    pub import_fluentd_pos_file: Option<String>,
+    /// Moving over from Fluent Bit: its tail `DB` (an SQLite file), read the
+    /// same way as `import_fluentd_pos_file`. Needs `position_db`.
+    #[serde(default)]
+    pub import_fluent_bit_db: Option<String>,
     /// Read files found at start from their beginning (default false: from their end).
     #[serde(default)]
     pub read_from_head: bool,
@@ -232,9 +243,11 @@ pub async fn start_with(
                 .map_err(|e| anyhow::anyhow!("{name}: bad exclude glob {g:?}: {e}"))
         })
         .collect::<anyhow::Result<_>>()?;
+    let mut positions = Positions::load(cfg.position_db.as_deref().map(Path::new), name)?;
+    import_positions(name, &cfg, &mut positions)?;
     let mut tailer = Tailer {
         name: name.to_string(),
-        positions: Positions::load(cfg.position_db.as_deref().map(Path::new), name)?,
+        positions,
         positions_failing: false,
         cfg,
         parser,
@@ -411,7 +424,7 @@ impl Tailer {
                 continue;
             };
             let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-            let saved = self.positions.offset(ino);
+            let saved = self.positions.offset_at(ino, &path);
             let offset = match saved {
                 Some(off) if off <= len => off,
                 Some(_) => 0, // shorter than the saved position: truncated meanwhile
@@ -803,4 +816,37 @@ mod tests {
         }
         assert_eq!((events, next, consumed), (lines, lines, text.len() as u64));
     }
+}
+
+/// Imports another collector's positions at the first start (see
+/// `import_fluentd_pos_file`); logs what it found, and ignores them once
+/// nagare has positions of its own.
+fn import_positions(name: &str, cfg: &TailConfig, positions: &mut Positions) -> anyhow::Result<()> {
+    let sources = [
+        ("import_fluentd_pos_file", &cfg.import_fluentd_pos_file),
+        ("import_fluent_bit_db", &cfg.import_fluent_bit_db),
+    ];
+    for (key, path) in sources {
+        let Some(path) = path else { continue };
+        if !positions.is_fresh() {
+            tracing::info!(input = %name, key, path = %path,
+                "position_db exists: positions were imported at the first start, not again");
+            continue;
+        }
+        let found = if key == "import_fluentd_pos_file" {
+            let (found, skipped) = import::fluentd_pos_file(Path::new(path))
+                .map_err(|e| anyhow::anyhow!("{name}: {key}: {e}"))?;
+            for s in skipped {
+                tracing::warn!(input = %name, key, "{s}: skipped");
+            }
+            found
+        } else {
+            import::fluent_bit_db(Path::new(path))
+                .map_err(|e| anyhow::anyhow!("{name}: {key}: {e}"))?
+        };
+        tracing::info!(input = %name, key, path = %path, files = found.len(),
+            "imported positions: files whose path and inode match resume there");
+        positions.import(found);
+    }
+    Ok(())
 }

@@ -48,6 +48,11 @@ pub struct Positions {
     db: Option<PathBuf>,
     /// (path, offset) by inode.
     by_inode: HashMap<u64, (PathBuf, u64)>,
+    /// Positions imported from another collector (import.rs), by inode:
+    /// used for a file this file does not know yet, when the path matches.
+    imported: HashMap<u64, (PathBuf, u64)>,
+    /// The position file did not exist when loaded: the first start.
+    fresh: bool,
     /// Changed since the last save.
     dirty: bool,
     /// A save that is not urgent waits until then.
@@ -91,6 +96,8 @@ impl Positions {
         let mut p = Positions {
             db: db.map(Path::to_path_buf),
             by_inode: HashMap::new(),
+            imported: HashMap::new(),
+            fresh: false,
             dirty: false,
             next_save: Instant::now(),
             _lock: None,
@@ -98,7 +105,10 @@ impl Positions {
         let Some(db) = db else { return Ok(p) };
         let bytes = match std::fs::read(db) {
             Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(p),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                p.fresh = true;
+                return Ok(p);
+            }
             Err(e) => anyhow::bail!("{input}: cannot read position_db {}: {e}", db.display()),
         };
         for (i, line) in bytes.split(|&b| b == b'\n').enumerate() {
@@ -129,6 +139,31 @@ impl Positions {
 
     pub fn offset(&self, inode: u64) -> Option<u64> {
         self.by_inode.get(&inode).map(|(_, off)| *off)
+    }
+
+    /// Whether the position file did not exist yet: the first start.
+    pub fn is_fresh(&self) -> bool {
+        self.fresh
+    }
+
+    /// Adds positions another collector saved; `offset_at` uses them for
+    /// files this input does not know yet.
+    pub fn import(&mut self, found: impl IntoIterator<Item = super::import::Imported>) {
+        for i in found {
+            self.imported.insert(i.inode, (i.path, i.offset));
+        }
+    }
+
+    /// Where to resume the file `path` with `inode`: its own position, else
+    /// an imported one whose path and inode both match (an inode alone may
+    /// have been reused by another file since).
+    pub fn offset_at(&self, inode: u64, path: &Path) -> Option<u64> {
+        self.offset(inode).or_else(|| {
+            self.imported
+                .get(&inode)
+                .filter(|(p, _)| p == path)
+                .map(|(_, off)| *off)
+        })
     }
 
     pub fn set(&mut self, inode: u64, path: &Path, offset: u64) {
