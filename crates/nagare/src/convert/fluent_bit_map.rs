@@ -587,20 +587,23 @@ fn in_tail(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
         );
     }
     if let Some(e) = get(s, used, "db") {
+        // nagare keeps its own position file beside Fluent Bit's DB, and at
+        // its first start resumes each file where the DB left it.
         t.set_commented(
             "position_db",
             Val::s(format!("{}.nagare", e.value)),
-            Some(
-                "approx: nagare keeps its own position file; see docs/migration.md, Tail positions"
-                    .into(),
-            ),
+            Some("nagare's own positions".into()),
         );
-        ctx.notes.approx(
-            &e.file,
-            e.line,
-            format!("DB {}", e.value),
-            "nagare keeps positions in a file of its own format beside it (position_db)",
-        );
+        // Only a file that is there: nagare refuses to start on a missing one.
+        if Path::new(&e.value).exists() {
+            t.set_commented(
+                "import_fluent_bit_db",
+                Val::s(&e.value),
+                Some("resume where Fluent Bit left off (first start)".into()),
+            );
+        } else {
+            t.comments.push(format!("import_fluent_bit_db = {:?} when Fluent Bit has written it (it was not there when converted)", e.value));
+        }
     }
     if let Some(b) = val(s, used, "read_from_head").and_then(common::boolean) {
         t.set("read_from_head", Val::Bool(b));

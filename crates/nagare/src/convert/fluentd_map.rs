@@ -794,20 +794,23 @@ fn src_tail(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
     }
     o.map(ctx, t, "tag", "tag", Conv::Str);
     if let Some(p) = o.get("pos_file") {
+        // nagare keeps its own position file beside Fluentd's, and at its
+        // first start resumes each file where Fluentd's left it.
         t.set_commented(
             "position_db",
             Val::s(format!("{}.nagare", p.value)),
-            Some(
-                "approx: nagare keeps its own position file; see docs/migration.md, Tail positions"
-                    .into(),
-            ),
+            Some("nagare's own positions".into()),
         );
-        ctx.notes.approx(
-            &p.file,
-            p.line,
-            format!("pos_file {}", p.value),
-            "nagare keeps positions in a file of its own format beside it (position_db)",
-        );
+        // Only a file that is there: nagare refuses to start on a missing one.
+        if Path::new(&p.value).exists() {
+            t.set_commented(
+                "import_fluentd_pos_file",
+                Val::s(&p.value),
+                Some("resume where Fluentd left off (first start)".into()),
+            );
+        } else {
+            t.comments.push(format!("import_fluentd_pos_file = {:?} when Fluentd has written it (it was not there when converted)", p.value));
+        }
     }
     o.map(ctx, t, "read_from_head", "read_from_head", Conv::Bool);
     o.map(ctx, t, "refresh_interval", "refresh_interval", Conv::Dur);

@@ -805,3 +805,79 @@ fn common_plugins_of_both_peers_convert() {
         );
     }
 }
+
+/// A pos_file or tail DB that is there when the config is converted is
+/// imported at nagare's first start (`import_fluentd_pos_file`,
+/// `import_fluent_bit_db`); one that is not is left as a comment.
+#[test]
+fn tail_state_files_are_imported_when_present() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let samples = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/samples/tail-state");
+    std::fs::copy(
+        samples.join("fluentd-1.16/app.log.pos"),
+        d.join("app.log.pos"),
+    )
+    .unwrap();
+    std::fs::copy(samples.join("fluent-bit-4.2/tail.db"), d.join("tail.db")).unwrap();
+    std::fs::write(d.join("app.log"), "a\n").unwrap();
+    let conf = d.join("fluent.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "<source>\n  @type tail\n  path {0}/app.log\n  pos_file {0}/app.log.pos\n  tag a\n</source>\n<source>\n  @type tail\n  path {0}/other.log\n  pos_file {0}/missing.pos\n  tag b\n</source>\n<match **>\n  @type null\n</match>\n",
+            d.display()
+        ),
+    )
+    .unwrap();
+    let fb = d.join("fluent-bit.conf");
+    std::fs::write(
+        &fb,
+        format!("[INPUT]\n    Name tail\n    Path {0}/app.log\n    DB {0}/tail.db\n    Tag a\n\n[OUTPUT]\n    Name null\n    Match *\n", d.display()),
+    )
+    .unwrap();
+    for (file, want) in [
+        (
+            &conf,
+            format!("import_fluentd_pos_file = '{}/app.log.pos'", d.display()),
+        ),
+        (
+            &fb,
+            format!("import_fluent_bit_db = '{}/tail.db'", d.display()),
+        ),
+    ] {
+        let out_path = d.join("out.toml");
+        let out = Command::new(BIN)
+            .arg("convert")
+            .arg("-o")
+            .arg(&out_path)
+            .arg(file)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let toml = std::fs::read_to_string(&out_path).unwrap();
+        assert!(toml.contains(&want), "{toml}");
+        let check = common::run_check(&out_path);
+        assert!(
+            check.status.success(),
+            "{}\n{toml}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+        if file == &conf {
+            assert!(
+                toml.contains("# import_fluentd_pos_file = ") && toml.contains("missing.pos"),
+                "{toml}"
+            );
+            assert_eq!(
+                toml.matches("\nimport_fluentd_pos_file").count(),
+                1,
+                "{toml}"
+            );
+        }
+    }
+}
