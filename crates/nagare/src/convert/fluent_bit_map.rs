@@ -53,7 +53,7 @@ const NOT_YET: &[(&str, &str)] = &[
     ("loki", "nagare has no loki output yet"),
     ("splunk", "nagare has no splunk_hec output yet"),
     ("s3", "nagare has no s3 output yet"),
-    ("pgsql", "nagare has no postgresql output yet"),
+    ("pgsql", "not converted yet: write nagare's `postgresql` output by hand (its connection, table and columns options differ)"),
     ("exec", "nagare has no exec input yet (the exec filter runs a program on events)"),
     ("dummy", "nagare has no generator input (`nagare gen` writes generated events to a file, TCP, HTTP or a forward port)"),
     ("systemd", "nagare has no journald input yet"),
