@@ -40,7 +40,7 @@ import sys
 # Lowest first; modules on one line are one layer. Keep in step with the
 # module comment of crates/nagare/src/lib.rs (every `mod` there must be here).
 LAYERS = [
-    ["logging", "formats", "parsers", "net", "proto"],
+    ["logging", "formats", "parsers", "net", "proto", "convert"],
     ["buffer"],
     ["router"],
     ["inputs", "filters", "outputs"],

@@ -6,8 +6,10 @@
 //!
 //! - nagare-core (its own crate): the event and batch model, plugin
 //!   contracts, option units, tag patterns, metrics;
-//! - `logging`, `formats`, `parsers`, `net`, `proto`: the daemon's log,
-//!   shared encoders, parsers, network code and protocol clients;
+//! - `logging`, `formats`, `parsers`, `net`, `proto`, `convert`: the
+//!   daemon's log, shared encoders, parsers, network code, protocol clients,
+//!   and the translation of Fluentd and Fluent Bit configs into TOML text
+//!   (it names plugins by their options, never imports them);
 //! - `buffer`, then `router`: chunks, limits, retries; routing by tag;
 //! - `inputs`, `filters`, `outputs`: one file per plugin, never importing a
 //!   sibling (what they share is in `inputs/common`, `net`, `proto`, ...);
@@ -18,6 +20,7 @@
 pub mod buffer;
 pub mod cli;
 pub mod config;
+pub mod convert;
 pub mod daemon;
 pub mod filters;
 pub mod formats;

@@ -2,6 +2,7 @@
 
 pub mod cat;
 pub mod check;
+pub mod convert;
 pub mod monitor_client;
 pub mod plugins;
 pub mod reload;
@@ -74,6 +75,8 @@ enum Command {
     Reload(reload::ReloadArgs),
     /// Check a configuration file and exit 0 (valid) or 2 (errors listed).
     Check(check::CheckArgs),
+    /// Write the nagare TOML of a Fluentd or Fluent Bit config; exit 0 (complete), 3 (something left out: see the notes) or 2 (unreadable).
+    Convert(convert::ConvertArgs),
     /// Run the [[test]] tables of a config (and of test files) through its filters and routes; exit 0, 1 (a test failed) or 2 (bad config).
     Test(test::TestArgs),
     /// List the input, filter and output types this binary has.
@@ -101,6 +104,7 @@ pub fn main() -> ExitCode {
         Command::Reload(a) => reload::main(a),
         Command::Check(a) => check::main(a),
         Command::Test(a) => test::main(a),
+        Command::Convert(a) => convert::main(a),
         Command::Plugins(a) => plugins::main(a),
         Command::Cat(a) => cat::main(a),
         Command::Replay(a) => replay::main(a),

@@ -33,21 +33,28 @@ pub fn main(a: RunArgs) -> ExitCode {
             }
         };
     }
-    // The text is kept: a reload compares the file's sections with it.
-    let text = match &a.config {
-        Some(p) => match std::fs::read_to_string(p) {
-            Ok(t) => t,
-            Err(e) => {
-                eprintln!("error: {}: cannot read the file: {e}", p.display());
+    // The text is kept: a reload compares the file's sections with it. A
+    // Fluentd or Fluent Bit config is converted (its notes printed first).
+    let (text, file) = match &a.config {
+        Some(p) => match config::read_source(p) {
+            Ok(s) => {
+                for n in &s.notes {
+                    eprintln!("note: {n}");
+                }
+                (s.text, s.name)
+            }
+            Err(errors) => {
+                for e in errors {
+                    eprintln!("error: {e}");
+                }
                 return ExitCode::from(super::EXIT_CONFIG);
             }
         },
-        None => config::DEFAULT_CONFIG.to_string(),
+        None => (
+            config::DEFAULT_CONFIG.to_string(),
+            "<embedded default>".to_string(),
+        ),
     };
-    let file = a.config.as_ref().map_or_else(
-        || "<embedded default>".to_string(),
-        |p| p.display().to_string(),
-    );
     let cfg = match config::parse(&text, &file) {
         Ok(c) => c,
         Err(errors) => {

@@ -64,8 +64,17 @@ impl fmt::Display for ConfigError {
     }
 }
 
-/// Reads and builds a config file.
-pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
+/// A config file's TOML text: the file itself, or, for a Fluentd or Fluent
+/// Bit config, the TOML `nagare convert` makes of it (converted in memory)
+/// with the conversion's notes. `name` is what errors call the text.
+pub struct Source {
+    pub text: String,
+    pub name: String,
+    pub notes: Vec<crate::convert::Note>,
+}
+
+/// Reads a config file, converting a peer's config (docs/migration.md).
+pub fn read_source(path: &Path) -> Result<Source, Vec<ConfigError>> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| {
         vec![ConfigError {
@@ -75,7 +84,51 @@ pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
             message: format!("cannot read the file: {e}"),
         }]
     })?;
-    parse(&text, &name)
+    let Some(dialect) = crate::convert::detect(path, &text) else {
+        return Ok(Source {
+            text,
+            name,
+            notes: Vec::new(),
+        });
+    };
+    match crate::convert::convert_file(path, dialect) {
+        Ok(c) => Ok(Source {
+            text: c.toml,
+            // Lines of errors are lines of the converted text.
+            name: format!("{name} (converted from {dialect}; see it with `nagare convert {name}`)"),
+            notes: c.notes,
+        }),
+        Err(e) => Err(vec![ConfigError {
+            file: e.file,
+            line: e.line,
+            key: String::new(),
+            message: format!("{} (read as a {dialect} config)", e.message),
+        }]),
+    }
+}
+
+/// Reads and builds a config file (a peer's config is converted first; the
+/// conversion's notes come first among the warnings).
+pub fn load(path: &Path) -> Result<Config, Vec<ConfigError>> {
+    let source = read_source(path)?;
+    let mut config = parse(&source.text, &source.name)?;
+    let notes = source.notes.iter().map(|n| ConfigError {
+        file: n.file.clone(),
+        line: n.line,
+        key: String::new(),
+        message: format!("{}: {}: {}", note_kind(n), n.what, n.why),
+    });
+    let mut warnings: Vec<ConfigError> = notes.collect();
+    warnings.append(&mut config.warnings);
+    config.warnings = warnings;
+    Ok(config)
+}
+
+fn note_kind(n: &crate::convert::Note) -> &'static str {
+    match n.kind {
+        crate::convert::NoteKind::Approximate => "approximated",
+        crate::convert::NoteKind::Unmapped => "not converted",
+    }
 }
 
 /// Reads and builds config text; `file` names it in errors.

@@ -249,9 +249,9 @@ impl Pipeline {
                     .into(),
             ]);
         };
-        let file = path.display().to_string();
-        let text = std::fs::read_to_string(&path)
-            .map_err(|e| vec![format!("{file}: cannot read the file: {e}")])?;
+        let source = crate::config::read_source(&path)
+            .map_err(|errors| errors.iter().map(|e| e.to_string()).collect::<Vec<_>>())?;
+        let (text, file) = (source.text, source.name);
         let cfg = crate::config::parse(&text, &file)
             .map_err(|errors| errors.iter().map(|e| e.to_string()).collect::<Vec<_>>())?;
         let new = Sections::of(&text);

@@ -19,6 +19,7 @@ mod cli_test;
 mod clickhouse;
 mod cluster;
 mod containers;
+mod convert;
 mod directory;
 mod durability;
 mod exec_filter;
