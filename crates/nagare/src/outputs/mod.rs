@@ -19,5 +19,6 @@ registry! {
     scribe => output::<scribe::ScribeOutputConfig>(),
     http => output::<http::HttpOutputConfig>(),
     opentelemetry => output::<opentelemetry::OtlpOutputConfig>(),
+    s3 => output::<s3::S3OutputConfig>(),
     copy => copy::REGISTRATION,
 }
