@@ -113,6 +113,20 @@ if [ ! -x "$otlp/.venv/bin/python" ]; then
     --disable-pip-version-check -r "$otlp/requirements.txt"
 fi
 
+# versitygw (an S3 server, Apache-2.0) for tests/it/s3.rs, once, into a
+# cache outside the repository (the tests look there), and boto3 (a client
+# that is not nagare's) to read the objects back.
+gobin="${XDG_CACHE_HOME:-$HOME/.cache}/nagare-go/bin"
+if [ ! -x "$gobin/versitygw" ]; then
+  GOBIN="$gobin" go install github.com/versity/versitygw/cmd/versitygw@v1.8.0 \
+    || echo "cannot install versitygw; the s3 tests will fail" >&2
+fi
+s3=crates/nagare/tests/s3
+if [ ! -x "$s3/.venv/bin/python" ]; then
+  python3 -m venv "$s3/.venv" && "$s3/.venv/bin/python" -m pip install --quiet \
+    --disable-pip-version-check -r "$s3/requirements.txt"
+fi
+
 # --- Rust --------------------------------------------------------------------
 suite "cargo fmt" cargo fmt --all -- --check
 # cargo fmt does not reach the plugin files: their `mod` lines are written

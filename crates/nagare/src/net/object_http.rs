@@ -59,11 +59,13 @@ impl HttpService for Shared {
     }
 }
 
+/// "HOST:PORT" and whether over TLS: the key of idle connections.
+type Host = (String, bool);
+
 pub struct ObjectHttp {
     tls: Option<Arc<TlsClient>>,
     timeout: Duration,
-    /// "HOST:PORT" (and whether TLS) → idle connections.
-    idle: Mutex<HashMap<(String, bool), Vec<SendRequest<HttpRequestBody>>>>,
+    idle: Mutex<HashMap<Host, Vec<SendRequest<HttpRequestBody>>>>,
 }
 
 impl std::fmt::Debug for ObjectHttp {
@@ -152,10 +154,7 @@ impl ObjectHttp {
             })
     }
 
-    async fn connection(
-        &self,
-        key: &(String, bool),
-    ) -> Result<SendRequest<HttpRequestBody>, HttpError> {
+    async fn connection(&self, key: &Host) -> Result<SendRequest<HttpRequestBody>, HttpError> {
         loop {
             let conn = self
                 .idle
@@ -175,11 +174,16 @@ impl ObjectHttp {
         }
     }
 
-    async fn connect(&self, key: &(String, bool)) -> Result<SendRequest<HttpRequestBody>, HttpError> {
+    async fn connect(&self, key: &Host) -> Result<SendRequest<HttpRequestBody>, HttpError> {
         let (at, https) = key;
         let tcp = tokio::net::TcpStream::connect(at.as_str())
             .await
-            .map_err(|e| err(HttpErrorKind::Connect, format!("cannot connect to {at}: {e}")))?;
+            .map_err(|e| {
+                err(
+                    HttpErrorKind::Connect,
+                    format!("cannot connect to {at}: {e}"),
+                )
+            })?;
         let _ = tcp.set_nodelay(true);
         let tls = match (https, &self.tls) {
             (false, _) => None,

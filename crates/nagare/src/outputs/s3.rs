@@ -30,8 +30,8 @@ use nagare_core::units::{Dur, Size};
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as ObjectPath;
 use object_store::{
-    Attribute, Attributes, BackoffConfig, ObjectStore, PutMultipartOptions,
-    PutOptions, PutPayload, RetryConfig,
+    Attribute, Attributes, BackoffConfig, ObjectStore, PutMultipartOptions, PutOptions, PutPayload,
+    RetryConfig,
 };
 use serde::Deserialize;
 
@@ -633,7 +633,10 @@ fn credentials(cfg: &S3OutputConfig) -> Result<(Option<Keys>, String), OptionErr
             Err(_) => {}
         }
     }
-    Ok((None, "object_store's chain (web identity, container or instance role)".into()))
+    Ok((
+        None,
+        "object_store's chain (web identity, container or instance role)".into(),
+    ))
 }
 
 /// The keys of `profile` in an AWS credentials file (INI: `[profile]`,
@@ -724,7 +727,10 @@ mod tests {
             })
         );
         assert_eq!(
-            profile_keys(text, "default").unwrap().unwrap().access_key_id,
+            profile_keys(text, "default")
+                .unwrap()
+                .unwrap()
+                .access_key_id,
             "A"
         );
         assert_eq!(profile_keys(text, "none").unwrap(), None);

@@ -36,6 +36,7 @@ mod parsers;
 mod rate_filters;
 mod redis;
 mod reload;
+mod s3;
 mod scribe;
 mod service;
 mod shutdown;
