@@ -50,7 +50,10 @@ fn main() {
             events_per_object
         );
         body.extend_from_slice(head.as_bytes());
-        body.resize(body.len() + event_bytes.saturating_sub(head.len() + 4), b'x');
+        body.resize(
+            body.len() + event_bytes.saturating_sub(head.len() + 4),
+            b'x',
+        );
         body.extend_from_slice(b"\"}}\n");
         events_per_object += 1;
     }

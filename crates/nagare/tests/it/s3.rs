@@ -675,6 +675,71 @@ fn kill_9_of_nagare_with_a_file_buffer_stores_every_acked_event_once() {
     assert_eq!(ids.len(), n, "one object per chunk");
 }
 
+/// A TCP proxy to `to` that closes its first `cut` connections after
+/// reading `after` bytes of the request (headers and part of the body),
+/// then passes every later connection through. Returns its port.
+fn cutting_proxy(to: u16, cut: usize, after: usize) -> u16 {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for (i, c) in l.incoming().enumerate() {
+            let Ok(mut c) = c else { return };
+            if i < cut {
+                let mut b = vec![0u8; after];
+                let _ = c.read_exact(&mut b);
+                continue; // dropped: closed mid-body
+            }
+            let Ok(up) = std::net::TcpStream::connect(("127.0.0.1", to)) else {
+                continue;
+            };
+            let (mut c2, mut up2) = (c.try_clone().unwrap(), up.try_clone().unwrap());
+            let mut up = up;
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut c2, &mut up2);
+                let _ = up2.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut up, &mut c);
+                let _ = c.flush();
+                let _ = c.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn a_server_that_closes_mid_body_is_retried_and_stores_each_chunk_once() {
+    let Some(v) = shared() else { return };
+    let bucket = v.bucket("cut-mid-body");
+    let proxy = cutting_proxy(v.port, 8, 2000);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    // One chunk of ~20 KB: every request of the first 8 connections is cut
+    // 2000 bytes in, past the headers.
+    let cfg = config(
+        port,
+        &format!("http://127.0.0.1:{proxy}"),
+        &bucket,
+        &format!("{KEYS}request_retries = 1\n"),
+        "flush_interval = \"1s\"",
+    );
+    let mut d = Daemon::start(dir.path(), "s3", &cfg, None);
+    d.wait_port(port);
+    send_acked_to(port, "cut", 0..200);
+    let line = d.wait_log("will retry");
+    assert!(line.contains("bucket \"cut-mid-body\""), "{line}");
+    let s = wait_events_of(&d, v, &bucket, 200);
+    assert_exact_seqs(&s.seqs(), 200);
+    let mut ids = s.chunk_ids();
+    let n = ids.len();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "one object per chunk");
+    assert!(d.terminate().success(), "{}", d.stderr());
+}
+
 /// A tmpfs mount, unmounted on drop.
 struct Mount(PathBuf);
 
