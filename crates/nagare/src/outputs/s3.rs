@@ -208,7 +208,15 @@ impl S3Output {
             .unwrap_or_else(|| "us-east-1".into());
         let path_style = cfg.path_style.unwrap_or(endpoint.is_some());
 
-        let mut b = AmazonS3Builder::from_env()
+        let (keys, from) = credentials(&cfg)?;
+        // Without keys of ours, object_store reads the environment itself:
+        // web identity (AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN), the
+        // container's credentials URI, then the instance's metadata.
+        let base = match &keys {
+            Some(_) => AmazonS3Builder::new(),
+            None => AmazonS3Builder::from_env(),
+        };
+        let mut b = base
             .with_bucket_name(&cfg.bucket)
             .with_region(&region)
             .with_virtual_hosted_style_request(!path_style)
@@ -253,16 +261,13 @@ impl S3Output {
             cfg.bucket,
             endpoint.as_deref().unwrap_or("AWS S3")
         );
-        let (keys, from) = credentials(&cfg)?;
         if let Some(k) = keys {
             b = b
                 .with_access_key_id(k.access_key_id)
                 .with_secret_access_key(k.secret_access_key);
-            b = match k.session_token {
-                Some(t) => b.with_token(t),
-                // from_env may have read AWS_SESSION_TOKEN for other keys.
-                None => b.with_config(object_store::aws::AmazonS3ConfigKey::Token, ""),
-            };
+            if let Some(t) = k.session_token {
+                b = b.with_token(t);
+            }
         }
         tracing::debug!(output = %cx.name, %place, credentials = %from, "s3 output");
         let store = b
