@@ -861,3 +861,70 @@ fn the_documented_example_runs() {
     assert!(by_ext.keys().all(|e| *e == "gz"), "{by_ext:?}");
     assert!(d.terminate().success(), "{}", d.stderr());
 }
+
+/// `nagare check` names the key and says what is wrong; no server needed.
+#[test]
+fn bad_options_are_clear_errors_at_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let creds = dir.path().join("credentials");
+    std::fs::write(&creds, "[default]\naws_access_key_id = a\n").unwrap();
+    let s3 = |extra: &str| {
+        format!("[[output]]\ntype = \"s3\"\nmatch = \"**\"\nbucket = \"b\"\n{extra}\n")
+    };
+    let cases = [
+        (
+            s3("key = \"a/${tga}\""),
+            ":9: key `key`:".to_string(),
+            "\"${tga}\" is not a placeholder".to_string(),
+        ),
+        (
+            s3("key = \"a/%Q-${chunk_id}\""),
+            ":9: key `key`:".into(),
+            "strftime does not know".into(),
+        ),
+        (
+            s3("part_size = \"1MiB\""),
+            ":9: key `part_size`:".into(),
+            "below 5MiB".into(),
+        ),
+        (
+            s3("access_key_id = \"a\""),
+            ":9: key `access_key_id`:".into(),
+            "set `secret_access_key` too".into(),
+        ),
+        (
+            s3("endpoint = \"http://h:1/path\""),
+            ":9: key `endpoint`:".into(),
+            "write the server's URL only".into(),
+        ),
+        (
+            s3("endpoint = \"http://h:1\"\n[output.tls]\nca = \"/x\""),
+            ":10: key `tls`:".into(),
+            "the endpoint is http://".into(),
+        ),
+        (
+            s3(&format!(
+                "credentials_file = {:?}\nprofile = \"nope\"",
+                creds.display().to_string()
+            )),
+            ":10: key `profile`:".into(),
+            "has no profile \"nope\"".into(),
+        ),
+        (
+            s3("storage_class = \"bad class\""),
+            ":9: key `storage_class`:".into(),
+            "not a storage class name".into(),
+        ),
+    ];
+    assert_check_errors(dir.path(), CHECK_BASE, &cases);
+    // A key without ${chunk_id} works, with a warning.
+    let p = dir.path().join("warn.toml");
+    std::fs::write(&p, format!("{CHECK_BASE}{}", s3("key = \"x/${tag}\""))).unwrap();
+    let out = run_check(&p);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("warning:") && err.contains(":9: key `key`: has no ${chunk_id}"),
+        "{err}"
+    );
+}
