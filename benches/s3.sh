@@ -3,7 +3,8 @@
 # MESSAGE_BYTES message each) over forward to nagare, whose s3 output writes
 # them to versitygw serving a tmpfs (/dev/shm); nagare's CPU seconds (user +
 # system, from /proc) and the wall time until its s3 output has delivered
-# every event give events per CPU-second and MB/s. Then the floor,
+# every event give events per CPU-second and MB/s (of JSON lines, before
+# compression). Then the floor,
 # examples/s3_put_floor.rs, PUTs the same number of objects of the same size
 # and shape with the same client library (object_store over
 # net/object_http.rs) and nothing else. RUNS pairs per compression (none,
@@ -12,6 +13,7 @@
 #   benches/s3.sh [EVENTS] [RUNS]   (defaults 500000, 3; MESSAGE_BYTES=200)
 #
 # Needs versitygw (scripts/test-all.sh installs it) and curl. Ports 40190-40192.
+# NAGARE_BIN / FLOOR_BIN: measure prebuilt binaries instead of building.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -19,12 +21,14 @@ EVENTS=${1:-500000}
 RUNS=${2:-3}
 MSG=${MESSAGE_BYTES:-200}
 TGT=${CARGO_TARGET_DIR:-$ROOT/target}
-cargo build --release -p nagare --example s3_put_floor >&2
+# NAGARE_BIN and FLOOR_BIN name prebuilt binaries (no build).
 NAGARE=${NAGARE_BIN:-$TGT/release/nagare}
 [ -n "${NAGARE_BIN:-}" ] || cargo build --release -p nagare >&2
-FLOOR=$TGT/release/examples/s3_put_floor
+FLOOR=${FLOOR_BIN:-$TGT/release/examples/s3_put_floor}
+[ -n "${FLOOR_BIN:-}" ] || cargo build --release -p nagare --example s3_put_floor >&2
 VGW=${NAGARE_VERSITYGW:-${XDG_CACHE_HOME:-$HOME/.cache}/nagare-go/bin/versitygw}
 OUT=${OUT:-$(mktemp -d /tmp/nagare-s3-XXXX)}
+mkdir -p "$OUT"
 echo "raw results in $OUT" >&2
 DATA=$(mktemp -d /dev/shm/nagare-s3-XXXX)
 VPORT=40190 SUT_PORT=40191 MON=40192
@@ -83,10 +87,11 @@ EOF
     kill -TERM "$n"; wait "$n" || true
     objects=$(find "$DATA/$b" -type f | wc -l)
     bytes=$(find "$DATA/$b" -type f -printf '%s\n' | awk '{ s += $1 } END { print s }')
-    echo "{\"objects\":$objects,\"events\":$EVENTS,\"bytes\":$bytes,\"wall_s\":$(awk "BEGIN { print $t1 - $t0 }"),\"cpu_s\":$(awk "BEGIN { print $c1 - $c0 }")}" > "$OUT/$b.json"
+    # The uncompressed JSON lines: the run without compression stored them.
+    if [ "$comp" = none ]; then raw=$bytes; rawobjects=$objects; fi
+    echo "{\"objects\":$objects,\"events\":$EVENTS,\"bytes\":$bytes,\"raw\":$raw,\"wall_s\":$(awk "BEGIN { print $t1 - $t0 }"),\"cpu_s\":$(awk "BEGIN { print $c1 - $c0 }")}" > "$OUT/$b.json"
     # The floor: as many objects as nagare's uncompressed run stored, each
     # of their mean size (JSON lines of the same length).
-    if [ "$comp" = none ]; then raw=$bytes; rawobjects=$objects; fi
     line=$(( raw / EVENTS ))
     f=floor-$comp-$i
     mkdir "$DATA/$f"
@@ -101,7 +106,7 @@ python3 - "$OUT" "$RUNS" <<'PY'
 import json, statistics, sys
 out, runs = sys.argv[1], int(sys.argv[2])
 med = statistics.median
-print("| compression | who | objects | events/CPU-s | MB/s (stored) | CPU s | wall s |")
+print("| compression | who | objects | events/CPU-s | MB/s (JSON, before compression) | CPU s | wall s |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
 ratios = {}
 for comp in ("none", "gzip"):
@@ -109,7 +114,7 @@ for comp in ("none", "gzip"):
     for who in ("nagare", "floor"):
         r = [json.load(open(f"{out}/{who}-{comp}-{i}.json")) for i in range(1, runs + 1)]
         eps = med(x["events"] / x["cpu_s"] for x in r)
-        mbs = med(x["bytes"] / x["wall_s"] / 1e6 for x in r)
+        mbs = med(x["raw"] / x["wall_s"] / 1e6 for x in r)
         rows[who] = (eps, mbs)
         print(f"| {comp} | {who} | {r[0]['objects']} | {eps:,.0f} | {mbs:.1f} | {med(x['cpu_s'] for x in r):.2f} | {med(x['wall_s'] for x in r):.2f} |")
     ratios[comp] = (rows["nagare"][0] / rows["floor"][0], rows["nagare"][1] / rows["floor"][1])

@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Prints one JSON line: objects, events, bytes (PUT, after compression),
-//! wall_s and cpu_s (this process, user + system). Used by benches/s3.sh;
+//! raw (before compression), wall_s and cpu_s (this process, user + system). Used by benches/s3.sh;
 //! see docs/benchmarks/s3.md.
 
 use std::io::Write;
@@ -121,7 +121,8 @@ fn main() {
     let wall = start.elapsed().as_secs_f64();
     let cpu = cpu_seconds() - cpu0;
     println!(
-        "{{\"objects\":{objects},\"events\":{},\"bytes\":{sent},\"wall_s\":{wall:.3},\"cpu_s\":{cpu:.3}}}",
-        objects * events_per_object
+        "{{\"objects\":{objects},\"events\":{},\"bytes\":{sent},\"raw\":{},\"wall_s\":{wall:.3},\"cpu_s\":{cpu:.3}}}",
+        objects * events_per_object,
+        objects * body.len()
     );
 }
