@@ -132,6 +132,20 @@ fi
 # the beats input's tests.
 (cd "$receivers/lumber" && go build -o lumber .) || echo "cannot build the go-lumber sender; the beats tests will fail" >&2
 
+# versitygw (an S3 server, Apache-2.0) for tests/it/s3.rs, once, into a
+# cache outside the repository (the tests look there), and boto3 (a client
+# that is not nagare's) to read the objects back.
+gobin="${XDG_CACHE_HOME:-$HOME/.cache}/nagare-go/bin"
+if [ ! -x "$gobin/versitygw" ]; then
+  GOBIN="$gobin" go install github.com/versity/versitygw/cmd/versitygw@v1.8.0 \
+    || echo "cannot install versitygw; the s3 tests will fail" >&2
+fi
+s3=crates/nagare/tests/s3
+if [ ! -x "$s3/.venv/bin/python" ]; then
+  python3 -m venv "$s3/.venv" && "$s3/.venv/bin/python" -m pip install --quiet \
+    --disable-pip-version-check -r "$s3/requirements.txt"
+fi
+
 # --- Rust --------------------------------------------------------------------
 suite "cargo fmt" cargo fmt --all -- --check
 # cargo fmt does not reach the plugin files: their `mod` lines are written

@@ -6,6 +6,7 @@ pub mod connection;
 pub mod handover;
 pub mod http_client;
 pub mod listen;
+pub mod object_http;
 pub mod tls;
 
 use tokio::io::{AsyncRead, AsyncWrite};

@@ -21,5 +21,6 @@ registry! {
     opentelemetry => output::<opentelemetry::OtlpOutputConfig>(),
     clickhouse => output::<clickhouse::ClickhouseOutputConfig>(),
     postgresql => output::<postgresql::PostgresqlOutputConfig>(),
+    s3 => output::<s3::S3OutputConfig>(),
     copy => copy::REGISTRATION,
 }

@@ -43,6 +43,7 @@ mod rate_filters;
 mod receivers;
 mod redis;
 mod reload;
+mod s3;
 mod scribe;
 mod service;
 mod shutdown;
