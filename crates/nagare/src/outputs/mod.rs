@@ -21,5 +21,6 @@ registry! {
     opentelemetry => output::<opentelemetry::OtlpOutputConfig>(),
     clickhouse => output::<clickhouse::ClickhouseOutputConfig>(),
     postgresql => output::<postgresql::PostgresqlOutputConfig>(),
+    loki => output::<loki::LokiOutputConfig>(),
     copy => copy::REGISTRATION,
 }
