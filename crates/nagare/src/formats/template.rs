@@ -143,7 +143,9 @@ mod tests {
         let fixed = Template::parse("prod").unwrap();
         assert!(!fixed.reads_record());
         assert_eq!(fixed.render_string("x", &r), "prod");
-        assert!(Template::parse("${nope}").unwrap_err().contains("not a placeholder"));
+        assert!(Template::parse("${nope}")
+            .unwrap_err()
+            .contains("not a placeholder"));
         assert!(Template::parse("${tag").unwrap_err().contains("closing"));
     }
 }

@@ -498,7 +498,8 @@ impl Outcomes {
     /// These entries can never be taken as they are; `why` starts with the
     /// reason's name and a ':' (the `refused` counter's label).
     pub fn reject(&mut self, which: impl IntoIterator<Item = u32>, why: &str) {
-        self.rejected.extend(which.into_iter().map(|i| (i, why.to_string())));
+        self.rejected
+            .extend(which.into_iter().map(|i| (i, why.to_string())));
     }
 
     /// The outcome of the chunk of `count` entries: Ok when nothing is

@@ -134,6 +134,12 @@ impl OutputPlugin for LokiOutputConfig {
     const DOC: &'static str = "Pushes each chunk to Grafana Loki's push API as snappy-compressed protobuf or JSON, with labels and structured metadata from templates, a cap on distinct label sets, entries sorted per stream; a 400 naming streams refuses only their entries (see [Search outputs](outputs-search.md)).";
 
     fn build(self, cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
+        Ok(Arc::new(self.output(cx)?))
+    }
+}
+
+impl LokiOutputConfig {
+    fn output(self, cx: &mut BuildContext) -> Result<LokiOutput, OptionError> {
         let endpoint = Endpoint::parse("endpoint", &self.endpoint)?;
         let tls = endpoint.tls(self.tls.as_ref(), cx)?;
         let mut headers = http_client::check_headers("headers", &self.headers)?;
@@ -191,30 +197,34 @@ impl OutputPlugin for LokiOutputConfig {
                 format!("{:?} is one of `labels` too", self.overflow_label),
             ));
         }
+        let mut removed_overflow = HashSet::new();
         let metadata = templates(
             "structured_metadata",
             &self.structured_metadata,
             false,
-            &mut removed,
+            &mut removed_overflow,
         )?;
+        removed.extend(removed_overflow.iter().cloned());
         if self.keep_label_fields {
             removed.clear();
+            removed_overflow.clear();
         }
         let line_key = match &self.line_key {
             Some(k) => Some(FieldPath::parse(k).map_err(|e| OptionError::new("line_key", e))?),
             None => None,
         };
-        Ok(Arc::new(LokiOutput {
+        Ok(LokiOutput {
             client: Client::new(endpoint, tls, self.timeout.0),
             headers,
             labels,
             metadata,
             removed,
+            removed_overflow,
             line_key,
             known: Mutex::new(HashSet::new()),
             overflowed: AtomicU64::new(0),
             cfg: self,
-        }))
+        })
     }
 }
 
@@ -229,7 +239,9 @@ fn check_label_name(key: &str, name: &str) -> Result<(), OptionError> {
     } else {
         Err(OptionError::new(
             key,
-            format!("{name:?} is not a label name: letters, digits and '_', not starting with a digit"),
+            format!(
+                "{name:?} is not a label name: letters, digits and '_', not starting with a digit"
+            ),
         ))
     }
 }
@@ -262,6 +274,9 @@ struct LokiOutput {
     metadata: Vec<(String, Template)>,
     /// Top-level fields left out of a JSON line.
     removed: HashSet<Vec<u8>>,
+    /// Those of an overflow stream's line: its labels do not hold the
+    /// record's fields, so only the structured metadata's are left out.
+    removed_overflow: HashSet<Vec<u8>>,
     line_key: Option<FieldPath>,
     /// The label sets sent since start (their `{…}` text), up to
     /// `max_label_sets`.
@@ -364,6 +379,7 @@ impl LokiOutput {
                 labels.push(("tag".to_string(), chunk.tag.to_string()));
             }
             let mut text = label_text(&labels);
+            let mut removed = &self.removed;
             if !by_text.contains_key(&text) && !self.admit(&text) {
                 // Past the cap: the labels that read no record field, and the mark.
                 labels.retain(|(n, _)| {
@@ -374,6 +390,7 @@ impl LokiOutput {
                 labels.push((self.cfg.overflow_label.clone(), "true".to_string()));
                 labels.sort();
                 text = label_text(&labels);
+                removed = &self.removed_overflow;
                 overflow_now += 1;
             }
             let stream = *by_text.entry(text.clone()).or_insert_with(|| {
@@ -398,7 +415,7 @@ impl LokiOutput {
                         buf.extend_from_slice(value_text(&rec[a..b], &mut scratch));
                     }
                 }
-                None => json_without(&mut buf, rec, &self.removed),
+                None => json_without(&mut buf, rec, removed),
             }
             entries.push(Entry {
                 stream,
@@ -825,31 +842,7 @@ mod tests {
 
     fn output(toml_text: &str) -> LokiOutput {
         let cfg: LokiOutputConfig = toml::from_str(toml_text).unwrap();
-        let mut cx = BuildContext::new("loki#0");
-        let _ = cfg.clone().build(&mut cx).unwrap();
-        let mut removed = HashSet::new();
-        let labels = templates("labels", &cfg.labels, true, &mut removed).unwrap();
-        let metadata = templates(
-            "structured_metadata",
-            &cfg.structured_metadata,
-            false,
-            &mut removed,
-        )
-        .unwrap();
-        if cfg.keep_label_fields {
-            removed.clear();
-        }
-        LokiOutput {
-            client: Client::new(Endpoint::parse("endpoint", &cfg.endpoint).unwrap(), None, cfg.timeout.0),
-            headers: Vec::new(),
-            labels,
-            metadata,
-            removed,
-            line_key: cfg.line_key.as_deref().map(|k| FieldPath::parse(k).unwrap()),
-            known: Mutex::new(HashSet::new()),
-            overflowed: AtomicU64::new(0),
-            cfg,
-        }
+        cfg.output(&mut BuildContext::new("loki#0")).unwrap()
     }
 
     fn chunk(events: &[(u32, serde_json::Value)]) -> Chunk {
@@ -870,7 +863,10 @@ mod tests {
                structured_metadata = { trace = "${record.trace}" }"#,
         );
         let c = chunk(&[
-            (30, serde_json::json!({"level": "info", "msg": "c", "trace": "t1"})),
+            (
+                30,
+                serde_json::json!({"level": "info", "msg": "c", "trace": "t1"}),
+            ),
             (10, serde_json::json!({"level": "warn", "msg": "b"})),
             (20, serde_json::json!({"level": "info", "msg": "a"})),
         ]);
@@ -892,16 +888,30 @@ mod tests {
         assert_eq!(entries[1].metadata, vec![("trace".into(), "t1".into())]);
         assert!(entries[0].metadata.is_empty());
 
-        let decoded = <PushRequest as prost::Message>::decode(&push_request(&streams, &entries)[..]).unwrap();
+        let decoded =
+            <PushRequest as prost::Message>::decode(&push_request(&streams, &entries)[..]).unwrap();
         assert_eq!(decoded.streams.len(), 2);
         assert_eq!(decoded.streams[0].labels, streams[0].text);
         let e = &decoded.streams[0].entries[1];
         assert_eq!(e.line, r#"{"msg":"c"}"#);
-        assert_eq!(e.timestamp, Some(Timestamp { seconds: 30, nanos: 7 }));
-        assert_eq!(e.structured_metadata, vec![LabelPair { name: "trace".into(), value: "t1".into() }]);
+        assert_eq!(
+            e.timestamp,
+            Some(Timestamp {
+                seconds: 30,
+                nanos: 7
+            })
+        );
+        assert_eq!(
+            e.structured_metadata,
+            vec![LabelPair {
+                name: "trace".into(),
+                value: "t1".into()
+            }]
+        );
         assert_eq!(decoded.streams[1].entries[0].line, r#"{"msg":"b"}"#);
 
-        let json: serde_json::Value = serde_json::from_slice(&push_json(&streams, &entries)).unwrap();
+        let json: serde_json::Value =
+            serde_json::from_slice(&push_json(&streams, &entries)).unwrap();
         assert_eq!(
             json["streams"][0],
             serde_json::json!({"stream": {"job": "app", "level": "info"},
@@ -933,7 +943,10 @@ mod tests {
                 r#"{job="app.web", nagare_overflow="true"}"#
             ]
         );
-        let lines: Vec<_> = entries.iter().map(|e| (e.stream, e.line.as_str())).collect();
+        let lines: Vec<_> = entries
+            .iter()
+            .map(|e| (e.stream, e.line.as_str()))
+            .collect();
         assert_eq!(lines, vec![(0, "1"), (0, "4"), (1, "2"), (2, "3")]);
         assert_eq!(o.overflowed.load(Ordering::Relaxed), 1);
     }
@@ -948,13 +961,28 @@ mod tests {
             total ignored: 3 out of 10";
         let r = refused_streams(body);
         assert_eq!(r.len(), 2);
-        assert_eq!(r[0].0, vec![("job".into(), "app".into()), ("level".into(), "warn".into())]);
+        assert_eq!(
+            r[0].0,
+            vec![
+                ("job".into(), "app".into()),
+                ("level".into(), "warn".into())
+            ]
+        );
         assert!(r[0].1.starts_with("out_of_order: entry with timestamp"));
-        assert_eq!(r[1].0, vec![("job".into(), "x".into()), ("level".into(), "a \"q\" b".into())]);
+        assert_eq!(
+            r[1].0,
+            vec![
+                ("job".into(), "x".into()),
+                ("level".into(), "a \"q\" b".into())
+            ]
+        );
         assert!(r[1].1.starts_with("too_old: "));
         assert!(refused_streams("error parsing labels").is_empty());
         // Our own text reads back as the same labels.
-        let labels = vec![("a".to_string(), "x\"\\\n}".to_string()), ("b".into(), "".into())];
+        let labels = vec![
+            ("a".to_string(), "x\"\\\n}".to_string()),
+            ("b".into(), "".into()),
+        ];
         assert_eq!(parse_label_text(&label_text(&labels)).unwrap().0, labels);
     }
 
@@ -962,7 +990,10 @@ mod tests {
     fn options_are_checked() {
         let bad = |t: &str| {
             let cfg: LokiOutputConfig = toml::from_str(t).unwrap();
-            cfg.build(&mut BuildContext::new("loki#0")).err().unwrap().to_string()
+            cfg.build(&mut BuildContext::new("loki#0"))
+                .err()
+                .unwrap()
+                .to_string()
         };
         let e = "endpoint = \"http://127.0.0.1:1/x\"\n";
         assert!(bad(&format!("{e}compress = \"gzip\"")).contains("json"));

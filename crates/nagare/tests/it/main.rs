@@ -31,6 +31,7 @@ mod instances;
 mod kafka;
 mod labels;
 mod lines;
+mod loki;
 mod lua_filter;
 mod memory;
 mod opentelemetry;
