@@ -22,5 +22,6 @@ registry! {
     clickhouse => output::<clickhouse::ClickhouseOutputConfig>(),
     postgresql => output::<postgresql::PostgresqlOutputConfig>(),
     loki => output::<loki::LokiOutputConfig>(),
+    splunk_hec => output::<splunk_hec::SplunkHecOutputConfig>(),
     copy => copy::REGISTRATION,
 }

@@ -43,6 +43,7 @@ mod reload;
 mod scribe;
 mod service;
 mod shutdown;
+mod splunk_hec;
 mod syslog;
 mod tail;
 mod tap;
