@@ -25,27 +25,24 @@
 //! splits the request in halves and sends them again.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::io::Write;
+use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use bytes::Bytes;
-use http_body_util::Full;
 use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::StatusCode;
 use nagare_core::output::OutputPlugin;
 use nagare_core::output::{FlushError, Output};
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use nagare_core::plugin::{BuildContext, OptionError};
 use nagare_core::record::{map_at, pair_at, value_text, FieldPath};
-use nagare_core::units::Dur;
 use nagare_forward::EventTime;
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
 use serde::Deserialize;
 
 use crate::buffer::Chunk;
 use crate::formats::template::Template;
-use crate::net::http_client::{self, Client, Compress, Endpoint, Outcomes};
+use crate::net::http_client::{self, http_client_options, Compress, HttpSender, Outcomes};
 
 /// The body of a push request.
 #[derive(
@@ -64,70 +61,48 @@ fn default_labels() -> BTreeMap<String, String> {
     BTreeMap::from([("tag".to_string(), "${tag}".to_string())])
 }
 
-#[serde_inline_default]
-#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct LokiOutputConfig {
-    /// The push URL, e.g. "http://127.0.0.1:3100/loki/api/v1/push" or
-    /// "https://…" (TLS, with `tls`). Required.
-    pub endpoint: String,
-    /// "protobuf" (default: snappy-compressed protobuf) or "json".
-    #[serde(default)]
-    pub format: LokiFormat,
-    /// "none" (default) or "gzip" (Content-Encoding: gzip); only with
-    /// `format = "json"` (a protobuf body is always snappy-compressed).
-    #[serde(default)]
-    pub compress: Compress,
-    /// `[output.labels]`: label name = template (`${tag}`,
-    /// `${tag_parts[N]}`, `${hostname}`, `${record.FIELD}`, text). A label
-    /// whose text is empty for an event is left out. Default:
-    /// `{ tag = "${tag}" }`.
-    #[serde(default = "default_labels")]
-    pub labels: BTreeMap<String, String>,
-    /// `[output.structured_metadata]`: name = template, sent as each
-    /// entry's structured metadata (empty values left out).
-    #[serde(default)]
-    pub structured_metadata: BTreeMap<String, String>,
-    /// The record field whose text is the line (default: none: the line is
-    /// the record as JSON).
-    #[serde(default)]
-    pub line_key: Option<String>,
-    /// Keep the top-level fields the labels and structured metadata read
-    /// in the JSON line (default false: they are removed, as they are in
-    /// the stream's labels already).
-    #[serde(default)]
-    pub keep_label_fields: bool,
-    /// The most distinct label sets sent since start (default 1000); an
-    /// event whose set is new past it goes to the overflow stream.
-    #[serde_inline_default(1000)]
-    pub max_label_sets: usize,
-    /// The label that marks the overflow stream (default "nagare_overflow").
-    #[serde_inline_default("nagare_overflow".into())]
-    pub overflow_label: String,
-    /// The tenant: sent as `X-Scope-OrgID` (default: none).
-    #[serde(default)]
-    pub tenant: Option<String>,
-    /// More request headers (`[output.headers]`, name = value).
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    /// Send `Authorization: Bearer <token>`.
-    #[serde(default)]
-    pub bearer_token: Option<String>,
-    /// Send HTTP basic authentication as this user (with `password`).
-    #[serde(default)]
-    pub username: Option<String>,
-    /// The password of `username`.
-    #[serde(default)]
-    pub password: Option<String>,
-    /// A request without an answer for this long is retried (default "30s").
-    #[serde_inline_default(Dur::secs(30))]
-    pub timeout: Dur,
-    /// TLS settings of an `https://` endpoint (`[output.tls]`: `ca`,
-    /// `server_name`, and `cert` and `key` for a client certificate);
-    /// `https://` alone uses the system's trust store. See docs/tls.md.
-    #[serde(default)]
-    pub tls: Option<crate::net::tls::TlsOptions>,
-}
+http_client_options!(
+    /// The `loki` output (`compress = "gzip"` only with `format = "json"`:
+    /// a protobuf body is snappy-compressed already).
+    LokiOutputConfig {
+        /// The push URL, e.g. "http://127.0.0.1:3100/loki/api/v1/push" or
+        /// "https://…" (TLS, with `tls`). Required.
+        endpoint: String,
+        /// "protobuf" (default: snappy-compressed protobuf) or "json".
+        #[serde(default)]
+        format: LokiFormat,
+        /// `[output.labels]`: label name = template (`${tag}`,
+        /// `${tag_parts[N]}`, `${hostname}`, `${record.FIELD}`, text). A
+        /// label whose text is empty for an event is left out. Default:
+        /// `{ tag = "${tag}" }`.
+        #[serde(default = "default_labels")]
+        labels: BTreeMap<String, String>,
+        /// `[output.structured_metadata]`: name = template, sent as each
+        /// entry's structured metadata (empty values left out).
+        #[serde(default)]
+        structured_metadata: BTreeMap<String, String>,
+        /// The record field whose text is the line (default: none: the
+        /// line is the record as JSON).
+        #[serde(default)]
+        line_key: Option<String>,
+        /// Keep the top-level fields the labels and structured metadata
+        /// read in the JSON line (default false: they are removed, as they
+        /// are in the stream's labels already).
+        #[serde(default)]
+        keep_label_fields: bool,
+        /// The most distinct label sets sent since start (default 1000);
+        /// an event whose set is new past it goes to the overflow stream.
+        #[serde_inline_default(1000)]
+        max_label_sets: usize,
+        /// The label that marks the overflow stream (default
+        /// "nagare_overflow").
+        #[serde_inline_default("nagare_overflow".into())]
+        overflow_label: String,
+        /// The tenant: sent as `X-Scope-OrgID` (default: none).
+        #[serde(default)]
+        tenant: Option<String>,
+    }
+);
 
 impl OutputPlugin for LokiOutputConfig {
     const TYPE: &'static str = "loki";
@@ -140,45 +115,24 @@ impl OutputPlugin for LokiOutputConfig {
 
 impl LokiOutputConfig {
     fn output(self, cx: &mut BuildContext) -> Result<LokiOutput, OptionError> {
-        let endpoint = Endpoint::parse("endpoint", &self.endpoint)?;
-        let tls = endpoint.tls(self.tls.as_ref(), cx)?;
-        let mut headers = http_client::check_headers("headers", &self.headers)?;
-        let user = match (&self.username, &self.password) {
-            (Some(u), p) => Some((u.as_str(), p.as_deref().unwrap_or(""))),
-            (None, Some(_)) => return Err(OptionError::new("password", "set `username` too")),
-            (None, None) => None,
-        };
-        if let Some(auth) = http_client::authorization(self.bearer_token.as_deref(), user)? {
-            headers.push((header::AUTHORIZATION, auth));
-        }
+        let mut defaults = Vec::new();
         if let Some(t) = &self.tenant {
             let v = HeaderValue::try_from(t.as_str())
                 .map_err(|_| OptionError::new("tenant", "not valid in a header"))?;
-            headers.push((HeaderName::from_static("x-scope-orgid"), v));
+            defaults.push((HeaderName::from_static("x-scope-orgid"), v));
         }
-        match self.format {
-            LokiFormat::Protobuf => {
-                if self.compress == Compress::Gzip {
-                    return Err(OptionError::new(
-                        "compress",
-                        "\"gzip\" is for format = \"json\": a protobuf body is snappy-compressed already",
-                    ));
-                }
-                headers.push((
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/x-protobuf"),
-                ));
+        let content_type = match self.format {
+            LokiFormat::Protobuf if self.compress == Compress::Gzip => {
+                return Err(OptionError::new(
+                    "compress",
+                    "\"gzip\" is for format = \"json\": a protobuf body is snappy-compressed already",
+                ))
             }
-            LokiFormat::Json => {
-                headers.push((
-                    header::CONTENT_TYPE,
-                    HeaderValue::from_static("application/json"),
-                ));
-                if self.compress == Compress::Gzip {
-                    headers.push((header::CONTENT_ENCODING, HeaderValue::from_static("gzip")));
-                }
-            }
-        }
+            LokiFormat::Protobuf => "application/x-protobuf",
+            LokiFormat::Json => "application/json",
+        };
+        defaults.push((header::CONTENT_TYPE, HeaderValue::from_static(content_type)));
+        let sender = self.http_sender("endpoint", &self.endpoint, defaults, cx)?;
         if self.labels.is_empty() {
             return Err(OptionError::new(
                 "labels",
@@ -214,8 +168,7 @@ impl LokiOutputConfig {
             None => None,
         };
         Ok(LokiOutput {
-            client: Client::new(endpoint, tls, self.timeout.0),
-            headers,
+            sender,
             labels,
             metadata,
             removed,
@@ -268,8 +221,7 @@ fn templates(
 
 struct LokiOutput {
     cfg: LokiOutputConfig,
-    client: Client,
-    headers: Vec<(HeaderName, HeaderValue)>,
+    sender: HttpSender,
     labels: Vec<(String, Template)>,
     metadata: Vec<(String, Template)>,
     /// Top-level fields left out of a JSON line.
@@ -457,43 +409,21 @@ impl LokiOutput {
     async fn send(&self, streams: &[Stream], part: &[Entry]) -> Sent {
         let body = match self.cfg.format {
             LokiFormat::Protobuf => {
-                let pb = push_request(streams, part);
-                match snap::raw::Encoder::new().compress_vec(&pb) {
+                match snap::raw::Encoder::new().compress_vec(&push_request(streams, part)) {
                     Ok(b) => b,
                     Err(e) => return Sent::Reject(format!("snappy: {e}")),
                 }
             }
-            LokiFormat::Json => {
-                let json = push_json(streams, part);
-                if self.cfg.compress == Compress::Gzip {
-                    let mut gz =
-                        flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-                    if let Err(e) = gz.write_all(&json) {
-                        return Sent::Retry(format!("gzip: {e}"));
-                    }
-                    match gz.finish() {
-                        Ok(b) => b,
-                        Err(e) => return Sent::Retry(format!("gzip: {e}")),
-                    }
-                } else {
-                    json
-                }
-            }
+            // gzip'd by the sender when `compress = "gzip"`.
+            LokiFormat::Json => push_json(streams, part),
         };
-        let path = &self.client.endpoint().path;
-        let mut req = self.client.request(path);
-        for (k, v) in &self.headers {
-            req = req.header(k, v);
-        }
-        let req = match req.body(Full::new(Bytes::from(body))) {
-            Ok(r) => r,
-            Err(e) => return Sent::Reject(format!("request: building it for {path:?}: {e}")),
-        };
-        let answer = match self.client.send(req).await {
+        let client = self.sender.client();
+        let answer = match self.sender.post(&client.endpoint().path, body, &[]).await {
             Ok(a) => a,
-            Err(e) => return Sent::Retry(e),
+            Err(FlushError::Retry(e)) => return Sent::Retry(e),
+            Err(e) => return Sent::Reject(format!("request: {e}")),
         };
-        let authority = &self.client.endpoint().authority;
+        let authority = &client.endpoint().authority;
         if let Some(FlushError::Retry(e)) = http_client::credentials_refused(authority, &answer) {
             return Sent::Retry(e);
         }
@@ -510,7 +440,7 @@ impl LokiOutput {
             }
             _ => {}
         }
-        match self.client.judge(answer).await {
+        match client.judge(answer).await {
             Ok(_) => Sent::Ok,
             Err(FlushError::Retry(e)) => Sent::Retry(e),
             Err(e) => Sent::Reject(format!("loki_{}: {e}", text_status(&e))),

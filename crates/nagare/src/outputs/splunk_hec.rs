@@ -24,21 +24,18 @@ use std::io::Write;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use bytes::Bytes;
-use http_body_util::Full;
 use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::StatusCode;
 use nagare_core::json::{write_string, write_value};
 use nagare_core::output::OutputPlugin;
 use nagare_core::output::{FlushError, Output};
-use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
+use nagare_core::plugin::{BuildContext, OptionError};
 use nagare_core::record::{value_text, FieldPath};
-use nagare_core::units::Dur;
 use serde::Deserialize;
 
 use crate::buffer::Chunk;
 use crate::formats::template::Template;
-use crate::net::http_client::{self, Client, Compress, Endpoint, Outcomes};
+use crate::net::http_client::{self, http_client_options, HttpSender, Outcomes};
 
 /// Which HEC endpoint the requests go to.
 #[derive(
@@ -55,61 +52,49 @@ pub enum HecMode {
     Raw,
 }
 
-#[serde_inline_default]
-#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SplunkHecOutputConfig {
-    /// The collector URL, e.g.
-    /// "https://splunk:8088/services/collector/event" (or
-    /// ".../services/collector/raw" with `mode = "raw"`). Required.
-    pub endpoint: String,
-    /// "event" (default) or "raw".
-    #[serde(default)]
-    pub mode: HecMode,
-    /// The HEC token, sent as `Authorization: Splunk <token>`.
-    #[serde(default)]
-    pub token: Option<String>,
-    /// The index (template: `${tag}`, `${tag_parts[N]}`, `${hostname}`,
-    /// `${record.FIELD}`); default: none (the token's default index).
-    #[serde(default)]
-    pub index: Option<String>,
-    /// The source (template); default: none.
-    #[serde(default)]
-    pub source: Option<String>,
-    /// The sourcetype (template); default: none.
-    #[serde(default)]
-    pub sourcetype: Option<String>,
-    /// The host (template, e.g. "${hostname}"); default: none (Splunk
-    /// uses the sender's address).
-    #[serde(default)]
-    pub host: Option<String>,
-    /// The record field sent as the event (its value as it is: a string,
-    /// a number, a map); default: none: the whole record.
-    #[serde(default)]
-    pub event_key: Option<String>,
-    /// `[output.fields]`: indexed fields, name = template (mode "event"
-    /// only); empty values left out.
-    #[serde(default)]
-    pub fields: BTreeMap<String, String>,
-    /// `X-Splunk-Request-Channel` (a GUID; Splunk needs one on the raw
-    /// endpoint and with indexer acknowledgement).
-    #[serde(default)]
-    pub channel: Option<String>,
-    /// "none" (default) or "gzip" (Content-Encoding: gzip).
-    #[serde(default)]
-    pub compress: Compress,
-    /// More request headers (`[output.headers]`, name = value).
-    #[serde(default)]
-    pub headers: BTreeMap<String, String>,
-    /// A request without an answer for this long is retried (default "30s").
-    #[serde_inline_default(Dur::secs(30))]
-    pub timeout: Dur,
-    /// TLS settings of an `https://` endpoint (`[output.tls]`: `ca`,
-    /// `server_name`, and `cert` and `key` for a client certificate);
-    /// `https://` alone uses the system's trust store. See docs/tls.md.
-    #[serde(default)]
-    pub tls: Option<crate::net::tls::TlsOptions>,
-}
+http_client_options!(
+    /// The `splunk_hec` output (`token`, or `bearer_token` or
+    /// `username`/`password` for a server behind a proxy that wants them).
+    SplunkHecOutputConfig {
+        /// The collector URL, e.g.
+        /// "https://splunk:8088/services/collector/event" (or
+        /// ".../services/collector/raw" with `mode = "raw"`). Required.
+        endpoint: String,
+        /// "event" (default) or "raw".
+        #[serde(default)]
+        mode: HecMode,
+        /// The HEC token, sent as `Authorization: Splunk <token>`.
+        #[serde(default)]
+        token: Option<String>,
+        /// The index (template: `${tag}`, `${tag_parts[N]}`,
+        /// `${hostname}`, `${record.FIELD}`); default: none (the token's
+        /// default index).
+        #[serde(default)]
+        index: Option<String>,
+        /// The source (template); default: none.
+        #[serde(default)]
+        source: Option<String>,
+        /// The sourcetype (template); default: none.
+        #[serde(default)]
+        sourcetype: Option<String>,
+        /// The host (template, e.g. "${hostname}"); default: none (Splunk
+        /// uses the sender's address).
+        #[serde(default)]
+        host: Option<String>,
+        /// The record field sent as the event (its value as it is: a
+        /// string, a number, a map); default: none: the whole record.
+        #[serde(default)]
+        event_key: Option<String>,
+        /// `[output.fields]`: indexed fields, name = template (mode
+        /// "event" only); empty values left out.
+        #[serde(default)]
+        fields: BTreeMap<String, String>,
+        /// `X-Splunk-Request-Channel` (a GUID; Splunk needs one on the raw
+        /// endpoint and with indexer acknowledgement).
+        #[serde(default)]
+        channel: Option<String>,
+    }
+);
 
 impl OutputPlugin for SplunkHecOutputConfig {
     const TYPE: &'static str = "splunk_hec";
@@ -122,11 +107,15 @@ impl OutputPlugin for SplunkHecOutputConfig {
 
 impl SplunkHecOutputConfig {
     fn output(self, cx: &mut BuildContext) -> Result<SplunkHecOutput, OptionError> {
-        let endpoint = Endpoint::parse("endpoint", &self.endpoint)?;
-        let tls = endpoint.tls(self.tls.as_ref(), cx)?;
-        let mut headers = http_client::check_headers("headers", &self.headers)?;
+        let mut defaults = Vec::new();
         match &self.token {
-            Some(t) => headers.push((
+            Some(_) if self.bearer_token.is_some() || self.username.is_some() => {
+                return Err(OptionError::new(
+                    "token",
+                    "set either `token` or `bearer_token`/`username`, not both (one Authorization header)",
+                ))
+            }
+            Some(t) => defaults.push((
                 header::AUTHORIZATION,
                 HeaderValue::try_from(format!("Splunk {t}"))
                     .map_err(|_| OptionError::new("token", "not valid in a header"))?,
@@ -137,7 +126,7 @@ impl SplunkHecOutputConfig {
             ),
         }
         if let Some(c) = &self.channel {
-            headers.push((
+            defaults.push((
                 HeaderName::from_static("x-splunk-request-channel"),
                 HeaderValue::try_from(c.as_str())
                     .map_err(|_| OptionError::new("channel", "not valid in a header"))?,
@@ -147,10 +136,8 @@ impl SplunkHecOutputConfig {
             HecMode::Event => "application/json",
             HecMode::Raw => "text/plain",
         };
-        headers.push((header::CONTENT_TYPE, HeaderValue::from_static(content_type)));
-        if self.compress == Compress::Gzip {
-            headers.push((header::CONTENT_ENCODING, HeaderValue::from_static("gzip")));
-        }
+        defaults.push((header::CONTENT_TYPE, HeaderValue::from_static(content_type)));
+        let sender = self.http_sender("endpoint", &self.endpoint, defaults, cx)?;
         let meta = |key: &str, t: &Option<String>| -> Result<Option<Template>, OptionError> {
             let Some(t) = t else { return Ok(None) };
             let t = Template::parse(t).map_err(|e| OptionError::new(key, e))?;
@@ -191,8 +178,7 @@ impl SplunkHecOutputConfig {
             None => None,
         };
         Ok(SplunkHecOutput {
-            client: Client::new(endpoint, tls, self.timeout.0),
-            headers,
+            sender,
             metadata,
             fields,
             event_key,
@@ -203,8 +189,7 @@ impl SplunkHecOutputConfig {
 
 struct SplunkHecOutput {
     cfg: SplunkHecOutputConfig,
-    client: Client,
-    headers: Vec<(HeaderName, HeaderValue)>,
+    sender: HttpSender,
     /// ("index" | "source" | "sourcetype" | "host", template)
     metadata: Vec<(&'static str, Template)>,
     fields: Vec<(String, Template)>,
@@ -222,7 +207,7 @@ impl Output for SplunkHecOutput {
     async fn write(&self, chunk: &Chunk) -> Result<(), FlushError> {
         let events = self.events(chunk);
         let path = match self.cfg.mode {
-            HecMode::Event => self.client.endpoint().path.clone(),
+            HecMode::Event => self.sender.client().endpoint().path.clone(),
             HecMode::Raw => self.raw_path(&chunk.tag),
         };
         let mut outcomes = Outcomes::default();
@@ -358,7 +343,7 @@ impl SplunkHecOutput {
     /// The raw endpoint's path with the chunk's metadata in the query.
     fn raw_path(&self, tag: &str) -> String {
         use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
-        let mut path = self.client.endpoint().path.clone();
+        let mut path = self.sender.client().endpoint().path.clone();
         for (k, t) in &self.metadata {
             let v = t.render_string(tag, &[0x80]);
             if v.is_empty() {
@@ -377,29 +362,14 @@ impl SplunkHecOutput {
         for e in part {
             body.extend_from_slice(&e.body);
         }
-        if self.cfg.compress == Compress::Gzip {
-            let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-            if let Err(e) = gz.write_all(&body) {
-                return Sent::Retry(format!("gzip: {e}"));
-            }
-            body = match gz.finish() {
-                Ok(b) => b,
-                Err(e) => return Sent::Retry(format!("gzip: {e}")),
-            };
-        }
-        let mut req = self.client.request(path);
-        for (k, v) in &self.headers {
-            req = req.header(k, v);
-        }
-        let req = match req.body(Full::new(Bytes::from(body))) {
-            Ok(r) => r,
-            Err(e) => return Sent::Reject(format!("request: building it for {path:?}: {e}")),
-        };
-        let answer = match self.client.send(req).await {
+        // gzip'd by the sender when `compress = "gzip"`.
+        let answer = match self.sender.post(path, body, &[]).await {
             Ok(a) => a,
-            Err(e) => return Sent::Retry(e),
+            Err(FlushError::Retry(e)) => return Sent::Retry(e),
+            Err(e) => return Sent::Reject(format!("request: {e}")),
         };
-        let authority = &self.client.endpoint().authority;
+        let client = self.sender.client();
+        let authority = &client.endpoint().authority;
         if let Some(FlushError::Retry(e)) = http_client::credentials_refused(authority, &answer) {
             return Sent::Retry(e);
         }
@@ -421,7 +391,7 @@ impl SplunkHecOutput {
             }
             _ => {}
         }
-        match self.client.judge(answer).await {
+        match client.judge(answer).await {
             Ok(_) => Sent::Ok,
             Err(FlushError::Retry(e)) => Sent::Retry(e),
             Err(e) => Sent::Reject(format!("splunk_rejected: {e}")),
