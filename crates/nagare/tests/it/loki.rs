@@ -392,3 +392,44 @@ fn check_names_bad_options() {
     ];
     assert_check_errors(tempfile::tempdir().unwrap().path(), CHECK_BASE, cases);
 }
+
+/// The page's example config runs as written, the addresses aside.
+#[test]
+fn the_documented_example_works() {
+    let Some(vl) = vl() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = victoria_logs::doc_example(
+        "## `loki`",
+        &[
+            ("127.0.0.1:24224", format!("127.0.0.1:{port}")),
+            (
+                "127.0.0.1:3100/loki",
+                format!("127.0.0.1:{}/insert/loki", vl.port),
+            ),
+        ],
+    );
+    let mut d = Daemon::start(dir.path(), "example", &config, None);
+    d.wait_port(port);
+    let now = EventTime::now();
+    let events: Vec<_> = (0..20u64)
+        .map(|i| {
+            let level = ["info", "warn"][(i % 2) as usize];
+            (now, serde_json::json!({"seq": i, "level": level, "trace_id": format!("tr{i}"), "message": message_for(i)}))
+        })
+        .collect();
+    send_json_events(port, "app.docs", &events);
+    let rows = vl.wait_rows("trace_id:tr* AND job:=\"app\"", (0, 0), 20);
+    let host = gethostname::gethostname().to_string_lossy().into_owned();
+    for r in &rows {
+        let line: serde_json::Value = serde_json::from_str(r["_msg"].as_str().unwrap()).unwrap();
+        let seq = line["seq"].as_u64().unwrap();
+        assert_eq!(
+            line,
+            serde_json::json!({"seq": seq, "message": message_for(seq)})
+        );
+        assert_eq!(r["level"], ["info", "warn"][(seq % 2) as usize]);
+        assert_eq!(r["trace_id"], format!("tr{seq}"));
+        assert_eq!(r["host"], host);
+    }
+}

@@ -308,3 +308,38 @@ fn check_names_bad_options() {
     ];
     assert_check_errors(tempfile::tempdir().unwrap().path(), CHECK_BASE, cases);
 }
+
+/// The page's example config runs as written, the addresses aside
+/// (VictoriaLogs takes HEC at /services/collector/event too).
+#[test]
+fn the_documented_example_works() {
+    let Some(vl) = victoria_logs::shared() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let config = victoria_logs::doc_example(
+        "## `splunk_hec`",
+        &[
+            ("127.0.0.1:24224", format!("127.0.0.1:{port}")),
+            ("127.0.0.1:8088", format!("127.0.0.1:{}", vl.port)),
+        ],
+    );
+    let mut d = Daemon::start(dir.path(), "example", &config, None);
+    d.wait_port(port);
+    let evs = events(20);
+    send_json_events(port, "docs.splunk", &evs);
+    let rows = vl.wait_rows("source:=\"docs.splunk\"", (0, 0), 20);
+    let mut seqs: Vec<u64> = rows
+        .iter()
+        .map(|r| {
+            assert_eq!(r["index"], "main", "{r}");
+            assert_eq!(r["fields.env"], "prod", "{r}");
+            assert_eq!(r["sourcetype"], r["event.kind"], "{r}");
+            assert!(!r["host"].as_str().unwrap().is_empty());
+            r["event.seq"].as_str().unwrap().parse().unwrap()
+        })
+        .collect();
+    seqs.sort();
+    assert_eq!(seqs, (0..20).collect::<Vec<_>>());
+}

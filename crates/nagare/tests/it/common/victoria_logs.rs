@@ -168,3 +168,27 @@ impl Drop for VictoriaLogs {
         let _ = c.wait();
     }
 }
+
+/// The first TOML block under the heading `heading` of the search outputs
+/// page, with its addresses replaced by `(from, to)` pairs.
+pub fn doc_example(heading: &str, replace: &[(&str, String)]) -> String {
+    let page = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../docs/outputs-search-loki-splunk.md"
+    );
+    let doc = std::fs::read_to_string(page).unwrap();
+    let section = &doc[doc
+        .find(heading)
+        .unwrap_or_else(|| panic!("{heading} in {page}"))..];
+    let mut toml = section
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .unwrap_or_else(|| panic!("a toml block under {heading}"))
+        .to_string();
+    for (from, to) in replace {
+        assert!(toml.contains(from), "{from} in the example under {heading}");
+        toml = toml.replace(from, to);
+    }
+    toml
+}
