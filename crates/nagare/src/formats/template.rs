@@ -11,7 +11,7 @@ use nagare_core::record::{value_text, FieldPath};
 enum Part {
     Text(String),
     Tag,
-    TagPart(usize),
+    TagIndex(usize),
     Hostname,
     Field(FieldPath),
 }
@@ -44,7 +44,7 @@ impl Template {
                         .strip_prefix("tag_parts[")
                         .and_then(|n| n.strip_suffix(']'))
                     {
-                        Part::TagPart(n.parse().map_err(|_| {
+                        Part::TagIndex(n.parse().map_err(|_| {
                             format!("{s:?}: `${{{name}}}`: write tag_parts[N] with a number N")
                         })?)
                     } else if let Some(path) = name.strip_prefix("record.") {
@@ -94,7 +94,7 @@ impl Template {
             match p {
                 Part::Text(t) => out.extend_from_slice(t.as_bytes()),
                 Part::Tag => out.extend_from_slice(tag.as_bytes()),
-                Part::TagPart(n) => {
+                Part::TagIndex(n) => {
                     if let Some(t) = tag.split('.').nth(*n) {
                         out.extend_from_slice(t.as_bytes())
                     }
