@@ -67,7 +67,10 @@ fn post(conn: &mut BufReader<TcpStream>, addr: &str, path: &str, body: &[u8]) {
     s.write_all(body).unwrap();
     let mut status = String::new();
     conn.read_line(&mut status).unwrap();
-    assert!(status.split(' ').nth(1).is_some_and(|c| c.starts_with('2')), "{status}");
+    assert!(
+        status.split(' ').nth(1).is_some_and(|c| c.starts_with('2')),
+        "{status}"
+    );
     let mut len = 0usize;
     loop {
         let mut h = String::new();

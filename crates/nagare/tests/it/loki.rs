@@ -433,3 +433,55 @@ fn the_documented_example_works() {
         assert_eq!(r["host"], host);
     }
 }
+
+/// Over TLS to VictoriaLogs' HTTPS listener: with its CA the events
+/// arrive; with another CA the server is refused, the error names the
+/// certificate, and the events are kept for retries (not refused).
+#[test]
+fn tls_with_the_servers_ca_delivers_and_another_ca_is_refused_with_the_events_kept() {
+    let Some(vl) = vl() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let other = crate::common::tls::Ca::new(dir.path(), "other");
+    let endpoint = format!("https://127.0.0.1:{}/insert/loki/api/v1/push", vl.tls_port);
+    let out = format!(
+        r#"[[output]]
+type = "loki"
+match = "loki.tls"
+endpoint = "{endpoint}"
+[output.tls]
+ca = "{good}"
+[output.buffer]
+flush_interval = "50ms"
+[[output]]
+type = "loki"
+match = "loki.wrongca"
+endpoint = "{endpoint}"
+[output.tls]
+ca = "{bad}"
+[output.buffer]
+flush_interval = "50ms"
+retry_wait = "100ms"
+"#,
+        good = vl.ca.display(),
+        bad = other.path.display()
+    );
+    let (d, port) = start_forward_daemon(dir.path(), &out);
+    let events = leveled_events(30);
+    send_json_events(port, "loki.tls", &events);
+    send_json_events(port, "loki.wrongca", &events);
+    let rows = vl.wait_rows("tag:=\"loki.tls\"", (0, 0), 30);
+    let mut seqs: Vec<u64> = rows
+        .iter()
+        .map(|r| line_seq(r["_msg"].as_str().unwrap()))
+        .collect();
+    seqs.sort();
+    assert_eq!(seqs, (0..30).collect::<Vec<_>>());
+    wait_until(WAIT, "the wrong CA's output retried", || {
+        d.metric("retries_total", "loki#1") >= 2
+    });
+    let log = d.wait_log("certificate");
+    assert!(log.contains(&format!("127.0.0.1:{}", vl.tls_port)), "{log}");
+    assert!(vl.query("tag:=\"loki.wrongca\"", (0, 0)).is_empty());
+    assert_eq!(d.metric("secondary_events_total", "loki#1"), 0);
+    assert_eq!(d.metric("lost_events_total", "loki#1"), 0);
+}

@@ -23,6 +23,10 @@ pub const VERSION: &str = "v1.52.1";
 
 pub struct VictoriaLogs {
     pub port: u16,
+    /// The same server over TLS, its certificate (for 127.0.0.1) signed by
+    /// the CA `ca`.
+    pub tls_port: u16,
+    pub ca: PathBuf,
     child: Mutex<Child>,
 }
 
@@ -73,10 +77,16 @@ pub fn shared() -> Option<&'static VictoriaLogs> {
             let dir = DIR.get_or_init(|| tempfile::tempdir().unwrap().keep());
             // SAFETY: registers a plain function with no state of its own.
             unsafe { libc::atexit(kill_server) };
-            let port = free_port();
+            let (port, tls_port) = (free_port(), free_port());
+            let ca = super::tls::Ca::new(dir, "victoria-logs");
+            let pair = ca.issue("victoria-logs", &["127.0.0.1"]);
             let child = Command::new(bin.unwrap())
                 .arg(format!("-storageDataPath={}", dir.join("data").display()))
-                .arg(format!("-httpListenAddr=127.0.0.1:{port}"))
+                // Two listeners: plain HTTP, and HTTPS.
+                .arg(format!("-httpListenAddr=127.0.0.1:{port},127.0.0.1:{tls_port}"))
+                .arg("-tls=false,true")
+                .arg(format!("-tlsCertFile=,{}", pair.cert.display()))
+                .arg(format!("-tlsKeyFile=,{}", pair.key.display()))
                 // The line stays the line (_msg), not parsed into fields:
                 // the tests compare it whole.
                 .arg("-loki.disableMessageParsing")
@@ -89,6 +99,8 @@ pub fn shared() -> Option<&'static VictoriaLogs> {
             PID.store(child.id(), SeqCst);
             let vl = VictoriaLogs {
                 port,
+                tls_port,
+                ca: ca.path.clone(),
                 child: Mutex::new(child),
             };
             wait_until(WAIT, "victoria-logs to answer /health", || {
