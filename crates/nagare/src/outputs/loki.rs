@@ -242,6 +242,8 @@ struct LokiOutput {
 struct Stream {
     labels: Vec<(String, String)>,
     text: String,
+    /// The overflow stream (label sets past `max_label_sets`).
+    overflow: bool,
 }
 
 /// One event, ready to send.
@@ -312,46 +314,52 @@ impl LokiOutput {
     /// keep their order).
     fn prepare(&self, chunk: &Chunk) -> (Vec<Stream>, Vec<Entry>) {
         let mut streams: Vec<Stream> = Vec::new();
+        // A label set's text → its stream (the overflow stream for a set
+        // past the cap); the overflow stream's own text too.
         let mut by_text: HashMap<String, usize> = HashMap::new();
         let mut entries = Vec::with_capacity(chunk.count as usize);
-        let (mut scratch, mut buf) = (Vec::new(), Vec::new());
-        let mut labels = Vec::with_capacity(self.labels.len());
+        let (mut scratch, mut buf, mut key) = (Vec::new(), Vec::new(), String::new());
         let mut overflow_now = 0u64;
         for (index, (time, rec, _)) in chunk.entries().enumerate() {
-            labels.clear();
+            // The label set's text, written once per event; the labels
+            // themselves are read back from it for a new stream only.
+            key.clear();
+            key.push('{');
             for (name, t) in &self.labels {
                 buf.clear();
                 t.render(&chunk.tag, rec, &mut scratch, &mut buf);
-                if !buf.is_empty() {
-                    labels.push((name.clone(), lossy(&buf)));
+                if buf.is_empty() {
+                    continue;
                 }
+                if key.len() > 1 {
+                    key.push_str(", ");
+                }
+                key.push_str(name);
+                key.push_str("=\"");
+                escape_label_value(&mut key, &String::from_utf8_lossy(&buf));
+                key.push('"');
             }
-            if labels.is_empty() {
+            if key.len() == 1 {
                 // Loki refuses a stream without labels.
-                labels.push(("tag".to_string(), chunk.tag.to_string()));
+                key.push_str("tag=\"");
+                escape_label_value(&mut key, &chunk.tag);
+                key.push('"');
             }
-            let mut text = label_text(&labels);
-            let mut removed = &self.removed;
-            if !by_text.contains_key(&text) && !self.admit(&text) {
-                // Past the cap: the labels that read no record field, and the mark.
-                labels.retain(|(n, _)| {
-                    self.labels
-                        .iter()
-                        .any(|(name, t)| name == n && !t.reads_record())
-                });
-                labels.push((self.cfg.overflow_label.clone(), "true".to_string()));
-                labels.sort();
-                text = label_text(&labels);
-                removed = &self.removed_overflow;
+            key.push('}');
+            let stream = match by_text.get(key.as_str()) {
+                Some(&s) => s,
+                None => {
+                    let s = self.new_stream(&key, &mut streams, &mut by_text);
+                    by_text.insert(key.clone(), s);
+                    s
+                }
+            };
+            let removed = if streams[stream].overflow {
                 overflow_now += 1;
-            }
-            let stream = *by_text.entry(text.clone()).or_insert_with(|| {
-                streams.push(Stream {
-                    labels: labels.clone(),
-                    text,
-                });
-                streams.len() - 1
-            });
+                &self.removed_overflow
+            } else {
+                &self.removed
+            };
             let mut metadata = Vec::new();
             for (name, t) in &self.metadata {
                 buf.clear();
@@ -360,19 +368,20 @@ impl LokiOutput {
                     metadata.push((name.clone(), lossy(&buf)));
                 }
             }
-            buf.clear();
+            let mut line = Vec::with_capacity(rec.len() + rec.len() / 4 + 8);
             match &self.line_key {
                 Some(k) => {
                     if let Some((a, b)) = k.find(rec) {
-                        buf.extend_from_slice(value_text(&rec[a..b], &mut scratch));
+                        line.extend_from_slice(value_text(&rec[a..b], &mut scratch));
                     }
                 }
-                None => json_without(&mut buf, rec, removed),
+                None => json_without(&mut line, rec, removed),
             }
             entries.push(Entry {
                 stream,
                 time,
-                line: lossy(&buf),
+                line: String::from_utf8(line)
+                    .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
                 metadata,
                 index: index as u32,
             });
@@ -390,6 +399,44 @@ impl LokiOutput {
         }
         entries.sort_by_key(|e| (e.stream, e.time.secs, e.time.nanos));
         (streams, entries)
+    }
+
+    /// The stream of a label set this chunk has not met yet: its own, or
+    /// past the cap the overflow stream (the labels that read no record
+    /// field, and the mark).
+    fn new_stream(
+        &self,
+        text: &str,
+        streams: &mut Vec<Stream>,
+        by_text: &mut HashMap<String, usize>,
+    ) -> usize {
+        let mut labels = parse_label_text(text).map(|(l, _)| l).unwrap_or_default();
+        if self.admit(text) {
+            streams.push(Stream {
+                labels,
+                text: text.to_string(),
+                overflow: false,
+            });
+            return streams.len() - 1;
+        }
+        labels.retain(|(n, _)| {
+            self.labels
+                .iter()
+                .any(|(name, t)| name == n && !t.reads_record())
+        });
+        labels.push((self.cfg.overflow_label.clone(), "true".to_string()));
+        labels.sort();
+        let text = label_text(&labels);
+        if let Some(&s) = by_text.get(&text) {
+            return s;
+        }
+        streams.push(Stream {
+            labels,
+            text: text.clone(),
+            overflow: true,
+        });
+        by_text.insert(text, streams.len() - 1);
+        streams.len() - 1
     }
 
     /// Whether a label set may be sent: known, or new under the cap.
@@ -473,18 +520,23 @@ fn label_text(labels: &[(String, String)]) -> String {
         }
         s.push_str(k);
         s.push_str("=\"");
-        for c in v.chars() {
-            match c {
-                '\\' => s.push_str("\\\\"),
-                '"' => s.push_str("\\\""),
-                '\n' => s.push_str("\\n"),
-                c => s.push(c),
-            }
-        }
+        escape_label_value(&mut s, v);
         s.push('"');
     }
     s.push('}');
     s
+}
+
+/// Appends a label value as Loki writes it between quotes.
+fn escape_label_value(s: &mut String, v: &str) {
+    for c in v.chars() {
+        match c {
+            '\\' => s.push_str("\\\\"),
+            '"' => s.push_str("\\\""),
+            '\n' => s.push_str("\\n"),
+            c => s.push(c),
+        }
+    }
 }
 
 /// Reads a label set written as `{a="x", b="y"}` at the start of `s`:
