@@ -1,7 +1,7 @@
 //! The floor of benches/loki.sh: POSTs pre-built Loki push bodies
-//! (protobuf + snappy, as the `loki` output sends) of the events
-//! flowbench sends (`{"seq":N,"message":"<size printable bytes>"}`, one
-//! stream `{tag="<tag>"}`) to a push endpoint as fast as it takes them,
+//! (protobuf + snappy, as the `loki` output sends) of events like
+//! flowbench's (`{"seq":N,"message":"<size bytes of log-like text>"}`,
+//! each its own time, one stream `{tag="<tag>"}`) to a push endpoint as fast as it takes them,
 //! over keep-alive connections, and prints one JSON line: events, seconds,
 //! events/s, requests.
 //!
@@ -28,28 +28,55 @@ fn put(out: &mut Vec<u8>, tag: u32, len: usize) {
     encode_varint(len as u64, out);
 }
 
-/// One PushRequest of the events `seqs` in one stream.
-fn body(labels: &str, seqs: std::ops::Range<u64>, message: &str) -> Vec<u8> {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    let (secs, nanos) = (now.as_secs(), u64::from(now.subsec_nanos()));
-    let ts_len = 1 + encoded_len_varint(secs) + 1 + encoded_len_varint(nanos.max(1));
-    let lines: Vec<String> = seqs
-        .map(|s| format!("{{\"seq\":{s},\"message\":\"{message}\"}}"))
+/// The Timestamp message of `ns` since the epoch: (length, secs, nanos).
+fn ts(ns: u64) -> (usize, u64, u64) {
+    let (secs, nanos) = (ns / 1_000_000_000, ns % 1_000_000_000);
+    let len = 1
+        + encoded_len_varint(secs)
+        + if nanos > 0 {
+            1 + encoded_len_varint(nanos)
+        } else {
+            0
+        };
+    (len, secs, nanos)
+}
+
+/// One PushRequest of the events `seqs` in one stream, their times a
+/// microsecond apart from `t0` (as flowbench's events: each its own time).
+fn body<'a>(
+    labels: &str,
+    seqs: std::ops::Range<u64>,
+    message: &dyn Fn(u64) -> &'a str,
+    t0: u64,
+) -> Vec<u8> {
+    let entries: Vec<(String, (usize, u64, u64))> = seqs
+        .map(|s| {
+            (
+                format!("{{\"seq\":{s},\"message\":\"{}\"}}", message(s)),
+                ts(t0 + s * 1000),
+            )
+        })
         .collect();
-    let entry_len = |l: &str| len_field(ts_len) + len_field(l.len());
-    let stream_len =
-        len_field(labels.len()) + lines.iter().map(|l| len_field(entry_len(l))).sum::<usize>();
+    let entry_len = |(l, t): &(String, (usize, u64, u64))| len_field(t.0) + len_field(l.len());
+    let stream_len = len_field(labels.len())
+        + entries
+            .iter()
+            .map(|e| len_field(entry_len(e)))
+            .sum::<usize>();
     let mut out = Vec::with_capacity(stream_len + 8);
     put(&mut out, 1, stream_len);
     put(&mut out, 1, labels.len());
     out.extend_from_slice(labels.as_bytes());
-    for l in &lines {
-        put(&mut out, 2, entry_len(l));
-        put(&mut out, 1, ts_len);
+    for e in &entries {
+        let (l, (tl, secs, nanos)) = e;
+        put(&mut out, 2, entry_len(e));
+        put(&mut out, 1, *tl);
         encode_key(1, WireType::Varint, &mut out);
-        encode_varint(secs, &mut out);
-        encode_key(2, WireType::Varint, &mut out);
-        encode_varint(nanos.max(1), &mut out);
+        encode_varint(*secs, &mut out);
+        if *nanos > 0 {
+            encode_key(2, WireType::Varint, &mut out);
+            encode_varint(*nanos, &mut out);
+        }
         put(&mut out, 2, l.len());
         out.extend_from_slice(l.as_bytes());
     }
@@ -101,13 +128,70 @@ fn main() {
         size.parse().unwrap(),
         conns.parse().unwrap(),
     );
-    // flowbench's message: printable ASCII of `size` bytes.
-    let message: String = (0..size).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+    // flowbench's messages: `size` bytes of a 1 MiB pool of log-like words
+    // and numbers, the k-th event of each 200-event frame at offset
+    // k * 7919 (so a request repeats 200 messages, as nagare's do).
+    let words = [
+        "GET",
+        "POST",
+        "PUT",
+        "/api/v1/users",
+        "/api/v1/orders",
+        "/healthz",
+        "status=200",
+        "status=404",
+        "status=500",
+        "INFO",
+        "WARN",
+        "ERROR",
+        "DEBUG",
+        "connection",
+        "established",
+        "closed",
+        "timeout",
+        "retry",
+        "cache",
+        "miss",
+        "hit",
+        "upstream",
+        "worker",
+        "session",
+        "request",
+        "took",
+        "ms",
+        "bytes",
+        "user",
+        "id",
+        "from",
+        "to",
+    ];
+    let mut pool = String::with_capacity((1 << 20) + 32);
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    while pool.len() < 1 << 20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        if x % 4 == 0 {
+            pool.push_str(&(x % 100_000).to_string());
+        } else {
+            pool.push_str(words[(x >> 8) as usize % words.len()]);
+        }
+        pool.push(' ');
+    }
+    let span = pool.len() - size + 1;
+    let message = |seq: u64| {
+        let off = ((seq % 200) as usize * 7919) % span;
+        &pool[off..off + size]
+    };
     let labels = format!("{{tag=\"{tag}\"}}");
+    let t0 = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
     let bodies: Arc<Vec<Vec<u8>>> = Arc::new(
         (0..events)
             .step_by(per as usize)
-            .map(|s| body(&labels, s..(s + per).min(events), &message))
+            .map(|s| body(&labels, s..(s + per).min(events), &message, t0))
             .collect(),
     );
     let next = Arc::new(AtomicUsize::new(0));

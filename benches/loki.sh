@@ -6,8 +6,8 @@
 #   benches/loki.sh [EVENTS] [RUNS]      (defaults 1000000, 3; SIZE=100)
 #
 # nagare run: flowbench sends EVENTS events ({"seq","message"}, SIZE bytes
-# of message, 200 per PackedForward frame, acked) to nagare's forward
-# input; nagare's loki output (benches/loki.toml: protobuf + snappy, one
+# of message, 200 per PackedForward frame, over 2 connections without acks:
+# SEND_FLAGS) to nagare's forward input; nagare's loki output (benches/loki.toml: protobuf + snappy, one
 # stream, 2 flush workers) pushes them. The time runs from the first send
 # until VictoriaLogs has counted every row (vl_rows_ingested_total of
 # loki_protobuf, read from its /metrics every 50 ms). Floor run: the same
@@ -25,6 +25,7 @@ cd "$(dirname "$0")/.."
 EVENTS=${1:-1000000}
 RUNS=${2:-3}
 SIZE=${SIZE:-100}
+SEND_FLAGS=${SEND_FLAGS:---conns 2}
 export SUT_PORT=${SUT_PORT:-40190} VL_PORT=${VL_PORT:-40191}
 VL=${VICTORIA_LOGS:-$HOME/.cache/nagare-test/gobin/victoria-logs}
 [ -x "$VL" ] || { echo "victoria-logs not found at $VL (see scripts/test-all.sh)" >&2; exit 1; }
@@ -60,13 +61,14 @@ for i in $(seq "$RUNS"); do
   base=$(ingested); req0=$(requests); vl0=$(cpu "$vl")
   start=$(date +%s.%N)
   "$FB" send --addr "127.0.0.1:$SUT_PORT" --tag "bench.loki.$i" --size "$SIZE" --batch 200 \
-    --count "$EVENTS" --ack >/dev/null 2>"$OUT/send-$i.log"
+    --count "$EVENTS" $SEND_FLAGS >"$OUT/send-$i.log" 2>&1
+  sent=$(date +%s.%N)
   end=$(wait_rows $((base + EVENTS)))
   ncpu=$(cpu "$nagare"); vcpu=$(awk -v a="$(cpu "$vl")" -v b="$vl0" 'BEGIN {print a - b}')
   rss=$(awk '/VmHWM/ {print $2}' "/proc/$nagare/status")
   reqs=$(awk -v a="$(requests)" -v b="$req0" 'BEGIN {print a - b}')
   kill -TERM "$nagare"; wait "$nagare" || true
-  echo "{\"events\":$EVENTS,\"seconds\":$(awk -v a="$end" -v b="$start" 'BEGIN {print a - b}'),\"nagare_cpu\":$ncpu,\"vl_cpu\":$vcpu,\"rss_kb\":$rss,\"requests\":$reqs}" > "$OUT/nagare-$i.json"
+  echo "{\"events\":$EVENTS,\"seconds\":$(awk -v a="$end" -v b="$start" 'BEGIN {print a - b}'),\"send_seconds\":$(awk -v a="$sent" -v b="$start" 'BEGIN {print a - b}'),\"nagare_cpu\":$ncpu,\"vl_cpu\":$vcpu,\"rss_kb\":$rss,\"requests\":$reqs}" > "$OUT/nagare-$i.json"
 
   echo "run $i: floor" >&2
   per=$(awk -v e="$EVENTS" -v r="$reqs" 'BEGIN {n = int(e / r + 0.5); print (n < 1 ? 1 : n)}')
@@ -92,5 +94,5 @@ print(f"| {n[0]['events']:,} | {ne:,.0f} | {fe:,.0f} | **{ne / fe:.2f}** | "
       f"{med(r['nagare_cpu'] / r['events'] * 1e6 for r in n):.2f} | "
       f"{med(r['vl_cpu'] / r['events'] * 1e6 for r in n):.2f} / {med(r['vl_cpu'] / r['events'] * 1e6 for r in f):.2f} | "
       f"{med(r['rss_kb'] for r in n) / 1024:.0f} | {f[0]['per_request']} |")
-print("runs (nagare s, floor s):", [(round(a["seconds"], 2), round(b["seconds"], 2)) for a, b in zip(n, f)])
+print("runs (nagare s [flowbench's send s], floor s):", [(round(a["seconds"], 2), round(a["send_seconds"], 2), round(b["seconds"], 2)) for a, b in zip(n, f)])
 PY
