@@ -171,7 +171,7 @@ fn main() {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        if x % 4 == 0 {
+        if x.is_multiple_of(4) {
             pool.push_str(&(x % 100_000).to_string());
         } else {
             pool.push_str(words[(x >> 8) as usize % words.len()]);
