@@ -188,12 +188,22 @@ fn main() {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_nanos() as u64;
-    let bodies: Arc<Vec<Vec<u8>>> = Arc::new(
-        (0..events)
+    // LOKI_FLOOR_REPLAY=DIR: the bodies are the files of DIR (in name
+    // order), e.g. requests of nagare's captured by a recording server.
+    let bodies: Arc<Vec<Vec<u8>>> = Arc::new(match std::env::var_os("LOKI_FLOOR_REPLAY") {
+        Some(dir) => {
+            let mut files: Vec<_> = std::fs::read_dir(dir)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .collect();
+            files.sort();
+            files.iter().map(|f| std::fs::read(f).unwrap()).collect()
+        }
+        None => (0..events)
             .step_by(per as usize)
             .map(|s| body(&labels, s..(s + per).min(events), &message, t0))
             .collect(),
-    );
+    });
     let next = Arc::new(AtomicUsize::new(0));
     let start = Instant::now();
     let workers: Vec<_> = (0..conns)
