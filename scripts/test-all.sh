@@ -146,6 +146,14 @@ if [ ! -x "$s3/.venv/bin/python" ]; then
     --disable-pip-version-check -r "$s3/requirements.txt"
 fi
 
+# VictoriaLogs (Loki push API and Splunk HEC) for tests/it/loki.rs and
+# splunk_hec.rs, once, into a cache outside the repository.
+vl_bin="$HOME/.cache/nagare-test/gobin/victoria-logs"
+if [ ! -x "$vl_bin" ]; then
+  GOBIN="$(dirname "$vl_bin")" go install github.com/VictoriaMetrics/VictoriaLogs/app/victoria-logs@v1.52.1 \
+    || echo "cannot install victoria-logs; the loki and splunk_hec tests will fail" >&2
+fi
+
 # --- Rust --------------------------------------------------------------------
 suite "cargo fmt" cargo fmt --all -- --check
 # cargo fmt does not reach the plugin files: their `mod` lines are written

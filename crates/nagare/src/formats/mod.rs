@@ -6,6 +6,7 @@
 pub mod logstash;
 pub mod ltsv;
 pub mod otlp;
+pub mod template;
 
 use nagare_core::chunk::Chunk;
 use nagare_core::json;

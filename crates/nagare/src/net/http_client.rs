@@ -460,6 +460,74 @@ impl HttpSender {
     }
 }
 
+/// A 401 or 403: the server refused the credentials. The events are kept
+/// and retried (a token is fixed or rotated while they wait), never handed
+/// to dead letters.
+pub fn credentials_refused(authority: &str, a: &Answer) -> Option<FlushError> {
+    if a.status != StatusCode::UNAUTHORIZED && a.status != StatusCode::FORBIDDEN {
+        return None;
+    }
+    let text = String::from_utf8_lossy(&a.body[..a.body.len().min(300)])
+        .trim()
+        .to_string();
+    Some(FlushError::Retry(format!(
+        "{authority} refused the credentials ({}): {text}; check the output's token, \
+         username/password or tenant; the events are kept and retried",
+        a.status
+    )))
+}
+
+/// What became of a chunk's entries sent in several requests (a body
+/// the server found too large, split in halves; or one answer naming some
+/// entries): one outcome for the buffer.
+#[derive(Debug, Default)]
+pub struct Outcomes {
+    retry: Vec<u32>,
+    rejected: Vec<(u32, String)>,
+    /// The first reason for a retry, for the log.
+    message: Option<String>,
+}
+
+impl Outcomes {
+    /// These entries may be taken later.
+    pub fn retry(&mut self, which: impl IntoIterator<Item = u32>, why: &str) {
+        self.retry.extend(which);
+        self.message.get_or_insert_with(|| why.to_string());
+    }
+
+    /// These entries can never be taken as they are; `why` starts with the
+    /// reason's name and a ':' (the `refused` counter's label).
+    pub fn reject(&mut self, which: impl IntoIterator<Item = u32>, why: &str) {
+        self.rejected
+            .extend(which.into_iter().map(|i| (i, why.to_string())));
+    }
+
+    /// The outcome of the chunk of `count` entries: Ok when nothing is
+    /// left undone, Retry when every entry is, otherwise Partial.
+    pub fn finish(mut self, count: u32) -> Result<(), FlushError> {
+        if self.retry.is_empty() && self.rejected.is_empty() {
+            return Ok(());
+        }
+        if self.rejected.is_empty() && self.retry.len() == count as usize {
+            return Err(FlushError::Retry(self.message.unwrap_or_default()));
+        }
+        self.retry.sort_unstable();
+        self.rejected.sort_unstable_by_key(|(i, _)| *i);
+        let message = self.message.unwrap_or_else(|| {
+            format!(
+                "{} of {count} events refused: {}",
+                self.rejected.len(),
+                self.rejected.first().map_or("", |(_, w)| w.as_str())
+            )
+        });
+        Err(FlushError::Partial(nagare_core::output::PartialWrite {
+            retry: self.retry,
+            rejected: self.rejected,
+            message,
+        }))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

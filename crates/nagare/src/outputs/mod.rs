@@ -22,5 +22,7 @@ registry! {
     clickhouse => output::<clickhouse::ClickhouseOutputConfig>(),
     postgresql => output::<postgresql::PostgresqlOutputConfig>(),
     s3 => output::<s3::S3OutputConfig>(),
+    loki => output::<loki::LokiOutputConfig>(),
+    splunk_hec => output::<splunk_hec::SplunkHecOutputConfig>(),
     copy => copy::REGISTRATION,
 }

@@ -11,7 +11,9 @@ pub mod lines;
 pub mod netns;
 pub mod pg_server;
 pub mod redis_server;
+pub mod scripted_http;
 pub mod tls;
+pub mod victoria_logs;
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# The loki output against VictoriaLogs (issue 30), beside a floor that POSTs
+# pre-built push bodies of the same events (benches/loki-floor.rs) to the
+# same server, in one sitting, RUNS pairs alternating.
+#
+#   benches/loki.sh [EVENTS] [RUNS]      (defaults 1000000, 3; SIZE=100)
+#
+# nagare run: flowbench sends EVENTS events ({"seq","message"}, SIZE bytes
+# of message, 200 per PackedForward frame, over 2 connections without acks:
+# SEND_FLAGS) to nagare's forward input; nagare's loki output (benches/loki.toml: protobuf + snappy, one
+# stream, 2 flush workers) pushes them. The time runs from the first send
+# until VictoriaLogs has counted every row (vl_rows_ingested_total of
+# loki_protobuf, read from its /metrics every 50 ms). Floor run: the same
+# number of events, in requests of as many entries as nagare's requests
+# held on average (VictoriaLogs' request counter), over 2 connections,
+# every body built before the clock starts.
+#
+# Prints a Markdown table of medians: events/s of each, their ratio, CPU
+# microseconds per event of nagare and of VictoriaLogs (both runs), nagare's
+# peak RSS. Needs Go (flowbench, and victoria-logs: scripts/test-all.sh
+# installs it into ~/.cache/nagare-test/gobin). Ports: SUT_PORT, VL_PORT
+# (defaults 40190, 40191).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EVENTS=${1:-1000000}
+RUNS=${2:-3}
+SIZE=${SIZE:-100}
+SEND_FLAGS=${SEND_FLAGS:---conns 2}
+export SUT_PORT=${SUT_PORT:-40190} VL_PORT=${VL_PORT:-40191}
+VL=${VICTORIA_LOGS:-$HOME/.cache/nagare-test/gobin/victoria-logs}
+[ -x "$VL" ] || { echo "victoria-logs not found at $VL (see scripts/test-all.sh)" >&2; exit 1; }
+. benches/common.sh
+results_dir loki
+cargo build --release -p nagare --example loki-floor --manifest-path "$ROOT/Cargo.toml" >&2
+FLOOR=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/loki-floor
+cpu() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"; }
+ingested() { # rows VictoriaLogs took over the Loki protobuf API so far
+  curl -s "http://127.0.0.1:$VL_PORT/metrics" |
+    awk '/^vl_rows_ingested_total\{type="loki_protobuf"\}/ {print $2; found=1} END {if (!found) print 0}'
+}
+requests() {
+  curl -s "http://127.0.0.1:$VL_PORT/metrics" |
+    awk '/^vl_http_requests_total\{path="\/insert\/loki\/api\/v1\/push",format="protobuf"\}/ {print $2; found=1} END {if (!found) print 0}'
+}
+wait_rows() { # wait_rows TARGET: until the counter reaches TARGET; prints the time
+  while [ "$(ingested)" -lt "$1" ]; do sleep 0.05; done
+  date +%s.%N
+}
+
+"$VL" -storageDataPath="$OUT/vl-data" -httpListenAddr="127.0.0.1:$VL_PORT" \
+  -loki.disableMessageParsing -retentionPeriod=100y -loggerLevel=ERROR 2>"$OUT/vl.log" &
+vl=$!
+trap 'kill $vl 2>/dev/null || true' EXIT
+wait_port "$VL_PORT"
+
+for i in $(seq "$RUNS"); do
+  echo "run $i: nagare" >&2
+  "$NAGARE" run -c benches/loki.toml 2>"$OUT/nagare-$i.log" &
+  nagare=$!
+  wait_port "$SUT_PORT"
+  base=$(ingested); req0=$(requests); vl0=$(cpu "$vl")
+  start=$(date +%s.%N)
+  "$FB" send --addr "127.0.0.1:$SUT_PORT" --tag "bench.loki.$i" --size "$SIZE" --batch 200 \
+    --count "$EVENTS" $SEND_FLAGS >"$OUT/send-$i.log" 2>&1
+  sent=$(date +%s.%N)
+  end=$(wait_rows $((base + EVENTS)))
+  ncpu=$(cpu "$nagare"); vcpu=$(awk -v a="$(cpu "$vl")" -v b="$vl0" 'BEGIN {print a - b}')
+  rss=$(awk '/VmHWM/ {print $2}' "/proc/$nagare/status")
+  reqs=$(awk -v a="$(requests)" -v b="$req0" 'BEGIN {print a - b}')
+  kill -TERM "$nagare"; wait "$nagare" || true
+  echo "{\"events\":$EVENTS,\"seconds\":$(awk -v a="$end" -v b="$start" 'BEGIN {print a - b}'),\"send_seconds\":$(awk -v a="$sent" -v b="$start" 'BEGIN {print a - b}'),\"nagare_cpu\":$ncpu,\"vl_cpu\":$vcpu,\"rss_kb\":$rss,\"requests\":$reqs}" > "$OUT/nagare-$i.json"
+
+  echo "run $i: floor" >&2
+  per=$(awk -v e="$EVENTS" -v r="$reqs" 'BEGIN {n = int(e / r + 0.5); print (n < 1 ? 1 : n)}')
+  base=$(ingested); vl0=$(cpu "$vl")
+  "$FLOOR" "127.0.0.1:$VL_PORT" /insert/loki/api/v1/push "bench.floor.$i" "$EVENTS" "$per" "$SIZE" 2 > "$OUT/floor-$i.out"
+  wait_rows $((base + EVENTS)) >/dev/null
+  vcpu=$(awk -v a="$(cpu "$vl")" -v b="$vl0" 'BEGIN {print a - b}')
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["vl_cpu"]=float(sys.argv[2]); d["per_request"]=int(sys.argv[3]); print(json.dumps(d))' \
+    "$OUT/floor-$i.out" "$vcpu" "$per" > "$OUT/floor-$i.json"
+done
+
+python3 - "$OUT" "$RUNS" <<'PY'
+import json, statistics, sys
+out, runs = sys.argv[1], int(sys.argv[2])
+med = statistics.median
+n = [json.load(open(f"{out}/nagare-{i}.json")) for i in range(1, runs + 1)]
+f = [json.load(open(f"{out}/floor-{i}.json")) for i in range(1, runs + 1)]
+ne = med(r["events"] / r["seconds"] for r in n)
+fe = med(r["events_per_s"] for r in f)
+print("| events | nagare ev/s | floor ev/s | nagare / floor | nagare CPU µs/event | VictoriaLogs CPU µs/event (nagare run / floor run) | nagare peak RSS MB | entries per request |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+print(f"| {n[0]['events']:,} | {ne:,.0f} | {fe:,.0f} | **{ne / fe:.2f}** | "
+      f"{med(r['nagare_cpu'] / r['events'] * 1e6 for r in n):.2f} | "
+      f"{med(r['vl_cpu'] / r['events'] * 1e6 for r in n):.2f} / {med(r['vl_cpu'] / r['events'] * 1e6 for r in f):.2f} | "
+      f"{med(r['rss_kb'] for r in n) / 1024:.0f} | {f[0]['per_request']} |")
+print("runs (nagare s [flowbench's send s], floor s):", [(round(a["seconds"], 2), round(a["send_seconds"], 2), round(b["seconds"], 2)) for a, b in zip(n, f)])
+PY
