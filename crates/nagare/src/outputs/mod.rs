@@ -19,5 +19,6 @@ registry! {
     scribe => output::<scribe::ScribeOutputConfig>(),
     http => output::<http::HttpOutputConfig>(),
     opentelemetry => output::<opentelemetry::OtlpOutputConfig>(),
+    elasticsearch => output::<elasticsearch::ElasticsearchConfig>(),
     copy => copy::REGISTRATION,
 }
