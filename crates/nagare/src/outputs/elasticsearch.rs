@@ -151,11 +151,14 @@ impl OutputPlugin for ElasticsearchConfig {
             .path
             .trim_end_matches('/')
             .to_string();
-        let mut bulk_path = format!(
-            "{prefix}/_bulk?filter_path=errors,items.*.status,items.*.error"
-        );
+        let mut bulk_path =
+            format!("{prefix}/_bulk?filter_path=errors,items.*.status,items.*.error");
         if let Some(p) = &self.pipeline {
-            if p.is_empty() || !p.bytes().all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b)) {
+            if p.is_empty()
+                || !p
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b))
+            {
                 return Err(OptionError::new(
                     "pipeline",
                     format!("{p:?}: a pipeline id of letters, digits, '-', '_' and '.'"),
@@ -465,12 +468,7 @@ struct BulkAnswer {
 /// `{"<action>": {"status": …, "error": …}}`
 #[derive(Deserialize)]
 struct BulkItem {
-    #[serde(
-        rename = "index",
-        alias = "create",
-        alias = "update",
-        alias = "delete"
-    )]
+    #[serde(rename = "index", alias = "create", alias = "update", alias = "delete")]
     op: BulkItemResult,
 }
 
@@ -532,7 +530,12 @@ async fn healthcheck(sender: &HttpSender, root: &str, name: &str) {
         return;
     }
     let v: serde_json::Value = serde_json::from_slice(&answer.body).unwrap_or_default();
-    let s = |p: &str| v.pointer(p).and_then(|x| x.as_str()).unwrap_or("?").to_string();
+    let s = |p: &str| {
+        v.pointer(p)
+            .and_then(|x| x.as_str())
+            .unwrap_or("?")
+            .to_string()
+    };
     let distribution = v
         .pointer("/version/distribution")
         .and_then(|x| x.as_str())
@@ -681,15 +684,24 @@ mod tests {
             n.name(day, &rec(serde_json::json!({"svc": "Pay%Y"}))),
             "logs-app.web-pay%y-2023.11.14"
         );
-        assert_eq!(n.name(day, &rec(serde_json::json!({}))), "logs-app.web--2023.11.14");
+        assert_eq!(
+            n.name(day, &rec(serde_json::json!({}))),
+            "logs-app.web--2023.11.14"
+        );
         let t = IndexTemplate::parse("x-%Y").unwrap();
         let mut n = t.for_chunk("a");
-        assert_eq!(n.name(EventTime::new(0, 0), &rec(serde_json::json!({}))), "x-1970");
+        assert_eq!(
+            n.name(EventTime::new(0, 0), &rec(serde_json::json!({}))),
+            "x-1970"
+        );
         assert_eq!(n.name(day, &rec(serde_json::json!({}))), "x-2023");
         let t = IndexTemplate::parse("plain").unwrap();
         let mut n = t.for_chunk("a");
         assert_eq!(n.name(day, &rec(serde_json::json!({}))), "plain");
-        assert_eq!(n.name(EventTime::new(1, 0), &rec(serde_json::json!({}))), "plain");
+        assert_eq!(
+            n.name(EventTime::new(1, 0), &rec(serde_json::json!({}))),
+            "plain"
+        );
         assert!(IndexTemplate::parse("a-%Q").is_err());
         assert!(IndexTemplate::parse("a-${x").is_err());
         assert!(IndexTemplate::parse("").is_err());
@@ -721,7 +733,9 @@ mod tests {
         assert_eq!(u.rejected[0].0, 1);
         assert!(matches!(u.outcome(2), Err(FlushError::Partial(_))));
         assert!(parse_bulk_answer(b"<html>busy</html>").is_err());
-        assert!(parse_bulk_answer(br#"{"errors":false,"items":[{"index":{"status":201}}]}"#).is_ok());
+        assert!(
+            parse_bulk_answer(br#"{"errors":false,"items":[{"index":{"status":201}}]}"#).is_ok()
+        );
     }
 
     #[test]

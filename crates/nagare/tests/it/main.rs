@@ -19,6 +19,7 @@ mod cli_test;
 mod cluster;
 mod directory;
 mod durability;
+mod elasticsearch;
 mod exec_filter;
 mod field_filters;
 mod filters;
