@@ -738,7 +738,7 @@ fn unauthorized_garbage_and_too_large_answers_lose_nothing() {
 
 #[test]
 fn check_names_bad_options() {
-    let base = format!("{}", forward_input(free_port()));
+    let base = forward_input(free_port());
     let out = |extra: &str| {
         format!("[[output]]\ntype = \"elasticsearch\"\nmatch = \"**\"\nendpoint = \"http://127.0.0.1:9200\"\n{extra}\n")
     };
