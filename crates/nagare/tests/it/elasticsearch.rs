@@ -149,7 +149,7 @@ fn documents_arrive_once_with_their_content_in_indexes_and_a_data_stream() {
             &format!("it-plain-es.plain.a-{day}"),
             "lower case, with the day"
         );
-        let (chunk, pos) = id.split_once('-').unwrap_or_else(|| panic!("_id {id}"));
+        let (chunk, pos) = id.rsplit_once('-').unwrap_or_else(|| panic!("_id {id}"));
         assert_eq!(chunk.len(), 22, "the chunk id in base64: {id}");
         pos.parse::<u32>()
             .unwrap_or_else(|_| panic!("the position: {id}"));

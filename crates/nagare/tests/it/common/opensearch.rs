@@ -230,11 +230,13 @@ impl OpenSearch {
         assert_eq!(status, 200, "PUT {path}: {answer}");
     }
 
-    /// The number of documents in `index` (refreshed first), 0 when absent.
+    /// The number of documents in `index` (refreshed first), 0 while it
+    /// is absent or its shards are not started yet (503 just after an
+    /// index is created).
     pub fn count(&self, index: &str) -> u64 {
         self.request("POST", &format!("/{index}/_refresh"), None);
         let (status, v) = self.request("GET", &format!("/{index}/_count"), None);
-        if status == 404 {
+        if status == 404 || status == 503 {
             return 0;
         }
         v["count"]
