@@ -93,6 +93,7 @@ need openssl openssl             # a CA and a server certificate for the redis T
 need ruby ruby                   # a TLS server set up as Fluentd's in_forward sets up OpenSSL (tests/it/tls.rs)
 need java default-jre-headless   # the Kafka broker of the kafka tests (tests/kafka/broker.sh)
 need mvn maven                   # fetches the broker's jars (tests/kafka/fetch.sh)
+need javac default-jdk-headless  # compiles the OpenSearch launcher of the elasticsearch tests (tests/opensearch/fetch.sh)
 need cmake cmake                 # builds librdkafka into nagare (the kafka input and output)
 need clickhouse-server clickhouse-server  # the clickhouse output's tests (tests/it/clickhouse.rs)
 need clickhouse-client clickhouse-client  # reads their rows back
@@ -115,6 +116,8 @@ fi
 
 # The Kafka broker's jars, once, into a cache outside the repository.
 bash tests/kafka/fetch.sh >/dev/null || echo "cannot fetch the Kafka jars; the kafka tests will fail" >&2
+# OpenSearch's jars and its launcher, once, into a cache outside the repository.
+bash tests/opensearch/fetch.sh >/dev/null || echo "cannot fetch the OpenSearch jars; the elasticsearch tests will fail" >&2
 # The OpenTelemetry Python SDK (a client that is not nagare's) for tests/it/opentelemetry.rs.
 otlp=crates/nagare/tests/otlp
 if [ ! -x "$otlp/.venv/bin/python" ]; then

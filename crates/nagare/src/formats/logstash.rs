@@ -32,12 +32,37 @@ pub fn write_logstash_json(
     record: &[u8],
     tag_field: Option<(&str, &str)>,
 ) {
-    out.extend_from_slice(b"{\"@timestamp\":\"");
-    write_timestamp(out, time);
-    out.push(b'"');
+    write_json_with_time(out, Some("@timestamp"), time, record, tag_field)
+}
+
+/// Writes one event as [`write_logstash_json`] does, the time in
+/// `time_field` (RFC 3339) or nowhere (None: the record's fields alone,
+/// then `tag_field`).
+pub fn write_json_with_time(
+    out: &mut Vec<u8>,
+    time_field: Option<&str>,
+    time: EventTime,
+    record: &[u8],
+    tag_field: Option<(&str, &str)>,
+) {
+    let start = out.len();
+    out.push(b'{');
+    if let Some(k) = time_field {
+        json::write_string(out, k.as_bytes());
+        out.extend_from_slice(b":\"");
+        write_timestamp(out, time);
+        out.push(b'"');
+    }
+    // A comma before each field but the object's first.
+    let sep = |out: &mut Vec<u8>| {
+        if out.len() > start + 1 {
+            out.push(b',');
+        }
+    };
     // Records are maps (checked on the way in); anything else is kept whole.
     let Some((n, mut p)) = record::map_at(record, 0) else {
-        out.extend_from_slice(b",\"message\":");
+        sep(out);
+        out.extend_from_slice(b"\"message\":");
         json::write_value(out, record);
         return out.push(b'}');
     };
@@ -50,10 +75,11 @@ pub fn write_logstash_json(
         // The event's time is written above; a field of the same name would
         // make a second key.
         let skip = key.is_some_and(|k| {
-            k == b"@timestamp" || tag_field.is_some_and(|(t, _)| t.as_bytes() == k)
+            time_field.is_some_and(|t| t.as_bytes() == k)
+                || tag_field.is_some_and(|(t, _)| t.as_bytes() == k)
         });
         if !skip {
-            out.push(b',');
+            sep(out);
             match key {
                 Some(k) => json::write_string(out, k),
                 None => {
@@ -69,7 +95,7 @@ pub fn write_logstash_json(
         p = vend;
     }
     if let Some((k, tag)) = tag_field {
-        out.push(b',');
+        sep(out);
         json::write_string(out, k.as_bytes());
         out.push(b':');
         json::write_string(out, tag.as_bytes());

@@ -525,6 +525,20 @@ impl Outcomes {
             rejected: self.rejected,
             message,
         }))
+impl HttpSender {
+    /// GETs `path` with the headers requests carry but those of a body
+    /// (`Content-Type`, `Content-Encoding`): a healthcheck's request.
+    pub async fn get(&self, path: &str) -> Result<Answer, String> {
+        let mut req = self.client.request(path).method(hyper::Method::GET);
+        for (k, v) in &self.headers {
+            if k != header::CONTENT_TYPE && k != header::CONTENT_ENCODING {
+                req = req.header(k, v);
+            }
+        }
+        let req = req
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| format!("building the request for {path:?}: {e}"))?;
+        self.client.send(req).await
     }
 }
 

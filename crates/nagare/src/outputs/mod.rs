@@ -24,5 +24,6 @@ registry! {
     s3 => output::<s3::S3OutputConfig>(),
     loki => output::<loki::LokiOutputConfig>(),
     splunk_hec => output::<splunk_hec::SplunkHecOutputConfig>(),
+    elasticsearch => output::<elasticsearch::ElasticsearchConfig>(),
     copy => copy::REGISTRATION,
 }

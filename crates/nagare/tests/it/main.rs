@@ -22,6 +22,7 @@ mod containers;
 mod convert;
 mod directory;
 mod durability;
+mod elasticsearch;
 mod exec_filter;
 mod exec_input;
 mod field_filters;

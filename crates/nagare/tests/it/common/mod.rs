@@ -10,6 +10,7 @@ pub mod kafka_broker;
 pub mod lines;
 pub mod netns;
 pub mod pg_server;
+pub mod opensearch;
 pub mod redis_server;
 pub mod scripted_http;
 pub mod tls;
@@ -725,7 +726,7 @@ fn http_request(method: &str, port: u16, path: &str) -> (u16, String) {
     (status, body)
 }
 
-fn dechunk(mut s: &str) -> String {
+pub fn dechunk(mut s: &str) -> String {
     let mut out = String::new();
     while let Some((len, rest)) = s.split_once("\r\n") {
         let n = usize::from_str_radix(len.trim(), 16).unwrap_or(0);
