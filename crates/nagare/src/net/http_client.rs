@@ -525,6 +525,9 @@ impl Outcomes {
             rejected: self.rejected,
             message,
         }))
+    }
+}
+
 impl HttpSender {
     /// GETs `path` with the headers requests carry but those of a body
     /// (`Content-Type`, `Content-Encoding`): a healthcheck's request.

@@ -232,7 +232,9 @@ impl Output for ClickhouseOutput {
             match inner.schema().await {
                 Ok(_) => {}
                 Err(FlushError::Permanent(e)) => tracing::error!(output = %inner.name, "{e}"),
-                Err(e) => tracing::warn!(output = %inner.name, "ClickHouse not ready at start (chunks wait for it): {e}"),
+                Err(e) => {
+                    tracing::warn!(output = %inner.name, "ClickHouse not ready at start (chunks wait for it): {e}")
+                }
             }
         });
     }
@@ -303,7 +305,11 @@ impl Inner {
     async fn read_schema(&self) -> Result<Schema, FlushError> {
         let answer = self
             .sender
-            .post(&self.describe_path, self.describe.clone().into_bytes(), &self.extra)
+            .post(
+                &self.describe_path,
+                self.describe.clone().into_bytes(),
+                &self.extra,
+            )
             .await?;
         if !answer.status.is_success() {
             return Err(self.judge(&answer).1);
@@ -541,7 +547,10 @@ impl Inner {
         // Row errors: the value of one row does not parse as its column.
         if let Some(row) = at_row(&message) {
             let name = code.map_or("clickhouse_error", code_name);
-            return (Some(row - 1), FlushError::Permanent(format!("{name}: {message}")));
+            return (
+                Some(row - 1),
+                FlushError::Permanent(format!("{name}: {message}")),
+            );
         }
         match code {
             // UNKNOWN_TABLE, UNKNOWN_DATABASE, NO_SUCH_COLUMN_IN_TABLE,
@@ -622,7 +631,9 @@ fn quote_ident(s: &str) -> String {
 
 /// TabSeparated's escapes undone (column names are plain mostly).
 fn unescape_tsv(s: &str) -> String {
-    s.replace("\\t", "\t").replace("\\n", "\n").replace("\\\\", "\\")
+    s.replace("\\t", "\t")
+        .replace("\\n", "\n")
+        .replace("\\\\", "\\")
 }
 
 /// Percent-encoding of a query parameter.
@@ -667,7 +678,10 @@ mod tests {
             String::from_utf8(out).unwrap()
         };
         assert_eq!(w(serde_json::json!(5), Kind::Text), "\"5\"");
-        assert_eq!(w(serde_json::json!({"a":1}), Kind::Text), "\"{\\\"a\\\":1}\"");
+        assert_eq!(
+            w(serde_json::json!({"a":1}), Kind::Text),
+            "\"{\\\"a\\\":1}\""
+        );
         assert_eq!(w(serde_json::json!("12"), Kind::Number), "12");
         assert_eq!(w(serde_json::json!("x"), Kind::Number), "\"x\"");
         assert_eq!(w(serde_json::json!([1, 2]), Kind::Json), "[1,2]");

@@ -457,7 +457,10 @@ impl PostgresqlOutput {
         // the line: that row is bad, the others may be fine.
         if code.starts_with("22") || code.starts_with("23") {
             if let Some(line) = db.where_().and_then(copy_line) {
-                return Failure::Row(line - 1, format!("{}: {}", code_name(db.code()), db.message()));
+                return Failure::Row(
+                    line - 1,
+                    format!("{}: {}", code_name(db.code()), db.message()),
+                );
             }
             return Failure::Chunk(FlushError::Permanent(text));
         }
@@ -630,11 +633,7 @@ async fn connect(
     let ports = pg.get_ports();
     let mut last = String::from("no host");
     for (n, host) in pg.get_hosts().iter().enumerate() {
-        let port = ports
-            .get(n)
-            .or(ports.first())
-            .copied()
-            .unwrap_or(5432);
+        let port = ports.get(n).or(ports.first()).copied().unwrap_or(5432);
         let attempt = async {
             match host {
                 Host::Tcp(h) => {
@@ -761,10 +760,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for PgTlsStream<S> {
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut *self.0).poll_flush(cx)
     }
-    fn poll_shutdown(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<std::io::Result<()>> {
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         Pin::new(&mut *self.0).poll_shutdown(cx)
     }
 }
