@@ -655,6 +655,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inputs::common::mutations;
 
     fn decoder() -> Decoder {
         let cfg: BeatsInputConfig = toml::from_str("").unwrap();
@@ -695,29 +696,6 @@ mod tests {
             .map(|(t, _, _)| t)
             .collect();
         assert_eq!(times[0], EventTime::new(1714557600, 0));
-    }
-
-    /// Random bytes in, for a few thousand cuts and mutations of a good
-    /// input (what the fuzz target does at length, here in every `cargo test`).
-    fn mutations(good: &[u8], mut each: impl FnMut(&[u8])) {
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        for cut in 0..=good.len() {
-            each(&good[..cut]);
-        }
-        for _ in 0..3000 {
-            let mut b = good.to_vec();
-            for _ in 0..1 + next() % 4 {
-                let at = (next() % b.len() as u64) as usize;
-                b[at] = next() as u8;
-            }
-            each(&b);
-        }
     }
 
     #[test]

@@ -714,6 +714,7 @@ impl Decode for EsDecode {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inputs::common::mutations;
 
     fn decoder(toml: &str) -> EsDecode {
         let cfg: ElasticsearchInputConfig =
@@ -790,29 +791,6 @@ mod tests {
             .collect();
         assert_eq!(times[0], EventTime::new(1714557600, 500_000_000));
         assert!(times[1].secs > 1714557600);
-    }
-
-    /// Random bytes in, for a few thousand cuts and mutations of a good
-    /// input (what the fuzz target does at length, here in every `cargo test`).
-    fn mutations(good: &[u8], mut each: impl FnMut(&[u8])) {
-        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        for cut in 0..=good.len() {
-            each(&good[..cut]);
-        }
-        for _ in 0..3000 {
-            let mut b = good.to_vec();
-            for _ in 0..1 + next() % 4 {
-                let at = (next() % b.len() as u64) as usize;
-                b[at] = next() as u8;
-            }
-            each(&b);
-        }
     }
 
     #[test]

@@ -97,3 +97,28 @@ pub enum SocketType {
     /// Datagrams, each one line or several (as /dev/log).
     Dgram,
 }
+
+/// For the decoders' never-panic unit tests: random bytes in, for a few
+/// thousand cuts and mutations of a good input (what the fuzz targets do
+/// at length, here in every `cargo test`).
+#[cfg(test)]
+pub fn mutations(good: &[u8], mut each: impl FnMut(&[u8])) {
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for cut in 0..=good.len() {
+        each(&good[..cut]);
+    }
+    for _ in 0..3000 {
+        let mut b = good.to_vec();
+        for _ in 0..1 + next() % 4 {
+            let at = (next() % b.len() as u64) as usize;
+            b[at] = next() as u8;
+        }
+        each(&b);
+    }
+}
