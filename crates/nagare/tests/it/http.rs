@@ -566,6 +566,22 @@ class H(BaseHTTPRequestHandler):
 ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 "#;
 
+/// Starts RECEIVER in `dir` on a free port; returns it, the port and the
+/// file it logs each request to.
+fn start_receiver(dir: &Path) -> (std::process::Child, u16, std::path::PathBuf) {
+    let (port, log) = (free_port(), dir.join("received.jsonl"));
+    let script = dir.join("receiver.py");
+    std::fs::write(&script, RECEIVER).unwrap();
+    let receiver = Command::new("python3")
+        .arg(&script)
+        .arg(port.to_string())
+        .arg(&log)
+        .spawn()
+        .unwrap();
+    wait_port(port);
+    (receiver, port, log)
+}
+
 #[test]
 fn output_posts_ndjson_to_a_python_server_with_retries_and_dead_letters() {
     if skip_unless(
@@ -575,16 +591,7 @@ fn output_posts_ndjson_to_a_python_server_with_retries_and_dead_letters() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (rport, log) = (free_port(), dir.path().join("received.jsonl"));
-    let script = dir.path().join("receiver.py");
-    std::fs::write(&script, RECEIVER).unwrap();
-    let mut receiver = Command::new("python3")
-        .arg(&script)
-        .arg(rport.to_string())
-        .arg(&log)
-        .spawn()
-        .unwrap();
-    wait_port(rport);
+    let (mut receiver, rport, log) = start_receiver(dir.path());
     let dead = dir.path().join("dead");
     let sections = format!(
         r#"[[output]]
@@ -674,16 +681,7 @@ fn a_refused_chunk_without_secondary_becomes_a_dead_letter_replay_sends() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (rport, log) = (free_port(), dir.path().join("received.jsonl"));
-    let script = dir.path().join("receiver.py");
-    std::fs::write(&script, RECEIVER).unwrap();
-    let mut receiver = Command::new("python3")
-        .arg(&script)
-        .arg(rport.to_string())
-        .arg(&log)
-        .spawn()
-        .unwrap();
-    wait_port(rport);
+    let (mut receiver, rport, log) = start_receiver(dir.path());
     let letters = dir.path().join("letters");
     let sections = format!(
         r#"[system]
