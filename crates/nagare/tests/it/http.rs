@@ -681,7 +681,7 @@ fn a_refused_chunk_without_secondary_becomes_a_dead_letter_replay_sends() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let (mut receiver, rport, log) = start_receiver(dir.path());
+    let (mut receiver, rport, _log) = start_receiver(dir.path());
     let letters = dir.path().join("letters");
     let sections = format!(
         r#"[system]
