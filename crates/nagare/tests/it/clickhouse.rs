@@ -147,16 +147,7 @@ flush_interval = "50ms"
     );
     let (d, port) = start_forward_daemon(dir.path(), &cfg);
     send_acked_to(port, "app.map", 0..500);
-    let deadline = std::time::Instant::now() + WAIT;
-    while ch.count(table) != 500 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "{} of 500 rows; nagare's log:\n{}",
-            ch.count(table),
-            d.stderr()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    wait_until(WAIT, "500 rows in the table", || ch.count(table) == 500);
     let wrong = ch.query(&format!(
         "SELECT count() FROM {table} WHERE text != concat('event number ', toString(n))"
     ));
