@@ -876,12 +876,85 @@ fn flt_grep(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
     }
 }
 
+/// A modify `Condition TYPE KEY [VALUE]` as `[[filter.when]]` tables (all
+/// must hold, as Fluent Bit's conditions).
+fn modify_condition(value: &str) -> Result<Vec<Table>, String> {
+    // Fields are separated by runs of blanks; the value is the rest.
+    let v = value.trim();
+    let (kind, rest) = v.split_once(char::is_whitespace).unwrap_or((v, ""));
+    let kind = kind.to_ascii_lowercase();
+    let rest = rest.trim_start();
+    let (key, arg) = rest.split_once(char::is_whitespace).unwrap_or((rest, ""));
+    let arg = arg.trim();
+    let when = |pattern: Option<String>, invert: bool| {
+        let mut w = Table::new("when", true);
+        w.set("key", Val::s(key));
+        if let Some(p) = pattern {
+            w.set("pattern", Val::s(p));
+        }
+        if invert {
+            w.set("invert", Val::Bool(true));
+        }
+        w
+    };
+    if key.is_empty() {
+        return Err("a condition names a key".into());
+    }
+    let needs_arg = || {
+        if arg.is_empty() {
+            Err(format!("{kind} needs a value"))
+        } else {
+            Ok(())
+        }
+    };
+    Ok(match kind.as_str() {
+        "key_exists" => vec![when(None, false)],
+        "key_does_not_exist" => vec![when(None, true)],
+        "key_value_equals" => {
+            needs_arg()?;
+            vec![when(Some(format!("^{}$", regex::escape(arg))), false)]
+        }
+        "key_value_matches" => {
+            needs_arg()?;
+            vec![when(Some(common::regex(arg)?), false)]
+        }
+        // Fluent Bit: false when the key is missing, so "is there" too.
+        "key_value_does_not_equal" => {
+            needs_arg()?;
+            vec![
+                when(None, false),
+                when(Some(format!("^{}$", regex::escape(arg))), true),
+            ]
+        }
+        "key_value_does_not_match" => {
+            needs_arg()?;
+            vec![when(None, false), when(Some(common::regex(arg)?), true)]
+        }
+        _ => {
+            return Err(format!(
+                "nagare's modify has no condition on key names ({kind})"
+            ))
+        }
+    })
+}
+
 fn flt_modify(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
-    let conds: Vec<&Entry> = all(s, used, "condition");
-    if let Some(c) = conds.first() {
-        ctx.notes.unmapped(&c.file, c.line, format!("[FILTER] modify with Condition {}", c.value), "nagare's modify has no conditions; the filter is not converted (its changes would apply to every record)");
-        t.set("type", Val::s("__skip__"));
-        return;
+    for c in all(s, used, "condition") {
+        match modify_condition(&c.value) {
+            Ok(whens) => t.children.extend(whens),
+            Err(why) => {
+                // Without its condition the filter would change every
+                // record: it is left out whole.
+                ctx.notes.unmapped(
+                    &c.file,
+                    c.line,
+                    format!("[FILTER] modify with Condition {}", c.value),
+                    format!("{why}; the filter is not converted (its changes would apply to every record)"),
+                );
+                t.set("type", Val::s("__skip__"));
+                return;
+            }
+        }
     }
     let mut set = Table::new("set", false);
     let mut add = Table::new("add", false);
@@ -905,7 +978,7 @@ fn flt_modify(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
                 );
             }
             "copy" | "hard_copy" => copy.set(&a, Val::s(b)),
-            "name" | "match" | "alias" => continue,
+            "name" | "match" | "alias" | "condition" => continue,
             _ => {
                 ctx.notes.unmapped_on(
                     t,
@@ -1034,14 +1107,10 @@ fn flt_rewrite_tag(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
         };
         let mut r = Table::new("rule", true);
         r.set("key", Val::s(field));
-        r.set_commented(
-            "pattern",
-            Val::s(pattern),
-            Some(
-                "approx: also matches numbers as their text (Fluent Bit matches strings only)"
-                    .into(),
-            ),
-        );
+        r.set("pattern", Val::s(pattern));
+        // Fluent Bit's record accessor regex matches strings only: a 503
+        // number is not matched by ^5[0-9][0-9]$.
+        r.set("strings_only", Val::Bool(true));
         let mut new_tag = String::new();
         let mut rest = tag;
         while let Some(i) = rest.find("$TAG") {
@@ -1062,12 +1131,6 @@ fn flt_rewrite_tag(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
         }
         t.children.push(r);
     }
-    ctx.notes.approx(
-        &s.file,
-        s.line,
-        "[FILTER] rewrite_tag",
-        "nagare matches a number by its text (Fluent Bit's rules match strings only)",
-    );
 }
 
 fn flt_throttle(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {

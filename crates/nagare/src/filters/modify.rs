@@ -56,6 +56,30 @@ pub struct ModifyConfig {
     /// The strftime format of `${time}` (the event's time, UTC).
     #[serde_inline_default("%Y-%m-%dT%H:%M:%S%.9fZ".into())]
     pub time_format: String,
+    /// `[[filter.when]]`: conditions that must all hold for the changes to
+    /// apply to a record; a record for which one does not goes on as it
+    /// came (Fluent Bit's modify `Condition`). Empty: every record changes.
+    #[serde(default)]
+    pub when: Vec<Condition>,
+}
+
+/// One condition of `[[filter.when]]`, on the record as it arrived.
+#[serde_inline_default]
+#[derive(Debug, Clone, Deserialize, serde::Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Condition {
+    /// The field: `name` (a top-level key) or `$.a.b` (a nested one). Required.
+    pub key: String,
+    /// A regular expression (Rust regex syntax, unanchored) the field's
+    /// text must match (a number or boolean by its text, as JSON writes
+    /// it). Absent: the field must be there.
+    #[serde(default)]
+    pub pattern: Option<String>,
+    /// The condition holds when it otherwise would not: the field does not
+    /// match (a missing field does not match), or, without `pattern`, is
+    /// not there.
+    #[serde_inline_default(false)]
+    pub invert: bool,
 }
 
 impl FilterPlugin for ModifyConfig {
@@ -129,6 +153,8 @@ struct Modify {
     uses_time: bool,
     /// The templates of `Value::PerTag`.
     per_tag: Vec<Vec<Part>>,
+    /// `when`: (index in `fields`, pattern, invert).
+    when: Vec<(usize, Option<regex::bytes::Regex>, bool)>,
 }
 
 impl Modify {
@@ -198,7 +224,21 @@ impl Modify {
                 .map(|(k, _)| fields.add(&key(k)))
                 .collect()
         });
+        let mut when = Vec::new();
+        for (i, c) in cfg.when.iter().enumerate() {
+            let key = format!("when[{i}]");
+            let path = FieldPath::parse(&c.key)
+                .map_err(|e| OptionError::new(&format!("{key}.key"), e))?;
+            let pattern = c
+                .pattern
+                .as_deref()
+                .map(regex::bytes::Regex::new)
+                .transpose()
+                .map_err(|e| OptionError::new(&format!("{key}.pattern"), format!("bad regex: {e}")))?;
+            when.push((fields.add(&path), pattern, c.invert));
+        }
         Ok(Modify {
+            when,
             uses_time: b.uses_time,
             per_tag: b.per_tag,
             root: b.root,
@@ -587,6 +627,20 @@ fn tag_text<'a>(part: &'a Part, tag: &'a str) -> &'a [u8] {
     }
 }
 
+impl Modify {
+    /// Whether every `when` condition holds for `record`, whose fields are at `spans`.
+    fn applies(&self, record: &[u8], spans: &[Span], json: &mut Vec<u8>) -> bool {
+        self.when.iter().all(|(i, pattern, invert)| {
+            let holds = match (spans[*i], pattern) {
+                (None, _) => false,
+                (Some(_), None) => true,
+                (Some((a, b)), Some(re)) => re.is_match(value_text(&record[a..b], json)),
+            };
+            holds != *invert
+        })
+    }
+}
+
 impl Filter for Modify {
     fn filter(&self, tag: &str, parts: &[Bytes], _count: u32) -> Filtered {
         let len: usize = parts.iter().map(|p| p.len()).sum();
@@ -641,6 +695,10 @@ impl Filter for Modify {
                     out.extend_from_slice(record);
                     continue;
                 };
+                if !self.applies(record, &spans, &mut s.json) {
+                    out.extend_from_slice(record);
+                    continue;
+                }
                 if let Some(keys) = &self.appends {
                     if keys.iter().all(|&k| spans[k].is_none()) {
                         write_map_len(&mut out, pairs + self.root.ops.len());
@@ -713,6 +771,39 @@ mod tests {
         let (t, r, _) = nagare_core::record::entries(&b).next().unwrap();
         assert_eq!(t, EventTime::new(1_795_309_323, 5));
         rmpv::decode::read_value(&mut &r[..]).unwrap()
+    }
+
+    #[test]
+    fn when_conditions_choose_the_records_that_change() {
+        // Fluent Bit's `Condition Key_value_matches status ^5[0-9][0-9]$`
+        // with `Condition Key_does_not_exist alert`.
+        let f = modify(
+            r#"
+add = { alert = "true" }
+[[when]]
+key = "status"
+pattern = "^5[0-9][0-9]$"
+[[when]]
+key = "$.alert"
+invert = true
+"#,
+        );
+        let with = |status: V| m(&[("status", status)]);
+        let alerted = |status: V| m(&[("status", status), ("alert", "true".into())]);
+        assert_eq!(run(&f, "t", &with("502".into())), alerted("502".into()));
+        // A number matches by its text.
+        assert_eq!(run(&f, "t", &with(503.into())), alerted(503.into()));
+        assert_eq!(run(&f, "t", &with("200".into())), with("200".into()));
+        assert_eq!(run(&f, "t", &m(&[])), m(&[]));
+        let had = m(&[("status", "500".into()), ("alert", "no".into())]);
+        assert_eq!(run(&f, "t", &had), had);
+        // Inverted with a pattern: a missing field does not match, so it holds.
+        let f = modify("set = { ok = 1 }\n[[when]]\nkey = \"level\"\npattern = \"^debug$\"\ninvert = true\n");
+        assert_eq!(run(&f, "t", &m(&[])), m(&[("ok", 1.into())]));
+        let debug = m(&[("level", "debug".into())]);
+        assert_eq!(run(&f, "t", &debug), debug);
+        let e = build_err("set = { a = 1 }\n[[when]]\nkey = \"a\"\npattern = \"(\"\n");
+        assert!(e.to_string().contains("when[0].pattern"), "{e}");
     }
 
     #[test]

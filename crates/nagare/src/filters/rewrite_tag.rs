@@ -12,7 +12,7 @@ use bytes::Bytes;
 use nagare_core::filter::FilterPlugin;
 use nagare_core::filter::{Filter, Filtered};
 use nagare_core::plugin::{BuildContext, OptionError};
-use nagare_core::record::{value_text, FieldPath, Fields, Span};
+use nagare_core::record::{str_at, value_text, FieldPath, Fields, Span};
 use regex_automata::meta;
 use regex_automata::util::captures::Captures;
 use regex_automata::Input;
@@ -50,6 +50,12 @@ pub struct RewriteRule {
     /// be used, and an empty or missing field does not apply).
     #[serde(default)]
     pub invert: bool,
+    /// Only a string value can match: a number, boolean, map or array
+    /// reads as a missing field. Fluent Bit's rewrite_tag rules match
+    /// strings only (`nagare convert` sets this for them); Fluentd's
+    /// rewrite_tag_filter matches any value by its text (the default).
+    #[serde(default)]
+    pub strings_only: bool,
 }
 
 #[derive(
@@ -101,6 +107,7 @@ struct Rule {
     /// `RewriteTag::caches`), for the match test and for captures.
     test: Pattern,
     invert: bool,
+    strings_only: bool,
     tag: Vec<Part>,
     captures: bool,
 }
@@ -138,6 +145,7 @@ impl Rule {
             key_id: fields.add(&key),
             test,
             invert: r.invert,
+            strings_only: r.strings_only,
             tag,
             captures,
         })
@@ -158,6 +166,10 @@ impl Rule {
         out: &mut String,
     ) -> bool {
         let text: &[u8] = match spans[self.key_id] {
+            Some((a, b)) if self.strings_only => match str_at(&record[a..b], 0) {
+                Some((x, y)) => &record[a + x..a + y],
+                None => b"",
+            },
             Some((a, b)) => value_text(&record[a..b], json),
             None => b"",
         };
@@ -482,6 +494,29 @@ tag = "kept.${tag_parts[-1]}"
             run(&*f, "t", &[ev(0, &[("a", "x".into())])]),
             (None, vec![])
         );
+    }
+
+    #[test]
+    fn strings_only_rules_do_not_match_numbers() {
+        let rules = |strings_only: bool| {
+            format!("[[rule]]\nkey = \"$.http.status\"\npattern = \"^5\\\\d\\\\d$\"\ntag = \"alert\"\nstrings_only = {strings_only}\n")
+        };
+        let http = |c: Value| Value::Map(vec![("status".into(), c)]);
+        let records = [
+            ev(0, &[("http", http(503.into()))]),
+            ev(1, &[("http", http("503".into()))]),
+            ev(2, &[("http", http(Value::Boolean(true)))]),
+        ];
+        // Fluentd's way (the default): the number's text matches.
+        let f = build(&rules(false)).unwrap();
+        let (stay, moved) = run(&*f, "t", &records);
+        assert_eq!(stay, Some(vec![2]));
+        assert_eq!(moved, [("alert".to_string(), vec![0, 1])]);
+        // Fluent Bit's: only the string does.
+        let f = build(&rules(true)).unwrap();
+        let (stay, moved) = run(&*f, "t", &records);
+        assert_eq!(stay, Some(vec![0, 2]));
+        assert_eq!(moved, [("alert".to_string(), vec![1])]);
     }
 
     #[test]
