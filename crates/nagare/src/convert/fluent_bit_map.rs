@@ -452,7 +452,7 @@ fn multiline_table(ctx: &mut Ctx, name: &str, at: &Entry, message_key: &str) -> 
             return None;
         }
     }
-    let mut conts = 0;
+    let mut conts = Vec::new();
     for r in all(&m, &mut used, "rule") {
         let parts = quoted_parts(&r.value);
         if parts.len() < 3 {
@@ -470,12 +470,21 @@ fn multiline_table(ctx: &mut Ctx, name: &str, at: &Entry, message_key: &str) -> 
                 Err(why) => ctx.notes.unmapped(&r.file, r.line, "start_state rule", why),
             }
         } else {
-            conts += 1;
+            match common::regex(&parts[1]) {
+                Ok(re) => conts.push(format!("(?:{re})")),
+                Err(why) => ctx.notes.unmapped(&r.file, r.line, format!("rule {}", r.value), why),
+            }
         }
     }
-    if conts > 0 {
-        pt.comments.push("approx: every line up to the next first line joins the event (Fluent Bit's continuation rules are not checked)".into());
-        ctx.notes.approx(&m.file, m.line, format!("[MULTILINE_PARSER] {name} continuation rules"), "nagare joins every line up to the next start_state line; Fluent Bit makes a line that matches no rule a record of its own, and ends each joined message with a newline");
+    if !conts.is_empty() {
+        // Fluent Bit's states are folded into one: a line any continuation
+        // rule matches continues the event, whatever state it is in.
+        pt.set_commented(
+            "format_continuation",
+            Val::s(conts.join("|")),
+            (conts.len() > 1).then(|| "approx: the continuation rules of every state, as one".to_string()),
+        );
+        ctx.notes.approx(&m.file, m.line, format!("[MULTILINE_PARSER] {name}"), "joined lines end without the newline Fluent Bit ends each message with");
     }
     if let Some(f) =
         val(&m, &mut used, "flush_timeout").and_then(|ms| ms.trim().parse::<u64>().ok())

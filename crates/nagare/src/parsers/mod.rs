@@ -118,6 +118,7 @@ pub struct ParserConfig {
     pub label_delimiter: Option<String>,
     pub message_format: SyslogFormat,
     pub format_firstline: Option<String>,
+    pub format_continuation: Option<String>,
     pub multiline_flush_interval: Dur,
 }
 
@@ -143,6 +144,7 @@ impl Default for ParserConfig {
             label_delimiter: None,
             message_format: SyslogFormat::Auto,
             format_firstline: None,
+            format_continuation: None,
             multiline_flush_interval: DEFAULT_MULTILINE_FLUSH,
         }
     }
@@ -307,6 +309,14 @@ impl Parser {
     pub fn multiline(&self) -> Option<(&::regex::bytes::Regex, std::time::Duration)> {
         match &self.kind {
             Kind::Multiline(m) => Some((&m.firstline, m.flush)),
+            _ => None,
+        }
+    }
+
+    /// For "multiline" with `format_continuation`: the lines that may continue an event.
+    pub fn multiline_continuation(&self) -> Option<&::regex::bytes::Regex> {
+        match &self.kind {
+            Kind::Multiline(m) => m.continuation.as_ref(),
             _ => None,
         }
     }

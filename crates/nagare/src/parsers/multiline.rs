@@ -6,6 +6,8 @@
 //! without one the whole text goes to `message_key`. The last event of a
 //! file is emitted after `multiline_flush_interval` without a new line.
 //! Lines before a file's first first-line are an event of their own.
+//! With `format_continuation`, only the lines it matches continue an
+//! event, and any other line is an event of its own (Fluent Bit's rules).
 
 use std::time::Duration;
 
@@ -14,6 +16,7 @@ use super::{Fields, ParserConfig};
 
 pub struct Multiline {
     pub firstline: regex::bytes::Regex,
+    pub continuation: Option<regex::bytes::Regex>,
     pub flush: Duration,
     inner: Option<Rx>,
 }
@@ -25,12 +28,19 @@ impl Multiline {
         };
         let firstline = regex::bytes::Regex::new(first)
             .map_err(|e| anyhow::anyhow!("bad format_firstline: {e}"))?;
+        let continuation = cfg
+            .format_continuation
+            .as_deref()
+            .map(regex::bytes::Regex::new)
+            .transpose()
+            .map_err(|e| anyhow::anyhow!("bad format_continuation: {e}"))?;
         let inner = match &cfg.expression {
             Some(e) => Some(Rx::new(&format!("(?s){e}"), false)?),
             None => None,
         };
         Ok(Multiline {
             firstline,
+            continuation,
             flush: cfg.multiline_flush_interval.0,
             inner,
         })

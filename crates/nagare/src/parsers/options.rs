@@ -72,6 +72,7 @@ macro_rules! parser_options {
     (@set $c:ident, $s:ident, label_delimiter) => { $c.label_delimiter = $s.label_delimiter.into(); };
     (@set $c:ident, $s:ident, message_format) => { $c.message_format = $s.message_format.into(); };
     (@set $c:ident, $s:ident, format_firstline) => { $c.format_firstline = $s.format_firstline.into(); };
+    (@set $c:ident, $s:ident, format_continuation) => { $c.format_continuation = $s.format_continuation; };
     (@set $c:ident, $s:ident, partial_flush_interval) => {
         $c.multiline_flush_interval = $s.partial_flush_interval.into();
     };
@@ -145,6 +146,12 @@ parser_options!(
     MultilineOptions {
         /// A line matching this regular expression starts an event. Required.
         format_firstline: String,
+        /// Only a line matching this regular expression continues an
+        /// event; any other line that does not start one is an event of its
+        /// own (as Fluent Bit's multiline rules do). Without it every line
+        /// up to the next first line continues the event (Fluentd's way).
+        #[serde(default)]
+        format_continuation: Option<String>,
         /// Matched against the joined lines (`.` matches newlines too); its
         /// named captures become the fields. Without it the joined text goes
         /// to `message_key`.

@@ -705,6 +705,7 @@ fn read_lines(
     // where the line starts in `data` (the pending event may have started
     // before it: at -ml_before).
     let multiline = parser.multiline();
+    let continuation = parser.multiline_continuation();
     let ml_before = f.ml_bytes;
     let mut pend = f.ml.take();
     let mut pend_start = -(ml_before as i64);
@@ -745,8 +746,9 @@ fn read_lines(
         };
         let line = line.strip_suffix(b"\r").unwrap_or(line);
         fed = true;
+        let starts = first.is_match(line);
         match &mut pend {
-            Some(p) if !first.is_match(line) => {
+            Some(p) if !starts && continuation.is_none_or(|c| c.is_match(line)) => {
                 p.push(b'\n');
                 p.extend_from_slice(line);
                 // Bounded: an event past max_line_size goes out as it is.
@@ -758,6 +760,12 @@ fn read_lines(
             _ => {
                 if let Some(p) = pend.take() {
                     emit(&p, out);
+                }
+                if !starts && continuation.is_some() {
+                    // With continuation rules, a line that neither starts
+                    // nor continues an event is one of its own.
+                    emit(line, out);
+                    return;
                 }
                 pend = Some(line.to_vec());
                 pend_start = at as i64;
