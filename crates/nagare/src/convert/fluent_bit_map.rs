@@ -11,6 +11,8 @@ use super::emit::{Doc, Table, Val};
 use super::fluent_bit::{Config, Entry, Section};
 use super::{Dialect, Note, NoteKind};
 
+mod stores;
+
 type MapFn = fn(&mut Ctx, &Section, &mut Used, &mut Table);
 
 /// `[INPUT] Name X` → `[[input]] type = Y`.
@@ -22,6 +24,10 @@ const INPUTS: &[(&str, &str, MapFn)] = &[
     ("tcp", "tcp", in_tcp),
     ("udp", "udp", in_tcp),
     ("kafka", "kafka", in_kafka),
+    ("systemd", "journald", stores::in_systemd),
+    ("exec", "exec", stores::in_exec),
+    ("elasticsearch", "elasticsearch", stores::in_elasticsearch),
+    ("splunk", "splunk_hec", stores::in_splunk),
 ];
 
 /// `[FILTER] Name X` → `[[filter]] type = Y`.
@@ -43,20 +49,18 @@ const OUTPUTS: &[(&str, &str, MapFn)] = &[
     ("forward", "forward", out_forward),
     ("http", "http", out_http),
     ("kafka", "kafka", out_kafka),
+    ("es", "elasticsearch", stores::out_es),
+    ("opensearch", "elasticsearch", stores::out_es),
+    ("loki", "loki", stores::out_loki),
+    ("splunk", "splunk_hec", stores::out_splunk),
+    ("s3", "s3", stores::out_s3),
+    ("pgsql", "postgresql", stores::out_pgsql),
 ];
 
 /// Plugins nagare does not have yet (or never will), with what to say. When
 /// one lands, its entry moves to a table above.
 const NOT_YET: &[(&str, &str)] = &[
-    ("es", "nagare has no elasticsearch output yet"),
-    ("opensearch", "nagare has no opensearch/elasticsearch output yet"),
-    ("loki", "nagare has no loki output yet"),
-    ("splunk", "nagare has no splunk_hec output yet"),
-    ("s3", "nagare has no s3 output yet"),
-    ("pgsql", "not converted yet: write nagare's `postgresql` output by hand (its connection, table and columns options differ)"),
-    ("exec", "nagare has no exec input yet (the exec filter runs a program on events)"),
     ("dummy", "nagare has no generator input (`nagare gen` writes generated events to a file, TCP, HTTP or a forward port)"),
-    ("systemd", "nagare has no journald input yet"),
     ("kubernetes", "nagare has no kubernetes metadata filter"),
     ("nest", "nagare's modify cannot nest or lift maps"),
     ("multiline", "use a tail input's multiline parser (format_firstline)"),
@@ -428,7 +432,6 @@ fn parser_table(ctx: &mut Ctx, name: &str, at: &Entry, message_key: &str) -> Tab
 fn multiline_table(ctx: &mut Ctx, name: &str, at: &Entry, message_key: &str) -> Option<Table> {
     let Some(m) = ctx.multiline.get(name).cloned() else {
         let why = match name {
-            "docker" | "cri" => "a container runtime's log lines: use a json parser (docker) or a regex parser (cri)",
             "java" | "python" | "go" | "ruby" => "nagare has no built-in multiline language rules: write a multiline parser with format_firstline",
             _ => "no [MULTILINE_PARSER] of that name",
         };
@@ -649,6 +652,19 @@ fn in_tail(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
     let firstline = get(s, used, "parser_firstline").cloned();
     if let Some(m) = ml {
         let name = m.value.split(',').next().unwrap_or("").trim().to_string();
+        if name == "docker" || name == "cri" {
+            // The built-ins join a container runtime's split lines: nagare's
+            // parsers of the same names do.
+            let mut pt = Table::new("parser", false);
+            pt.set("type", Val::s(&name));
+            pt.set("message_key", Val::s(&key));
+            if m.value.contains(',') {
+                pt.comments.push(format!("approx: multiline.parser {}: nagare reads the first format only", m.value));
+                ctx.notes.approx(&m.file, m.line, format!("multiline.parser {}", m.value), "nagare's tail reads one container format: the first listed");
+            }
+            t.children.push(pt);
+            return;
+        }
         if let Some(pt) = multiline_table(ctx, &name, &m, &key) {
             t.children.push(pt);
             return;

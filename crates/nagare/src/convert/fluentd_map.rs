@@ -12,6 +12,8 @@ use super::emit::{Doc, Table, Val};
 use super::fluentd::{Directive, Param};
 use super::Note;
 
+mod stores;
+
 /// How one peer option becomes a nagare option.
 #[derive(Clone, Copy)]
 pub enum Conv {
@@ -43,6 +45,8 @@ const SOURCES: &[(&str, &str, Mapper)] = &[
     ("udp", "udp", Mapper::Fn(src_udp)),
     ("kafka", "kafka", Mapper::Fn(src_kafka)),
     ("kafka_group", "kafka", Mapper::Fn(src_kafka)),
+    ("systemd", "journald", Mapper::Fn(stores::src_systemd)),
+    ("exec", "exec", Mapper::Fn(stores::src_exec)),
 ];
 
 /// `<filter>` types → `[[filter]]`.
@@ -69,20 +73,20 @@ const OUTPUTS: &[(&str, &str, Mapper)] = &[
     ("rdkafka2", "kafka", Mapper::Fn(out_kafka)),
     ("copy", "copy", Mapper::Fn(out_copy)),
     ("secondary_file", "file", Mapper::Fn(out_secondary_file)),
+    ("elasticsearch", "elasticsearch", Mapper::Fn(stores::out_elasticsearch)),
+    ("opensearch", "elasticsearch", Mapper::Fn(stores::out_elasticsearch)),
+    ("loki", "loki", Mapper::Fn(stores::out_loki)),
+    ("splunk_hec", "splunk_hec", Mapper::Fn(stores::out_splunk_hec)),
+    ("s3", "s3", Mapper::Fn(stores::out_s3)),
+    ("sql", "postgresql", Mapper::Fn(stores::out_sql)),
+    ("clickhouse", "clickhouse", Mapper::Fn(stores::out_clickhouse)),
 ];
 
 /// Types nagare does not have yet, with what to say. When one lands, its
 /// entry moves to the table above.
 const NOT_YET: &[(&str, &str)] = &[
-    ("elasticsearch", "nagare has no elasticsearch output yet"),
-    ("opensearch", "nagare has no opensearch/elasticsearch output yet"),
-    ("loki", "nagare has no loki output yet"),
-    ("splunk_hec", "nagare has no splunk_hec output yet"),
-    ("s3", "nagare has no s3 output yet"),
-    ("clickhouse", "not converted yet: write nagare's `clickhouse` output by hand (its table and columns options differ)"),
-    ("sql", "not converted yet: write nagare's `postgresql` output by hand (its connection, table and columns options differ)"),
-    ("postgresql", "not converted yet: write nagare's `postgresql` output by hand (its connection, table and columns options differ)"),
-    ("exec", "nagare has no exec input or output yet (the exec filter runs a program on events)"),
+    ("postgresql", "fluent-plugin-postgres inserts with its own SQL statement: write nagare's `postgresql` output by hand (connection, table, columns)"),
+    ("exec", "nagare has no exec output (the exec filter runs a program on events)"),
     ("exec_filter", "use a [[filter]] type = \"exec\" (a long-lived program on stdin/stdout, JSON lines or msgpack)"),
     ("sample", "nagare has no generator input (`nagare gen` writes generated events to a file, TCP, HTTP or a forward port)"),
     ("dummy", "nagare has no generator input (`nagare gen` writes generated events to a file, TCP, HTTP or a forward port)"),
@@ -515,6 +519,10 @@ fn build_output(ctx: &mut Ctx, d: &Directive, name: &str) -> Option<Table> {
     t.set("type", Val::s(nagare));
     let mut o = Opts::new(d);
     apply(ctx, m, d, &mut o, &mut t);
+    if t.get("type") == Some(&Val::s("__skip__")) {
+        // The mapping left it out whole, with a note saying why.
+        return None;
+    }
     o.finish(ctx, &mut t, &format!("<{} @type {ty}>", d.name));
     for c in &d.children {
         match c.name.as_str() {
@@ -526,7 +534,7 @@ fn build_output(ctx: &mut Ctx, d: &Directive, name: &str) -> Option<Table> {
             }
             // Read by the plugin's own mapping.
             "format" | "inject" | "server" | "security" | "store" | "transport" | "auth"
-            | "rule" | "parse" => {}
+            | "rule" | "parse" | "label" | "fields" | "table" => {}
             other => ctx.notes.unmapped_on(
                 &mut t,
                 &c.file,

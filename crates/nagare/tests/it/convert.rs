@@ -758,6 +758,310 @@ fn common_plugins_of_both_peers_convert() {
     }
 }
 
+/// The plugins for search stores, Loki, Splunk, S3, SQL, ClickHouse,
+/// journald and exec, in the shapes the peers' docs show: each converts
+/// completely (exit 0), to the options named here, and `nagare check`
+/// takes the result.
+#[test]
+fn store_and_service_plugins_of_both_peers_convert() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let fluentd = format!(
+        r##"<source>
+  @type systemd
+  tag journal
+  path /var/log/journal
+  matches [{{ "_SYSTEMD_UNIT": "nginx.service" }}, {{ "_SYSTEMD_UNIT": "sshd.service", "PRIORITY": ["3", "4"] }}]
+  read_from_head true
+  <storage>
+    @type local
+    persistent true
+    path {d}/journal.pos
+  </storage>
+</source>
+<source>
+  @type exec
+  tag disk
+  command df -P /
+  run_interval 30s
+  <parse>
+    @type none
+  </parse>
+</source>
+<match journal.**>
+  @type elasticsearch
+  host 127.0.0.1
+  port 9200
+  logstash_format true
+  logstash_prefix journal
+  include_tag_key true
+  user elastic
+  password secret
+  request_timeout 15s
+  reconnect_on_error true
+  suppress_type_name true
+</match>
+<match disk.**>
+  @type opensearch
+  hosts https://127.0.0.1:9200
+  index_name disk-${{tag}}
+  id_key uid
+  write_operation create
+  ssl_verify false
+</match>
+<match app.loki.**>
+  @type loki
+  url http://127.0.0.1:3100
+  tenant team-a
+  extra_labels {{"env":"prod"}}
+  line_format json
+  <label>
+    level
+    container $.kubernetes.container_name
+  </label>
+</match>
+<match app.splunk.**>
+  @type splunk_hec
+  hec_host 127.0.0.1
+  hec_port 8088
+  hec_token 00000000-0000-0000-0000-000000000000
+  index main
+  sourcetype_key kind
+  insecure_ssl true
+  <fields>
+    level
+    service app
+  </fields>
+</match>
+<match app.s3.**>
+  @type s3
+  s3_bucket logs
+  s3_region eu-west-1
+  s3_endpoint http://127.0.0.1:9000
+  force_path_style true
+  aws_key_id AKIAEXAMPLE
+  aws_sec_key secret
+  path logs/${{tag}}/
+  time_slice_format %Y%m%d%H
+  store_as gzip
+  <format>
+    @type json
+  </format>
+</match>
+<match app.sql.**>
+  @type sql
+  host 127.0.0.1
+  port 5432
+  database logs
+  adapter postgresql
+  username fluentd
+  password secret
+  <table>
+    table access_log
+    column_mapping timestamp:created_at,host,path:request_path
+  </table>
+</match>
+<match app.ch.**>
+  @type clickhouse
+  host 127.0.0.1
+  port 8123
+  database logs
+  table events
+  user default
+</match>
+"##
+    );
+    let fluent_bit = format!(
+        r#"[INPUT]
+    Name                 systemd
+    Tag                  host.*
+    Systemd_Filter       _SYSTEMD_UNIT=docker.service
+    Systemd_Filter       _SYSTEMD_UNIT=kubelet.service
+    Systemd_Filter_Type  Or
+    Read_From_Tail       On
+    DB                   {d}/systemd.db
+
+[INPUT]
+    Name          exec
+    Tag           disk
+    Command       df -P /
+    Interval_Sec  30
+    Buf_Size      8mb
+
+[INPUT]
+    Name             elasticsearch
+    Tag              bulk
+    Listen           127.0.0.1
+    Port             9201
+    Buffer_Max_Size  4M
+    Version          8.11.0
+
+[INPUT]
+    Name          splunk
+    Tag           hec
+    Listen        127.0.0.1
+    Port          8089
+    Splunk_Token  abc123
+
+[INPUT]
+    Name              tail
+    Tag               kube.*
+    Path              /var/log/containers/*.log
+    multiline.parser  docker, cri
+
+[OUTPUT]
+    Name                es
+    Match               host.*
+    Host                127.0.0.1
+    Port                9200
+    Logstash_Format     On
+    Logstash_Prefix     node
+    HTTP_User           elastic
+    HTTP_Passwd         secret
+    Suppress_Type_Name  On
+    tls                 On
+    tls.verify          Off
+
+[OUTPUT]
+    Name   opensearch
+    Match  disk
+    Host   127.0.0.1
+    Port   9200
+    Index  disk
+
+[OUTPUT]
+    Name         loki
+    Match        kube.*
+    Host         127.0.0.1
+    Port         3100
+    Labels       job=fluent-bit, $kubernetes['namespace_name']
+    Label_Keys   $stream
+    Line_Format  json
+
+[OUTPUT]
+    Name                  splunk
+    Match                 hec
+    Host                  127.0.0.1
+    Port                  8088
+    Splunk_Token          00000000-0000-0000-0000-000000000000
+    Event_Key             $log
+    Event_Sourcetype_Key  $kind
+    Event_Index           main
+    Event_Field           service $service
+    tls                   On
+    tls.verify            Off
+
+[OUTPUT]
+    Name             s3
+    Match            bulk
+    bucket           logs
+    region           eu-west-1
+    endpoint         http://127.0.0.1:9000
+    s3_key_format    /$TAG[0]/%Y/%m/%d/$UUID.gz
+    compression      gzip
+    total_file_size  50M
+    upload_timeout   10m
+
+[OUTPUT]
+    Name      pgsql
+    Match     disk
+    Host      127.0.0.1
+    Port      5432
+    User      fluentbit
+    Password  secret
+    Database  fluentbit
+    Table     logs
+"#
+    );
+    for (name, text, want) in [
+        (
+            "stores.conf",
+            fluentd,
+            &[
+                "type = 'journald'",
+                "matches = ['_SYSTEMD_UNIT=nginx.service', '+', '_SYSTEMD_UNIT=sshd.service', 'PRIORITY=3', 'PRIORITY=4']",
+                "cursor_file = '",
+                "command = ['sh', '-c', 'df -P /']",
+                "interval = '30s'",
+                "endpoint = 'http://127.0.0.1:9200'",
+                "index = 'journal-%Y.%m.%d'",
+                "tag_key = 'tag'",
+                "timeout = '15s'",
+                "endpoint = 'https://127.0.0.1:9200'",
+                "action = 'create'",
+                "verify = false",
+                "endpoint = 'http://127.0.0.1:3100/loki/api/v1/push'",
+                "container = '${record.kubernetes.container_name}'",
+                "level = '${record.level}'",
+                "env = 'prod'",
+                "endpoint = 'https://127.0.0.1:8088/services/collector/event'",
+                "sourcetype = '${record.kind}'",
+                "service = '${record.app}'",
+                "bucket = 'logs'",
+                "path_style = true",
+                "key = 'logs/${tag}/%Y%m%d%H_${chunk_id}${ext}'",
+                "compression = 'gzip'",
+                "type = 'postgresql'",
+                "connection = 'host=127.0.0.1 port=5432 dbname=logs user=fluentd'",
+                "created_at = 'timestamp'",
+                "request_path = 'path'",
+                "type = 'clickhouse'",
+                "endpoint = 'http://127.0.0.1:8123'",
+            ][..],
+        ),
+        (
+            "stores-fluent-bit.conf",
+            fluent_bit,
+            &[
+                "tag = 'host.${record._SYSTEMD_UNIT}'",
+                "matches = ['_SYSTEMD_UNIT=docker.service', '+', '_SYSTEMD_UNIT=kubelet.service']",
+                "read_from_head = false",
+                "command = ['sh', '-c', 'df -P /']",
+                "interval = '30000ms'",
+                "message_key = 'exec'",
+                "type = 'elasticsearch'",
+                "bind = '127.0.0.1:9201'",
+                "version = '8.11.0'",
+                "tokens = ['abc123']",
+                "type = 'docker'",
+                "index = 'node-%Y.%m.%d'",
+                "endpoint = 'https://127.0.0.1:9200'",
+                "namespace_name = '${record.kubernetes.namespace_name}'",
+                "stream = '${record.stream}'",
+                "keep_label_fields = true",
+                "endpoint = 'https://127.0.0.1:8088/services/collector/event'",
+                "event_key = 'log'",
+                "service = '${record.service}'",
+                "key = '${tag}/%Y/%m/%d/${chunk_id}.gz'",
+                "record_column = 'data'",
+            ][..],
+        ),
+    ] {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        let toml_path = dir.path().join(format!("{name}.toml"));
+        let out = Command::new(BIN)
+            .arg("convert")
+            .arg("-o")
+            .arg(&toml_path)
+            .arg(&path)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let toml = std::fs::read_to_string(&toml_path).unwrap_or_default();
+        assert_eq!(out.status.code(), Some(0), "{name}: {stderr}\n{toml}");
+        for w in want {
+            assert!(toml.contains(w), "{name}: no `{w}` in\n{toml}");
+        }
+        let check = common::run_check(&toml_path);
+        assert!(
+            check.status.success(),
+            "{name}: {}\n{toml}",
+            String::from_utf8_lossy(&check.stderr)
+        );
+    }
+}
+
 /// A pos_file or tail DB that is there when the config is converted is
 /// imported at nagare's first start (`import_fluentd_pos_file`,
 /// `import_fluent_bit_db`); one that is not is left as a comment.
