@@ -475,7 +475,9 @@ fn multiline_table(ctx: &mut Ctx, name: &str, at: &Entry, message_key: &str) -> 
         } else {
             match common::regex(&parts[1]) {
                 Ok(re) => conts.push(format!("(?:{re})")),
-                Err(why) => ctx.notes.unmapped(&r.file, r.line, format!("rule {}", r.value), why),
+                Err(why) => ctx
+                    .notes
+                    .unmapped(&r.file, r.line, format!("rule {}", r.value), why),
             }
         }
     }
@@ -485,9 +487,15 @@ fn multiline_table(ctx: &mut Ctx, name: &str, at: &Entry, message_key: &str) -> 
         pt.set_commented(
             "format_continuation",
             Val::s(conts.join("|")),
-            (conts.len() > 1).then(|| "approx: the continuation rules of every state, as one".to_string()),
+            (conts.len() > 1)
+                .then(|| "approx: the continuation rules of every state, as one".to_string()),
         );
-        ctx.notes.approx(&m.file, m.line, format!("[MULTILINE_PARSER] {name}"), "joined lines end without the newline Fluent Bit ends each message with");
+        ctx.notes.approx(
+            &m.file,
+            m.line,
+            format!("[MULTILINE_PARSER] {name}"),
+            "joined lines end without the newline Fluent Bit ends each message with",
+        );
     }
     if let Some(f) =
         val(&m, &mut used, "flush_timeout").and_then(|ms| ms.trim().parse::<u64>().ok())
@@ -659,8 +667,16 @@ fn in_tail(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
             pt.set("type", Val::s(&name));
             pt.set("message_key", Val::s(&key));
             if m.value.contains(',') {
-                pt.comments.push(format!("approx: multiline.parser {}: nagare reads the first format only", m.value));
-                ctx.notes.approx(&m.file, m.line, format!("multiline.parser {}", m.value), "nagare's tail reads one container format: the first listed");
+                pt.comments.push(format!(
+                    "approx: multiline.parser {}: nagare reads the first format only",
+                    m.value
+                ));
+                ctx.notes.approx(
+                    &m.file,
+                    m.line,
+                    format!("multiline.parser {}", m.value),
+                    "nagare's tail reads one container format: the first listed",
+                );
             }
             t.children.push(pt);
             return;

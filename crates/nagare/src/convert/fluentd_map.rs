@@ -73,13 +73,29 @@ const OUTPUTS: &[(&str, &str, Mapper)] = &[
     ("rdkafka2", "kafka", Mapper::Fn(out_kafka)),
     ("copy", "copy", Mapper::Fn(out_copy)),
     ("secondary_file", "file", Mapper::Fn(out_secondary_file)),
-    ("elasticsearch", "elasticsearch", Mapper::Fn(stores::out_elasticsearch)),
-    ("opensearch", "elasticsearch", Mapper::Fn(stores::out_elasticsearch)),
+    (
+        "elasticsearch",
+        "elasticsearch",
+        Mapper::Fn(stores::out_elasticsearch),
+    ),
+    (
+        "opensearch",
+        "elasticsearch",
+        Mapper::Fn(stores::out_elasticsearch),
+    ),
     ("loki", "loki", Mapper::Fn(stores::out_loki)),
-    ("splunk_hec", "splunk_hec", Mapper::Fn(stores::out_splunk_hec)),
+    (
+        "splunk_hec",
+        "splunk_hec",
+        Mapper::Fn(stores::out_splunk_hec),
+    ),
     ("s3", "s3", Mapper::Fn(stores::out_s3)),
     ("sql", "postgresql", Mapper::Fn(stores::out_sql)),
-    ("clickhouse", "clickhouse", Mapper::Fn(stores::out_clickhouse)),
+    (
+        "clickhouse",
+        "clickhouse",
+        Mapper::Fn(stores::out_clickhouse),
+    ),
 ];
 
 /// Types nagare does not have yet, with what to say. When one lands, its
@@ -139,6 +155,13 @@ impl<'a> Opts<'a> {
                 format!("{peer} {}", p.value),
                 format!("`{}` is not a value nagare's `{nagare}` takes", p.value),
             ),
+        }
+    }
+
+    /// [`Opts::map`] for each (peer, nagare, conversion) of `table`.
+    fn map_all(&mut self, ctx: &mut Ctx, t: &mut Table, table: &[(&str, &str, Conv)]) {
+        for (peer, nagare, conv) in table {
+            self.map(ctx, t, peer, nagare, *conv);
         }
     }
 
@@ -336,11 +359,7 @@ fn not_yet(ty: &str) -> Option<&'static str> {
 fn apply(ctx: &mut Ctx, m: Mapper, d: &Directive, o: &mut Opts, t: &mut Table) {
     match m {
         Mapper::Fn(f) => f(ctx, d, o, t),
-        Mapper::Options(opts) => {
-            for (peer, nagare, conv) in opts {
-                o.map(ctx, t, peer, nagare, *conv);
-            }
-        }
+        Mapper::Options(opts) => o.map_all(ctx, t, opts),
     }
 }
 
@@ -576,51 +595,21 @@ fn buffer(ctx: &mut Ctx, d: &Directive, out: &mut Table) {
             ctx.notes.approx(&d.file, d.line, format!("<buffer {}>", d.arg), format!("nagare's chunks are split by tag (and the file output's path by time); the chunk key `{k}` is not used"));
         }
     }
-    o.map(
+    o.map_all(
         ctx,
         &mut b,
-        "chunk_limit_size",
-        "chunk_limit_size",
-        Conv::Size,
-    );
-    o.map(
-        ctx,
-        &mut b,
-        "chunk_limit_records",
-        "chunk_limit_records",
-        Conv::Int,
-    );
-    o.map(
-        ctx,
-        &mut b,
-        "total_limit_size",
-        "total_limit_size",
-        Conv::Size,
-    );
-    o.map(ctx, &mut b, "flush_interval", "flush_interval", Conv::Dur);
-    o.map(
-        ctx,
-        &mut b,
-        "flush_thread_count",
-        "flush_thread_count",
-        Conv::Int,
-    );
-    o.map(ctx, &mut b, "retry_wait", "retry_wait", Conv::Dur);
-    o.map(
-        ctx,
-        &mut b,
-        "retry_max_interval",
-        "retry_max_interval",
-        Conv::Dur,
-    );
-    o.map(ctx, &mut b, "retry_max_times", "retry_max_times", Conv::Int);
-    o.map(ctx, &mut b, "retry_timeout", "retry_timeout", Conv::Dur);
-    o.map(
-        ctx,
-        &mut b,
-        "retry_randomize",
-        "retry_randomize",
-        Conv::Bool,
+        &[
+            ("chunk_limit_size", "chunk_limit_size", Conv::Size),
+            ("chunk_limit_records", "chunk_limit_records", Conv::Int),
+            ("total_limit_size", "total_limit_size", Conv::Size),
+            ("flush_interval", "flush_interval", Conv::Dur),
+            ("flush_thread_count", "flush_thread_count", Conv::Int),
+            ("retry_wait", "retry_wait", Conv::Dur),
+            ("retry_max_interval", "retry_max_interval", Conv::Dur),
+            ("retry_max_times", "retry_max_times", Conv::Int),
+            ("retry_timeout", "retry_timeout", Conv::Dur),
+            ("retry_randomize", "retry_randomize", Conv::Bool),
+        ],
     );
     if let Some(p) = o.get("overflow_action") {
         let v = match p.value.as_str() {
@@ -716,9 +705,15 @@ fn tls_server(ctx: &mut Ctx, d: &Directive, t: &mut Table) {
         }
         let mut o = Opts::new(c);
         let mut tls = Table::new("tls", false);
-        o.map(ctx, &mut tls, "cert_path", "cert", Conv::Str);
-        o.map(ctx, &mut tls, "private_key_path", "key", Conv::Str);
-        o.map(ctx, &mut tls, "ca_path", "ca", Conv::Str);
+        o.map_all(
+            ctx,
+            &mut tls,
+            &[
+                ("cert_path", "cert", Conv::Str),
+                ("private_key_path", "key", Conv::Str),
+                ("ca_path", "ca", Conv::Str),
+            ],
+        );
         if let Some(p) = o.get("version") {
             if p.value.contains("1_3") {
                 tls.set("min_version", Val::s("1.3"));
@@ -820,12 +815,18 @@ fn src_tail(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
             t.comments.push(format!("import_fluentd_pos_file = {:?} when Fluentd has written it (it was not there when converted)", p.value));
         }
     }
-    o.map(ctx, t, "read_from_head", "read_from_head", Conv::Bool);
-    o.map(ctx, t, "refresh_interval", "refresh_interval", Conv::Dur);
-    o.map(ctx, t, "exclude_path", "exclude", Conv::List);
-    o.map(ctx, t, "path_key", "path_key", Conv::Str);
-    o.map(ctx, t, "read_lines_limit", "batch_lines", Conv::Int);
-    o.map(ctx, t, "max_line_size", "max_line_size", Conv::Size);
+    o.map_all(
+        ctx,
+        t,
+        &[
+            ("read_from_head", "read_from_head", Conv::Bool),
+            ("refresh_interval", "refresh_interval", Conv::Dur),
+            ("exclude_path", "exclude", Conv::List),
+            ("path_key", "path_key", Conv::Str),
+            ("read_lines_limit", "batch_lines", Conv::Int),
+            ("max_line_size", "max_line_size", Conv::Size),
+        ],
+    );
     if let Some(p) = o.get("enable_stat_watcher") {
         if common::boolean(&p.value) == Some(false) {
             t.set("watch", Val::Bool(false));
@@ -1020,11 +1021,17 @@ fn parse_section(ctx: &mut Ctx, d: &Directive, pt: &mut Table, multiline_ok: boo
             )),
         }
     }
-    o.map(ctx, pt, "keep_time_key", "keep_time_key", Conv::Bool);
-    o.map(ctx, pt, "message_format", "message_format", Conv::Str);
-    o.map(ctx, pt, "delimiter", "delimiter", Conv::Str);
-    o.map(ctx, pt, "label_delimiter", "label_delimiter", Conv::Str);
-    o.map(ctx, pt, "keys", "keys", Conv::List);
+    o.map_all(
+        ctx,
+        pt,
+        &[
+            ("keep_time_key", "keep_time_key", Conv::Bool),
+            ("message_format", "message_format", Conv::Str),
+            ("delimiter", "delimiter", Conv::Str),
+            ("label_delimiter", "label_delimiter", Conv::Str),
+            ("keys", "keys", Conv::List),
+        ],
+    );
     if let Some(p) = o.get("time_type") {
         if p.value == "unixtime" || p.value == "float" {
             // nagare reads seconds since the epoch without a time_format.
@@ -1145,22 +1152,16 @@ fn src_syslog(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
     if let Some(p) = proto {
         t.set("protocol", Val::s(p));
     }
-    o.map(ctx, t, "message_format", "message_format", Conv::Str);
-    o.map(
+    o.map_all(
         ctx,
         t,
-        "source_address_key",
-        "source_address_key",
-        Conv::Str,
-    );
-    o.map(ctx, t, "severity_key", "severity_key", Conv::Str);
-    o.map(ctx, t, "facility_key", "facility_key", Conv::Str);
-    o.map(
-        ctx,
-        t,
-        "message_length_limit",
-        "max_message_size",
-        Conv::Size,
+        &[
+            ("message_format", "message_format", Conv::Str),
+            ("source_address_key", "source_address_key", Conv::Str),
+            ("severity_key", "severity_key", Conv::Str),
+            ("facility_key", "facility_key", Conv::Str),
+            ("message_length_limit", "max_message_size", Conv::Size),
+        ],
     );
     for c in d.children.iter().filter(|c| c.name == "parse") {
         if let Some(f) = c.value("message_format") {
@@ -1173,39 +1174,45 @@ fn src_syslog(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
 
 fn src_tcp(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
     bind(o, t, 5170);
-    o.map(ctx, t, "tag", "tag", Conv::Str);
-    o.map(ctx, t, "delimiter", "delimiter", Conv::Str);
-    o.map(
+    o.map_all(
         ctx,
         t,
-        "source_address_key",
-        "source_address_key",
-        Conv::Str,
+        &[
+            ("tag", "tag", Conv::Str),
+            ("delimiter", "delimiter", Conv::Str),
+            ("source_address_key", "source_address_key", Conv::Str),
+            ("message_length_limit", "max_line_size", Conv::Size),
+        ],
     );
-    o.map(ctx, t, "message_length_limit", "max_line_size", Conv::Size);
     parser_child(ctx, d, t);
     tls_server(ctx, d, t);
 }
 
 fn src_udp(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
     bind(o, t, 5160);
-    o.map(ctx, t, "tag", "tag", Conv::Str);
-    o.map(ctx, t, "delimiter", "delimiter", Conv::Str);
-    o.map(
+    o.map_all(
         ctx,
         t,
-        "source_address_key",
-        "source_address_key",
-        Conv::Str,
+        &[
+            ("tag", "tag", Conv::Str),
+            ("delimiter", "delimiter", Conv::Str),
+            ("source_address_key", "source_address_key", Conv::Str),
+            ("message_length_limit", "max_line_size", Conv::Size),
+        ],
     );
-    o.map(ctx, t, "message_length_limit", "max_line_size", Conv::Size);
     parser_child(ctx, d, t);
 }
 
 fn src_kafka(ctx: &mut Ctx, _d: &Directive, o: &mut Opts, t: &mut Table) {
-    o.map(ctx, t, "brokers", "addresses", Conv::List);
-    o.map(ctx, t, "topics", "topics", Conv::List);
-    o.map(ctx, t, "consumer_group", "group", Conv::Str);
+    o.map_all(
+        ctx,
+        t,
+        &[
+            ("brokers", "addresses", Conv::List),
+            ("topics", "topics", Conv::List),
+            ("consumer_group", "group", Conv::Str),
+        ],
+    );
     if let Some(f) = o.val("format") {
         let f = if f == "text" { "text" } else { f };
         t.set("format", Val::s(f));
@@ -1481,18 +1488,18 @@ fn flt_record_transformer(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Ta
 }
 
 fn flt_parser(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
-    o.map(ctx, t, "key_name", "key_name", Conv::Str);
-    o.map(ctx, t, "reserve_data", "reserve_data", Conv::Bool);
-    o.map(
+    o.map_all(
         ctx,
         t,
-        "remove_key_name_field",
-        "remove_key_name_field",
-        Conv::Bool,
+        &[
+            ("key_name", "key_name", Conv::Str),
+            ("reserve_data", "reserve_data", Conv::Bool),
+            ("remove_key_name_field", "remove_key_name_field", Conv::Bool),
+            ("reserve_time", "reserve_time", Conv::Bool),
+            ("inject_key_prefix", "inject_key_prefix", Conv::Str),
+            ("hash_value_field", "hash_value_field", Conv::Str),
+        ],
     );
-    o.map(ctx, t, "reserve_time", "reserve_time", Conv::Bool);
-    o.map(ctx, t, "inject_key_prefix", "inject_key_prefix", Conv::Str);
-    o.map(ctx, t, "hash_value_field", "hash_value_field", Conv::Str);
     if let Some(p) = o.get("emit_invalid_record_to_error") {
         ctx.notes.approx(&p.file, p.line, "emit_invalid_record_to_error", "records that do not parse go on marked with parse_error, or to [system] error_label when one is set");
     }
@@ -1717,32 +1724,20 @@ fn out_secondary_file(ctx: &mut Ctx, _d: &Directive, o: &mut Opts, t: &mut Table
 }
 
 fn out_forward(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
-    o.map(
+    o.map_all(
         ctx,
         t,
-        "require_ack_response",
-        "require_ack_response",
-        Conv::Bool,
+        &[
+            ("require_ack_response", "require_ack_response", Conv::Bool),
+            ("ack_response_timeout", "ack_response_timeout", Conv::Dur),
+            ("heartbeat_interval", "heartbeat_interval", Conv::Dur),
+            ("phi_threshold", "phi_threshold", Conv::Int),
+            ("hard_timeout", "hard_timeout", Conv::Dur),
+            ("connect_timeout", "connect_timeout", Conv::Dur),
+            ("send_timeout", "send_timeout", Conv::Dur),
+            ("keepalive", "keepalive", Conv::Bool),
+        ],
     );
-    o.map(
-        ctx,
-        t,
-        "ack_response_timeout",
-        "ack_response_timeout",
-        Conv::Dur,
-    );
-    o.map(
-        ctx,
-        t,
-        "heartbeat_interval",
-        "heartbeat_interval",
-        Conv::Dur,
-    );
-    o.map(ctx, t, "phi_threshold", "phi_threshold", Conv::Int);
-    o.map(ctx, t, "hard_timeout", "hard_timeout", Conv::Dur);
-    o.map(ctx, t, "connect_timeout", "connect_timeout", Conv::Dur);
-    o.map(ctx, t, "send_timeout", "send_timeout", Conv::Dur);
-    o.map(ctx, t, "keepalive", "keepalive", Conv::Bool);
     if let Some(h) = o.val("heartbeat_type") {
         t.set("heartbeat_type", Val::s(h));
     }
@@ -1770,11 +1765,17 @@ fn out_forward(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
         let host = so.val("host").unwrap_or("127.0.0.1").to_string();
         let port = so.val("port").unwrap_or("24224").to_string();
         st.set("address", Val::s(host_port(&host, &port)));
-        so.map(ctx, &mut st, "weight", "weight", Conv::Int);
-        so.map(ctx, &mut st, "standby", "standby", Conv::Bool);
-        so.map(ctx, &mut st, "shared_key", "shared_key", Conv::Str);
-        so.map(ctx, &mut st, "username", "username", Conv::Str);
-        so.map(ctx, &mut st, "password", "password", Conv::Str);
+        so.map_all(
+            ctx,
+            &mut st,
+            &[
+                ("weight", "weight", Conv::Int),
+                ("standby", "standby", Conv::Bool),
+                ("shared_key", "shared_key", Conv::Str),
+                ("username", "username", Conv::Str),
+                ("password", "password", Conv::Str),
+            ],
+        );
         so.get("name");
         so.finish(ctx, t, "<server>");
         t.children.push(st);
@@ -1892,9 +1893,15 @@ fn out_http(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
         ao.finish(ctx, t, "<auth>");
     }
     let mut tls = Table::new("tls", false);
-    o.map(ctx, &mut tls, "tls_ca_cert_path", "ca", Conv::Str);
-    o.map(ctx, &mut tls, "tls_client_cert_path", "cert", Conv::Str);
-    o.map(ctx, &mut tls, "tls_private_key_path", "key", Conv::Str);
+    o.map_all(
+        ctx,
+        &mut tls,
+        &[
+            ("tls_ca_cert_path", "ca", Conv::Str),
+            ("tls_client_cert_path", "cert", Conv::Str),
+            ("tls_private_key_path", "key", Conv::Str),
+        ],
+    );
     if o.val("tls_verify_mode") == Some("none") {
         tls.set("verify", Val::Bool(false));
     }
@@ -1970,9 +1977,15 @@ fn out_kafka(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
         t.children.push(s);
     }
     let mut tls = Table::new("tls", false);
-    o.map(ctx, &mut tls, "ssl_ca_cert", "ca", Conv::Str);
-    o.map(ctx, &mut tls, "ssl_client_cert", "cert", Conv::Str);
-    o.map(ctx, &mut tls, "ssl_client_cert_key", "key", Conv::Str);
+    o.map_all(
+        ctx,
+        &mut tls,
+        &[
+            ("ssl_ca_cert", "ca", Conv::Str),
+            ("ssl_client_cert", "cert", Conv::Str),
+            ("ssl_client_cert_key", "key", Conv::Str),
+        ],
+    );
     if !tls.entries.is_empty() {
         t.children.push(tls);
     }

@@ -82,9 +82,9 @@ fn fluentd_forward_env_and_unknown_plugins() {
     shared_key "#{ENV['KEY']}"
   </security>
 </source>
-<match es.**>
-  @type elasticsearch
-  host es
+<match db.**>
+  @type mongo
+  host db
 </match>
 <match **>
   @type forward
@@ -116,7 +116,7 @@ fn fluentd_forward_env_and_unknown_plugins() {
     let es = c
         .notes
         .iter()
-        .find(|n| n.what.contains("elasticsearch"))
+        .find(|n| n.what.contains("mongo"))
         .unwrap();
     assert_eq!(es.line, 10);
     assert!(c.toml.contains("# not converted:"), "{}", c.toml);

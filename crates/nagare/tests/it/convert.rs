@@ -419,7 +419,7 @@ fn convert_exit_codes_notes_and_check() {
     let partial = dir.path().join("fluent-bit.conf");
     std::fs::write(
         &partial,
-        "[INPUT]\n    Name tail\n    Path /var/log/a.log\n    Tag a\n\n[OUTPUT]\n    Name es\n    Match *\n\n[OUTPUT]\n    Name null\n    Match *\n",
+        "[INPUT]\n    Name tail\n    Path /var/log/a.log\n    Tag a\n\n[OUTPUT]\n    Name datadog\n    Match *\n\n[OUTPUT]\n    Name null\n    Match *\n",
     )
     .unwrap();
     let toml_path = dir.path().join("out.toml");
@@ -433,7 +433,7 @@ fn convert_exit_codes_notes_and_check() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     let want = format!(
-        "{}:6: not converted: [OUTPUT] Name es: nagare has no elasticsearch output yet",
+        "{}:6: not converted: [OUTPUT] Name datadog: nagare has no plugin of this type",
         partial.display()
     );
     assert!(stderr.contains(&want), "{stderr}");
@@ -449,7 +449,7 @@ fn convert_exit_codes_notes_and_check() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(
-        stderr.contains("warning: ") && stderr.contains("Name es"),
+        stderr.contains("warning: ") && stderr.contains("Name datadog"),
         "{stderr}"
     );
 

@@ -69,11 +69,17 @@ pub fn out_es(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
         );
     }
     // Fluent Bit always writes the time, under Time_Key.
-    t.set("time_key", Val::s(val(s, used, "time_key").unwrap_or("@timestamp")));
+    t.set(
+        "time_key",
+        Val::s(val(s, used, "time_key").unwrap_or("@timestamp")),
+    );
     used.mark("time_key_format");
     used.mark("time_key_nanos");
     if val(s, used, "include_tag_key").and_then(common::boolean) == Some(true) {
-        t.set("tag_key", Val::s(val(s, used, "tag_key").unwrap_or("_flb-key")));
+        t.set(
+            "tag_key",
+            Val::s(val(s, used, "tag_key").unwrap_or("_flb-key")),
+        );
     } else {
         used.mark("tag_key");
     }
@@ -108,7 +114,13 @@ pub fn out_es(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
         t.set("compress", Val::s("gzip"));
     }
     // Document types are gone from Elasticsearch 8; the buffer is the HTTP client's.
-    for k in ["type", "suppress_type_name", "buffer_size", "trace_output", "trace_error"] {
+    for k in [
+        "type",
+        "suppress_type_name",
+        "buffer_size",
+        "trace_output",
+        "trace_error",
+    ] {
         used.mark(k);
     }
     tls(s, used, t, true);
@@ -220,7 +232,10 @@ pub fn out_splunk(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
         t.set("endpoint", Val::s(format!("{base}/services/collector/raw")));
         t.set("mode", Val::s("raw"));
     } else {
-        t.set("endpoint", Val::s(format!("{base}/services/collector/event")));
+        t.set(
+            "endpoint",
+            Val::s(format!("{base}/services/collector/event")),
+        );
     }
     if let Some(x) = val(s, used, "splunk_token") {
         t.set("token", Val::s(x));
@@ -332,7 +347,12 @@ pub fn out_s3(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
         approx.push("the chunk id keeps keys unique (Fluent Bit appends a random string)");
     }
     if !approx.is_empty() {
-        ctx.notes.approx(&s.file, s.line, format!("s3_key_format {format}"), approx.join("; "));
+        ctx.notes.approx(
+            &s.file,
+            s.line,
+            format!("s3_key_format {format}"),
+            approx.join("; "),
+        );
     }
     t.set_commented(
         "key",
@@ -363,7 +383,13 @@ pub fn out_s3(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
         used.mark("json_date_key");
         used.mark("json_date_format");
     }
-    for k in ["total_file_size", "upload_timeout", "upload_chunk_size", "use_put_object", "store_dir"] {
+    for k in [
+        "total_file_size",
+        "upload_timeout",
+        "upload_chunk_size",
+        "use_put_object",
+        "store_dir",
+    ] {
         if let Some(v) = val(s, used, k) {
             ctx.notes.approx(
                 &s.file,
@@ -395,7 +421,10 @@ pub fn out_pgsql(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
     if let Some(p) = val(s, used, "password") {
         t.set("password", Val::s(p));
     }
-    t.set("table", Val::s(val(s, used, "table").unwrap_or("fluentbit")));
+    t.set(
+        "table",
+        Val::s(val(s, used, "table").unwrap_or("fluentbit")),
+    );
     t.set("tag_column", Val::s("tag"));
     t.set("time_column", Val::s("time"));
     t.set("record_column", Val::s("data"));

@@ -50,7 +50,8 @@ fn client_tls(
     o.map(ctx, &mut tls, names[0], "ca", Conv::Str);
     o.map(ctx, &mut tls, names[1], "cert", Conv::Str);
     o.map(ctx, &mut tls, names[2], "key", Conv::Str);
-    if insecure.and_then(|k| o.flag(k)) == Some(true) || verify.and_then(|k| o.flag(k)) == Some(false)
+    if insecure.and_then(|k| o.flag(k)) == Some(true)
+        || verify.and_then(|k| o.flag(k)) == Some(false)
     {
         tls.set("verify", Val::Bool(false));
     }
@@ -64,7 +65,11 @@ fn client_tls(
 pub fn out_elasticsearch(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
     tuning(o);
     let scheme = o.val("scheme").unwrap_or("http").to_string();
-    let path = o.val("path").unwrap_or("").trim_end_matches('/').to_string();
+    let path = o
+        .val("path")
+        .unwrap_or("")
+        .trim_end_matches('/')
+        .to_string();
     if let Some(p) = o.get("hosts") {
         // "h1:9200,h2:9200" or URLs: nagare's output takes one endpoint.
         let first = p.value.split(',').next().unwrap_or("").trim();
@@ -89,9 +94,15 @@ pub fn out_elasticsearch(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Tab
             Val::s(format!("{scheme}://{}{path}", super::host_port(host, port))),
         );
     }
-    o.map(ctx, t, "user", "username", Conv::Str);
-    o.map(ctx, t, "password", "password", Conv::Str);
-    o.map(ctx, t, "api_key", "api_key", Conv::Str);
+    o.map_all(
+        ctx,
+        t,
+        &[
+            ("user", "username", Conv::Str),
+            ("password", "password", Conv::Str),
+            ("api_key", "api_key", Conv::Str),
+        ],
+    );
     let logstash = o.flag("logstash_format").unwrap_or(false);
     if logstash {
         let prefix = o.val("logstash_prefix").unwrap_or("logstash");
@@ -127,9 +138,15 @@ pub fn out_elasticsearch(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Tab
     } else {
         o.get("tag_key");
     }
-    o.map(ctx, t, "id_key", "id_key", Conv::Str);
-    o.map(ctx, t, "routing_key", "routing_key", Conv::Str);
-    o.map(ctx, t, "pipeline", "pipeline", Conv::Str);
+    o.map_all(
+        ctx,
+        t,
+        &[
+            ("id_key", "id_key", Conv::Str),
+            ("routing_key", "routing_key", Conv::Str),
+            ("pipeline", "pipeline", Conv::Str),
+        ],
+    );
     if let Some(p) = o.get("write_operation") {
         match p.value.trim() {
             "index" | "create" => t.set("action", Val::s(p.value.trim())),
@@ -143,7 +160,13 @@ pub fn out_elasticsearch(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Tab
         }
     }
     o.map(ctx, t, "request_timeout", "timeout", Conv::Dur);
-    o.map(ctx, t, "bulk_message_request_threshold", "bulk_max_size", Conv::Size);
+    o.map(
+        ctx,
+        t,
+        "bulk_message_request_threshold",
+        "bulk_max_size",
+        Conv::Size,
+    );
     o.get("http_backend");
     if let Some(c) = o.val("compression_level") {
         if c != "no_compression" {
@@ -164,20 +187,31 @@ pub fn out_elasticsearch(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Tab
 /// fluent-plugin-grafana-loki's `loki` → the `loki` output.
 pub fn out_loki(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
     tuning(o);
-    let url = o.val("url").unwrap_or("https://logs-prod-us-central1.grafana.net");
+    let url = o
+        .val("url")
+        .unwrap_or("https://logs-prod-us-central1.grafana.net");
     t.set(
         "endpoint",
         Val::s(format!("{}/loki/api/v1/push", url.trim_end_matches('/'))),
     );
-    o.map(ctx, t, "username", "username", Conv::Str);
-    o.map(ctx, t, "password", "password", Conv::Str);
-    o.map(ctx, t, "tenant", "tenant", Conv::Str);
+    o.map_all(
+        ctx,
+        t,
+        &[
+            ("username", "username", Conv::Str),
+            ("password", "password", Conv::Str),
+            ("tenant", "tenant", Conv::Str),
+        ],
+    );
     let mut labels = Table::new("labels", false);
     if let Some(p) = o.get("extra_labels") {
         match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&p.value) {
             Ok(m) => {
                 for (k, v) in m {
-                    let v = v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string());
+                    let v = v
+                        .as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| v.to_string());
                     labels.set(&k, Val::s(v));
                 }
             }
@@ -305,7 +339,9 @@ pub fn out_splunk_hec(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table)
             t.set_commented(
                 fixed,
                 Val::s(format!("${{record.{v}}}")),
-                Some(format!("approx: Fluentd removes `{v}` from the event (keep_keys false)")),
+                Some(format!(
+                    "approx: Fluentd removes `{v}` from the event (keep_keys false)"
+                )),
             );
             o.get(fixed);
         } else if let Some(v) = o.val(fixed) {
@@ -346,7 +382,10 @@ pub fn out_splunk_hec(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table)
         match f.plugin_type() {
             "json" => {}
             "single_value" => {
-                t.set("event_key", Val::s(f.value("message_key").unwrap_or("message")));
+                t.set(
+                    "event_key",
+                    Val::s(f.value("message_key").unwrap_or("message")),
+                );
             }
             other => ctx.notes.unmapped_on(
                 t,
@@ -376,13 +415,19 @@ pub fn out_splunk_hec(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table)
 /// fluent-plugin-s3's `s3` → the `s3` output.
 pub fn out_s3(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
     tuning(o);
-    o.map(ctx, t, "s3_bucket", "bucket", Conv::Str);
-    o.map(ctx, t, "s3_region", "region", Conv::Str);
-    o.map(ctx, t, "s3_endpoint", "endpoint", Conv::Str);
-    o.map(ctx, t, "force_path_style", "path_style", Conv::Bool);
-    o.map(ctx, t, "aws_key_id", "access_key_id", Conv::Str);
-    o.map(ctx, t, "aws_sec_key", "secret_access_key", Conv::Str);
-    o.map(ctx, t, "storage_class", "storage_class", Conv::Str);
+    o.map_all(
+        ctx,
+        t,
+        &[
+            ("s3_bucket", "bucket", Conv::Str),
+            ("s3_region", "region", Conv::Str),
+            ("s3_endpoint", "endpoint", Conv::Str),
+            ("force_path_style", "path_style", Conv::Bool),
+            ("aws_key_id", "access_key_id", Conv::Str),
+            ("aws_sec_key", "secret_access_key", Conv::Str),
+            ("storage_class", "storage_class", Conv::Str),
+        ],
+    );
     let path = o.val("path").unwrap_or("").to_string();
     let slice = o.val("time_slice_format").unwrap_or("%Y%m%d%H").to_string();
     let format = o
@@ -434,7 +479,10 @@ pub fn out_s3(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
         // fluent-plugin-s3 gzips by default.
         t.set("compression", Val::s("gzip"));
     }
-    match super::format_child(d).map(|f| f.plugin_type()).unwrap_or("out_file") {
+    match super::format_child(d)
+        .map(|f| f.plugin_type())
+        .unwrap_or("out_file")
+    {
         "json" => t.set("format", Val::s("json")),
         "ltsv" => t.set("format", Val::s("ltsv")),
         "msgpack" => t.set("format", Val::s("msgpack")),
@@ -443,7 +491,9 @@ pub fn out_s3(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
             t.set_commented(
                 "format",
                 Val::s("json"),
-                Some(format!("approx: <format> {other}: one JSON object per line (time, tag, record)")),
+                Some(format!(
+                    "approx: <format> {other}: one JSON object per line (time, tag, record)"
+                )),
             );
             ctx.notes.approx(
                 &d.file,
@@ -540,12 +590,18 @@ pub fn out_clickhouse(ctx: &mut Ctx, _d: &Directive, o: &mut Opts, t: &mut Table
         "endpoint",
         Val::s(format!("{scheme}://{}", super::host_port(host, port))),
     );
-    o.map(ctx, t, "database", "database", Conv::Str);
-    o.map(ctx, t, "table", "table", Conv::Str);
-    o.map(ctx, t, "user", "user", Conv::Str);
-    o.map(ctx, t, "username", "user", Conv::Str);
-    o.map(ctx, t, "password", "key", Conv::Str);
-    o.map(ctx, t, "datetime_column_name", "time_column", Conv::Str);
+    o.map_all(
+        ctx,
+        t,
+        &[
+            ("database", "database", Conv::Str),
+            ("table", "table", Conv::Str),
+            ("user", "user", Conv::Str),
+            ("username", "user", Conv::Str),
+            ("password", "key", Conv::Str),
+            ("datetime_column_name", "time_column", Conv::Str),
+        ],
+    );
     t.set_commented(
         "chunk_id_column",
         Val::s("chunk_id"),
@@ -555,9 +611,15 @@ pub fn out_clickhouse(ctx: &mut Ctx, _d: &Directive, o: &mut Opts, t: &mut Table
 
 /// fluent-plugin-systemd's `systemd` → the `journald` input.
 pub fn src_systemd(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
-    o.map(ctx, t, "tag", "tag", Conv::Str);
-    o.map(ctx, t, "path", "directory", Conv::Str);
-    o.map(ctx, t, "read_from_head", "read_from_head", Conv::Bool);
+    o.map_all(
+        ctx,
+        t,
+        &[
+            ("tag", "tag", Conv::Str),
+            ("path", "directory", Conv::Str),
+            ("read_from_head", "read_from_head", Conv::Bool),
+        ],
+    );
     if let Some(p) = o.get("matches") {
         // [{"_SYSTEMD_UNIT": "a.service"}, {...}]: the objects are ORed
         // ("+" in journalctl), the pairs of one object ANDed.
@@ -572,7 +634,11 @@ pub fn src_systemd(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
                         let vals: Vec<String> = match v {
                             serde_json::Value::Array(a) => a
                                 .iter()
-                                .map(|x| x.as_str().map(str::to_string).unwrap_or_else(|| x.to_string()))
+                                .map(|x| {
+                                    x.as_str()
+                                        .map(str::to_string)
+                                        .unwrap_or_else(|| x.to_string())
+                                })
                                 .collect(),
                             other => vec![other
                                 .as_str()
@@ -645,9 +711,8 @@ pub fn src_exec(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
     }
     if !parsed {
         // Fluentd's exec parses tab-separated values by default.
-        t.comments.push(
-            "approx: Fluentd parses tsv by default; each line goes to `message` here".into(),
-        );
+        t.comments
+            .push("approx: Fluentd parses tsv by default; each line goes to `message` here".into());
         ctx.notes.approx(
             &d.file,
             d.line,
