@@ -113,11 +113,7 @@ fn fluentd_forward_env_and_unknown_plugins() {
     assert!(c.toml.contains("chunk_limit_size = '8MiB'"), "{}", c.toml);
     assert!(c.toml.contains("overflow_action = 'throw'"), "{}", c.toml);
     assert!(c.incomplete());
-    let es = c
-        .notes
-        .iter()
-        .find(|n| n.what.contains("mongo"))
-        .unwrap();
+    let es = c.notes.iter().find(|n| n.what.contains("mongo")).unwrap();
     assert_eq!(es.line, 10);
     assert!(c.toml.contains("# not converted:"), "{}", c.toml);
 }

@@ -228,13 +228,13 @@ impl Modify {
         for (i, c) in cfg.when.iter().enumerate() {
             let key = format!("when[{i}]");
             let path = FieldPath::parse(&c.key)
-                .map_err(|e| OptionError::new(&format!("{key}.key"), e))?;
+                .map_err(|e| OptionError::new(format!("{key}.key"), e))?;
             let pattern = c
                 .pattern
                 .as_deref()
                 .map(regex::bytes::Regex::new)
                 .transpose()
-                .map_err(|e| OptionError::new(&format!("{key}.pattern"), format!("bad regex: {e}")))?;
+                .map_err(|e| OptionError::new(format!("{key}.pattern"), format!("bad regex: {e}")))?;
             when.push((fields.add(&path), pattern, c.invert));
         }
         Ok(Modify {
