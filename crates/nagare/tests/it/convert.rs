@@ -1137,3 +1137,47 @@ fn tail_state_files_are_imported_when_present() {
         }
     }
 }
+
+/// End to end against a real PostgreSQL (common/pg_server.rs): a Fluent
+/// Bit config whose pgsql output was converted, run by nagare straight from
+/// the peer's file, stores every tailed line once in Fluent Bit's table
+/// layout (tag, time, data jsonb), by content.
+#[test]
+fn a_converted_fluent_bit_pgsql_output_stores_rows_in_its_layout() {
+    use crate::common::pg_server::{shared_postgres, PASSWORD, USER};
+    let Some(pg) = shared_postgres() else { return };
+    let pg = pg.read().unwrap();
+    let table = "fb_converted";
+    pg.psql(&format!(
+        "DROP TABLE IF EXISTS {table}; CREATE TABLE {table} (tag varchar, time timestamptz, data jsonb); \
+         GRANT ALL ON {table} TO {USER};"
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("app.log");
+    let lines: Vec<String> = (0..50).map(|i| format!("line {i:02} of the app")).collect();
+    std::fs::write(&log, lines.join("\n") + "\n").unwrap();
+    let conf = dir.path().join("fluent-bit.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "[SERVICE]\n    Flush 1\n\n[INPUT]\n    Name            tail\n    Tag             app.log\n    Path            {}\n    Read_from_Head  On\n\n\
+             [OUTPUT]\n    Name      pgsql\n    Match     app.*\n    Host      127.0.0.1\n    Port      {}\n    User      {USER}\n    Password  {PASSWORD}\n    Database  postgres\n    Table     {table}\n",
+            log.display(),
+            pg.port
+        ),
+    )
+    .unwrap();
+    let mut cmd = Command::new(BIN);
+    cmd.current_dir(dir.path()).arg("run").arg("-c").arg(&conf);
+    let d = Daemon::spawn(cmd, dir.path(), conf.clone(), None);
+    common::wait_until(common::WAIT, "50 rows in PostgreSQL", || {
+        pg.count(table) >= 50
+    });
+    let rows = pg.psql(&format!(
+        "SELECT tag, data->>'log', time > now() - interval '5 minutes' FROM {table} ORDER BY data->>'log'"
+    ));
+    let want: String = lines.iter().map(|l| format!("app.log|{l}|t\n")).collect();
+    assert_eq!(rows, want);
+    drop(d);
+    pg.psql(&format!("DROP TABLE {table}"));
+}
