@@ -1168,7 +1168,7 @@ fn flt_rewrite_tag(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
         new_tag.push_str(rest);
         r.set("tag", Val::s(new_tag));
         if common::boolean(keep) == Some(true) {
-            ctx.notes.unmapped(&e.file, e.line, format!("Rule {} (KEEP true)", e.value), "nagare's rewrite_tag moves the event to its new tag; the original is not kept as well");
+            r.set("keep", Val::Bool(true));
         }
         t.children.push(r);
     }

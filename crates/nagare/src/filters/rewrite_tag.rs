@@ -56,6 +56,10 @@ pub struct RewriteRule {
     /// rewrite_tag_filter matches any value by its text (the default).
     #[serde(default)]
     pub strings_only: bool,
+    /// The event also goes on with its own tag: a copy goes to the new
+    /// tag (Fluent Bit's `KEEP true`). Default false: it moves.
+    #[serde(default)]
+    pub keep: bool,
 }
 
 #[derive(
@@ -108,6 +112,7 @@ struct Rule {
     test: Pattern,
     invert: bool,
     strings_only: bool,
+    keep: bool,
     tag: Vec<Part>,
     captures: bool,
 }
@@ -146,6 +151,7 @@ impl Rule {
             test,
             invert: r.invert,
             strings_only: r.strings_only,
+            keep: r.keep,
             tag,
             captures,
         })
@@ -262,23 +268,26 @@ impl RewriteTag {
             let mut offset = 0;
             while let Some((r, end)) = self.fields.entry(part, offset, &mut spans) {
                 let (record, entry) = (&part[r..end], &part[offset..end]);
-                let to = self
+                let found = self
                     .rules
                     .iter()
                     .zip(&fixed)
                     .zip(caches.iter_mut())
                     .find_map(|((r, f), search)| {
                         r.apply(search, tag, record, &spans, &mut json, &mut new_tag)
-                            .then_some(f)
-                    })
-                    .map(|f| f.as_deref().unwrap_or(&new_tag));
+                            .then_some((f, r.keep))
+                    });
+                // A kept event goes to its new tag and stays too: never
+                // part of a batch that moves whole.
+                let keep = found.is_some_and(|(_, k)| k);
+                let to = found.map(|(f, _)| f.as_deref().unwrap_or(&new_tag));
                 let goes = match to {
                     Some(t) if t != tag => Some(t),
                     Some(_) => None,
                     None if self.unmatched == Unmatched::Drop => Some(""),
                     None => None,
                 };
-                if std::mem::take(&mut first) {
+                if std::mem::take(&mut first) && !keep {
                     if let Some(to) = goes {
                         uniform = Some((to.to_string(), 1));
                         offset = end;
@@ -286,7 +295,7 @@ impl RewriteTag {
                     }
                 }
                 if let Some((u, n)) = &mut uniform {
-                    if goes == Some(u.as_str()) {
+                    if goes == Some(u.as_str()) && !keep {
                         *n += 1;
                         offset = end;
                         continue;
@@ -335,6 +344,12 @@ impl RewriteTag {
                             };
                             g.entries.extend_from_slice(entry);
                             g.count += 1;
+                        }
+                        if keep {
+                            stayed += 1;
+                            if let Some(s) = &mut stay {
+                                s.extend_from_slice(entry);
+                            }
                         }
                     }
                 }
@@ -517,6 +532,30 @@ tag = "kept.${tag_parts[-1]}"
         let (stay, moved) = run(&*f, "t", &records);
         assert_eq!(stay, Some(vec![0, 2]));
         assert_eq!(moved, [("alert".to_string(), vec![1])]);
+    }
+
+    #[test]
+    fn kept_events_go_to_the_new_tag_and_stay() {
+        let f = build(
+            "[[rule]]\nkey = \"level\"\npattern = \"^error$\"\ntag = \"alert.${tag}\"\nkeep = true\n",
+        )
+        .unwrap();
+        let err = || ev(0, &[("level", "error".into())]);
+        // The first event is kept: no whole-batch move.
+        let (stay, moved) = run(
+            &*f,
+            "app",
+            &[
+                err(),
+                ev(1, &[("level", "info".into())]),
+                ev(2, &[("level", "error".into())]),
+            ],
+        );
+        assert_eq!(stay, Some(vec![0, 1, 2]));
+        assert_eq!(moved, [("alert.app".to_string(), vec![0, 2])]);
+        let (stay, moved) = run(&*f, "app", &[err(), err()]);
+        assert_eq!(stay, Some(vec![0, 0]));
+        assert_eq!(moved, [("alert.app".to_string(), vec![0, 0])]);
     }
 
     #[test]

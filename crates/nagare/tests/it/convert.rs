@@ -679,6 +679,11 @@ fn common_plugins_of_both_peers_convert() {
     Record  region eu-1
 
 [FILTER]
+    Name    rewrite_tag
+    Match   raw
+    Rule    $log ^ERROR alert.$TAG true
+
+[FILTER]
     Name    lua
     Match   raw
     code    function cb(tag, ts, r) return 0, ts, r end
@@ -730,6 +735,8 @@ fn common_plugins_of_both_peers_convert() {
                 "endpoint = 'http://127.0.0.1:9999/in'",
                 "region = 'eu-1'",
                 "match = '**'",
+                "keep = true",
+                "strings_only = true",
             ][..],
         ),
     ] {
