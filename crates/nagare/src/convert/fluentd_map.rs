@@ -417,7 +417,11 @@ fn system(ctx: &mut Ctx, d: &Directive) {
 fn source(ctx: &mut Ctx, d: &Directive) {
     let ty = d.plugin_type();
     let Some(&(_, nagare, m)) = lookup(SOURCES, ty) else {
-        let why = not_yet(ty).unwrap_or("nagare has no input of this type");
+        let why = match ty {
+            // Not a receiver: it reads documents back out of an index.
+            "elasticsearch" | "opensearch" => "fluent-plugin-elasticsearch's input queries an index; nagare's elasticsearch input receives `_bulk` requests (from Beats, Logstash, clients) instead",
+            _ => not_yet(ty).unwrap_or("nagare has no input of this type"),
+        };
         ctx.notes
             .unmapped(&d.file, d.line, format!("<source> @type {ty}"), why);
         return;
