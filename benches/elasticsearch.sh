@@ -17,6 +17,12 @@
 #
 # BATCH (default 1000), CONC (default 2), MSG_BYTES (default 100),
 # ES_PORT (default 40600), NAGARE_BIN (default: the release build).
+#
+# FLUENT_BIT=/path/to/fluent-bit adds a third side to each run: the same
+# `nagare gen --forward` events into Fluent Bit's in_forward, its `es`
+# output (Workers = CONC) writing them to a new index; timed until its
+# fluentbit_output_proc_records_total reaches N; its CPU and peak RSS from
+# /proc like nagare's. Unset: that side is skipped with a message.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -112,12 +118,68 @@ TOML
     'BEGIN { printf "%.0f %.2f %.0f\n", n / (b - a), cpu / n * 1e6, rss }' | tee -a "$OUT/nagare.txt"
 }
 
-floors=() nagares=() cpus=() rsss=()
+fb_metric() { # fb_metric: records Fluent Bit's es output has delivered
+  curl -sf "127.0.0.1:$MON_PORT/api/v1/metrics/prometheus" 2>/dev/null \
+    | awk 'index($0, "fluentbit_output_proc_records_total{name=\"es.0\"}") == 1 { print $2 }'
+}
+
+fluentbit_run() { # fluentbit_run R: prints "events/s cpu_s_per_million rss_mb"
+  local index=bench-fluentbit-$1 t0 t1 n
+  new_index "$index"
+  # Flush 0.1 s like nagare's flush_interval; Workers like its
+  # flush_thread_count. Fluent Bit sends each chunk (up to ~2 MB of
+  # msgpack, its own size) as one _bulk request.
+  cat >"$OUT/fluentbit-$1.conf" <<CONF
+[SERVICE]
+    Flush        0.1
+    Log_Level    warn
+    HTTP_Server  On
+    HTTP_Listen  127.0.0.1
+    HTTP_Port    $MON_PORT
+[INPUT]
+    Name   forward
+    Listen 127.0.0.1
+    Port   $IN_PORT
+[OUTPUT]
+    Name   es
+    Match  *
+    Host   127.0.0.1
+    Port   $ES_PORT
+    Index  $index
+    Suppress_Type_Name On
+    Buffer_Size False
+    Retry_Limit False
+    Workers $CONC
+CONF
+  "$FLUENT_BIT" -c "$OUT/fluentbit-$1.conf" >"$OUT/fluentbit-$1.log" 2>&1 &
+  NAGARE_PID=$!
+  for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$IN_PORT") 2>/dev/null && break; sleep 0.1; done
+  t0=$(date +%s.%N)
+  "$NAGARE" gen --forward "127.0.0.1:$IN_PORT" --count "$N" --message "$MSG" 2>>"$OUT/gen.log"
+  while n=$(fb_metric); [ "${n:-0}" -lt "$N" ]; do sleep 0.05; done
+  t1=$(date +%s.%N)
+  local cpu rss
+  cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$NAGARE_PID/stat")
+  rss=$(awk '/^VmHWM/ { print $2 / 1024 }' "/proc/$NAGARE_PID/status")
+  kill "$NAGARE_PID"; wait "$NAGARE_PID" 2>/dev/null || true
+  NAGARE_PID=
+  [ "$(count "$index")" = "$N" ] || { echo "fluent-bit: count of $index is not $N" >&2; exit 1; }
+  awk -v n="$N" -v a="$t0" -v b="$t1" -v cpu="$cpu" -v rss="$rss" \
+    'BEGIN { printf "%.0f %.2f %.0f\n", n / (b - a), cpu / n * 1e6, rss }' | tee -a "$OUT/fluentbit.txt"
+}
+[ -n "${FLUENT_BIT:-}" ] || echo "FLUENT_BIT unset: Fluent Bit's es output is not measured" >&2
+
+floors=() nagares=() cpus=() rsss=() fbs=() fbcpus=() fbrsss=()
 for r in $(seq "$RUNS"); do
   floors+=("$(floor_run "$r")")
   read -r eps cpu rss < <(nagare_run "$r")
   nagares+=("$eps") cpus+=("$cpu") rsss+=("$rss")
   echo "run $r: floor ${floors[-1]} ev/s, nagare $eps ev/s, $cpu CPU s per 1M events, $rss MB" >&2
+  if [ -n "${FLUENT_BIT:-}" ]; then
+    read -r eps cpu rss < <(fluentbit_run "$r")
+    fbs+=("$eps") fbcpus+=("$cpu") fbrsss+=("$rss")
+    echo "run $r: fluent-bit $eps ev/s, $cpu CPU s per 1M events, $rss MB" >&2
+  fi
 done
 median() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 f=$(median "${floors[@]}") g=$(median "${nagares[@]}")
@@ -126,4 +188,9 @@ echo "| $N events of ${MSG_BYTES} B, $BATCH per request, $CONC at once | events/
 echo "| --- | --- | --- | --- |"
 echo "| floor: pre-built _bulk bodies (Python) | $f | — | — |"
 echo "| nagare elasticsearch output | $g ($(awk -v a="$g" -v b="$f" 'BEGIN { printf "%.2f", a / b }')× the floor) | $(median "${cpus[@]}") | $(median "${rsss[@]}") |"
-echo "runs: floor ${floors[*]}; nagare ${nagares[*]}"
+if [ -n "${FLUENT_BIT:-}" ]; then
+  h=$(median "${fbs[@]}")
+  echo "| Fluent Bit es output | $h ($(awk -v a="$h" -v b="$f" 'BEGIN { printf "%.2f", a / b }')× the floor) | $(median "${fbcpus[@]}") | $(median "${fbrsss[@]}") |"
+  echo "nagare CPU per event / Fluent Bit's: $(awk -v a="$(median "${cpus[@]}")" -v b="$(median "${fbcpus[@]}")" 'BEGIN { printf "%.2f", a / b }')"
+fi
+echo "runs: floor ${floors[*]}; nagare ${nagares[*]}; cpu ${cpus[*]}${FLUENT_BIT:+; fluent-bit ${fbs[*]}; cpu ${fbcpus[*]}}"

@@ -73,6 +73,31 @@ impl OutputPlugin for HttpOutputConfig {
             BodyFormat::JsonArray => "application/json",
             BodyFormat::Msgpack => "application/msgpack",
         };
+        // A `Content-Type` in `headers` replaces nagare's own; one naming the
+        // other family than the body (msgpack labelled JSON, JSON labelled
+        // msgpack) makes the receiver misread every request: say so at check.
+        if let Some(ct) = self
+            .headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+            .map(|(_, v)| v.to_ascii_lowercase())
+        {
+            let says_msgpack = ct.contains("msgpack");
+            let body_msgpack = self.format == BodyFormat::Msgpack;
+            if says_msgpack != body_msgpack {
+                cx.warn(
+                    "headers",
+                    format!(
+                        "Content-Type {ct:?} does not match the body of format {:?} ({content_type}): the receiver reads the body by its content type",
+                        match self.format {
+                            BodyFormat::Ndjson => "ndjson",
+                            BodyFormat::JsonArray => "json_array",
+                            BodyFormat::Msgpack => "msgpack",
+                        }
+                    ),
+                );
+            }
+        }
         let defaults = vec![(header::CONTENT_TYPE, HeaderValue::from_static(content_type))];
         Ok(Arc::new(HttpOutput {
             sender: self.http_sender("endpoint", &self.endpoint, defaults, cx)?,
@@ -96,7 +121,17 @@ impl Output for HttpOutput {
             .path
             .replace("${tag}", &chunk.tag);
         let answer = self.sender.post(&path, self.body(chunk), &[]).await?;
-        self.sender.client().judge(answer).await.map(|_| ())
+        match self.sender.client().judge(answer).await {
+            Ok(_) => Ok(()),
+            // Fluent Bit's in_http answers this (400) to any content type but
+            // JSON: name the fix beside its answer.
+            Err(FlushError::Permanent(m)) if m.contains("invalid 'Content-Type'") => {
+                Err(FlushError::Permanent(format!(
+                    "{m} (Fluent Bit's in_http answers so to anything but application/json; it takes format = \"json_array\", or \"ndjson\" with Content-Type = \"application/json\" in [output.headers], and no msgpack)"
+                )))
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 

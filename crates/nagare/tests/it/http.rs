@@ -757,3 +757,40 @@ fn check_names_bad_options() {
     ];
     assert_check_errors(tempfile::tempdir().unwrap().path(), CHECK_BASE, cases);
 }
+
+/// A `Content-Type` in `[output.headers]` replaces the output's own: one
+/// that names the other family than the body (msgpack labelled JSON) is
+/// warned about at check, since the receiver reads the body by it (Fluent
+/// Bit's in_http answers such a msgpack body "400 unable to process
+/// records"); NDJSON labelled `application/json` (what Fluent Bit's in_http
+/// wants) is not.
+#[test]
+fn check_warns_when_content_type_does_not_match_the_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |name: &str, format: &str, ct: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(
+            &path,
+            format!("{CHECK_BASE}[[output]]\ntype = \"http\"\nmatch = \"**\"\nendpoint = \"http://127.0.0.1:9880/app\"\nformat = \"{format}\"\n[output.headers]\nContent-Type = \"{ct}\"\n"),
+        )
+        .unwrap();
+        let out = run_check(&path);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        stderr
+    };
+    let e = run("mp.toml", "msgpack", "application/json");
+    assert!(
+        e.contains("warning:")
+            && e.contains("headers")
+            && e.contains("\"application/json\" does not match the body of format \"msgpack\""),
+        "{e}"
+    );
+    let e = run("js.toml", "json_array", "application/x-msgpack");
+    assert!(
+        e.contains("does not match the body of format \"json_array\""),
+        "{e}"
+    );
+    let e = run("nd.toml", "ndjson", "application/json");
+    assert!(!e.contains("warning:"), "{e}");
+}
