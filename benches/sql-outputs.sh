@@ -122,12 +122,19 @@ EOF
         sleep 0.01
     done
     local t1; t1=$(now)
+    # nagare's CPU seconds (user + system, every thread) up to that point.
+    local cpu; cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$pid/stat")
     kill -TERM "$pid"; wait "$pid" || true
     local n; n=$($2)
     [ "$n" = "$ROWS" ] || { echo "the table holds $n rows, not $ROWS" >&2; cat "$OUT/nagare.log" >&2; exit 1; }
-    echo "$t1 - $t0" | bc -l
+    echo "$(echo "$t1 - $t0" | bc -l) $cpu"
 }
-timed() { local t0; t0=$(now); "$@" >/dev/null; echo "$(now) - $t0" | bc -l; }
+# The wall seconds of a client's run, and its CPU seconds (user + system).
+timed() {
+    local t0; t0=$(now)
+    /usr/bin/time -o "$OUT/time" -f "%U %S" "$@" >/dev/null
+    echo "$(echo "$(now) - $t0" | bc -l) $(awk '{ print $1 + $2 }' "$OUT/time")"
+}
 
 PG_OUT="[[output]]
 type = \"postgresql\"
@@ -149,20 +156,23 @@ for i in $(seq "$RUNS"); do
 chunk_id_column = \"\"
 position_column = \"\"" pg_count postgresql#0)" >> "$OUT/results"
     pg_table ", UNIQUE (chunk_id, position)"; echo "pg_nagare_once $(run_nagare "$PG_OUT" pg_count postgresql#0)" >> "$OUT/results"
-    ch_table; echo "ch_floor $(timed sh -c "${CH[*]} --query 'INSERT INTO t (seq, message) FORMAT JSONEachRow' < '$OUT/rows.ndjson'")" >> "$OUT/results"
+    ch_table; echo "ch_floor $(timed "${CH[@]}" --query 'INSERT INTO t (seq, message) FORMAT JSONEachRow' < "$OUT/rows.ndjson")" >> "$OUT/results"
     ch_table; echo "ch_nagare $(run_nagare "$CH_OUT" ch_count clickhouse#0)" >> "$OUT/results"
 done
 cat "$OUT/results" >&2
 python3 - "$OUT/results" "$ROWS" <<'PY'
 import statistics, sys
 rows = int(sys.argv[2])
-runs = {}
+runs, cpus = {}, {}
 for line in open(sys.argv[1]):
-    k, v = line.split()
+    k, v, cpu = line.split()
     runs.setdefault(k, []).append(rows / float(v))
+    cpus.setdefault(k, []).append(float(cpu))
 med = {k: statistics.median(v) for k, v in runs.items()}
 for k in ["pg_floor", "pg_nagare_plain", "pg_nagare_once", "ch_floor", "ch_nagare"]:
-    print("%-16s median %9.0f rows/s  (runs: %s)" % (k, med[k], ", ".join("%.0f" % x for x in runs[k])))
+    who = "client" if k.endswith("floor") else "nagare"
+    print("%-16s median %9.0f rows/s  (runs: %s)  %s CPU s median %.2f" % (
+        k, med[k], ", ".join("%.0f" % x for x in runs[k]), who, statistics.median(cpus[k])))
 print("postgresql plain COPY: %.2fx of psql \\copy" % (med["pg_nagare_plain"] / med["pg_floor"]))
 print("postgresql stored-once: %.2fx of psql \\copy" % (med["pg_nagare_once"] / med["pg_floor"]))
 print("clickhouse: %.2fx of clickhouse-client" % (med["ch_nagare"] / med["ch_floor"]))
