@@ -112,7 +112,7 @@ $1
 [output.buffer]
 flush_interval = "200ms"
 chunk_limit_size = "8MiB"
-flush_thread_count = 4
+flush_thread_count = ${FLUSH_THREADS:-4}
 EOF
     local t0; t0=$(now)
     "$NAGARE" run -c "$OUT/nagare.toml" 2>"$OUT/nagare.log" &
