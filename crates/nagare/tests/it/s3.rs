@@ -788,10 +788,11 @@ fn kill_9_with_gathered_objects_stores_every_acked_event_once() {
     ids.sort();
     ids.dedup();
     assert_eq!(ids.len(), n, "one object per chunk");
-    // Gathered: batches of 25 events, many per object.
+    // Gathered: batches of 25 events, several per object (how many
+    // depends on how fast the acked load goes within upload_timeout).
     assert!(
-        (n as f64) < acked.len() as f64 / 25.0 / 3.0,
-        "{n} objects for {} events",
+        n * 2 * 25 <= acked.len(),
+        "{n} objects for {} events in batches of 25",
         acked.len()
     );
 }
