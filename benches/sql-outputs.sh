@@ -5,7 +5,9 @@
 #
 #   nagare:  a tail input reads ROWS NDJSON lines {"seq":i,"message":"…"}
 #            (read_from_head, json parser) and the output writes them;
-#            timed from nagare's start until the table holds every row.
+#            timed from nagare's start until the output has written every
+#            row (its events_out_total on the monitor; the table counted
+#            once after).
 #   floors:  psql '\copy t (seq, message) FROM rows.tsv' and
 #            clickhouse-client --query 'INSERT INTO t FORMAT JSONEachRow' < rows.ndjson.
 #
@@ -29,7 +31,7 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done; return 1; }
 asp() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
 now() { date +%s.%N; }
-PGPORT=$(free_port); CHHTTP=$(free_port); CHTCP=$(free_port)
+PGPORT=$(free_port); CHHTTP=$(free_port); CHTCP=$(free_port); MON=$(free_port)
 cleanup() {
     asp "$PGBIN/pg_ctl" -D "$OUT/pg" -m immediate stop >/dev/null 2>&1 || true
     [ -n "${CHPID:-}" ] && kill "$CHPID" 2>/dev/null || true
@@ -78,10 +80,25 @@ ch_table() { "${CH[@]}" --query "DROP TABLE IF EXISTS t"; "${CH[@]}" --query "CR
 pg_count() { "${PSQL[@]}" -c "SELECT count(*) FROM t"; }
 ch_count() { "${CH[@]}" --query "SELECT count() FROM t"; }
 
-# run_nagare OUTPUT_TOML COUNT_FN: seconds from start until COUNT_FN says ROWS.
+# The rows an output has written: its events_out_total, counted once the
+# server has committed them (after the COPY's transaction, after the
+# INSERT's 200). Read with curl from nagare's monitor: polling the table
+# with psql or clickhouse-client instead would start a client (and, for
+# PostgreSQL, scan the table) every 50 ms on the machine the run is timed
+# on; the table is counted once at the end.
+delivered() {
+    curl -s "http://127.0.0.1:$MON/metrics" |
+        awk -v p="$1" '$0 ~ "^nagare_events_out_total\\{plugin=\"" p "\"," { print $NF }'
+}
+
+# run_nagare OUTPUT_TOML COUNT_FN PLUGIN: seconds from start until PLUGIN
+# has written ROWS rows; then COUNT_FN must say ROWS.
 run_nagare() {
     rm -f "$OUT/pos.db"
     cat > "$OUT/nagare.toml" <<EOF
+[monitor]
+bind = "127.0.0.1:$MON"
+
 [[input]]
 type = "tail"
 path = "$OUT/rows.ndjson"
@@ -95,20 +112,29 @@ $1
 [output.buffer]
 flush_interval = "200ms"
 chunk_limit_size = "8MiB"
-flush_thread_count = 4
+flush_thread_count = ${FLUSH_THREADS:-4}
 EOF
     local t0; t0=$(now)
     "$NAGARE" run -c "$OUT/nagare.toml" 2>"$OUT/nagare.log" &
     local pid=$!
-    until [ "$($2)" -ge "$ROWS" ]; do
+    until [ "$(delivered "$3")" = "$ROWS" ]; do
         kill -0 "$pid" 2>/dev/null || { cat "$OUT/nagare.log" >&2; exit 1; }
-        sleep 0.05
+        sleep 0.01
     done
     local t1; t1=$(now)
+    # nagare's CPU seconds (user + system, every thread) up to that point.
+    local cpu; cpu=$(awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$pid/stat")
     kill -TERM "$pid"; wait "$pid" || true
-    echo "$t1 - $t0" | bc -l
+    local n; n=$($2)
+    [ "$n" = "$ROWS" ] || { echo "the table holds $n rows, not $ROWS" >&2; cat "$OUT/nagare.log" >&2; exit 1; }
+    echo "$(echo "$t1 - $t0" | bc -l) $cpu"
 }
-timed() { local t0; t0=$(now); "$@" >/dev/null; echo "$(now) - $t0" | bc -l; }
+# The wall seconds of a client's run, and its CPU seconds (user + system).
+timed() {
+    local t0; t0=$(now)
+    /usr/bin/time -o "$OUT/time" -f "%U %S" "$@" >/dev/null
+    echo "$(echo "$(now) - $t0" | bc -l) $(awk '{ print $1 + $2 }' "$OUT/time")"
+}
 
 PG_OUT="[[output]]
 type = \"postgresql\"
@@ -128,22 +154,25 @@ for i in $(seq "$RUNS"); do
     pg_table; echo "pg_floor $(timed "${PSQL[@]}" -c "\\copy t (seq, message) FROM '$OUT/rows.tsv'")" >> "$OUT/results"
     pg_table; echo "pg_nagare_plain $(run_nagare "$PG_OUT
 chunk_id_column = \"\"
-position_column = \"\"" pg_count)" >> "$OUT/results"
-    pg_table ", UNIQUE (chunk_id, position)"; echo "pg_nagare_once $(run_nagare "$PG_OUT" pg_count)" >> "$OUT/results"
-    ch_table; echo "ch_floor $(timed sh -c "${CH[*]} --query 'INSERT INTO t (seq, message) FORMAT JSONEachRow' < '$OUT/rows.ndjson'")" >> "$OUT/results"
-    ch_table; echo "ch_nagare $(run_nagare "$CH_OUT" ch_count)" >> "$OUT/results"
+position_column = \"\"" pg_count postgresql#0)" >> "$OUT/results"
+    pg_table ", UNIQUE (chunk_id, position)"; echo "pg_nagare_once $(run_nagare "$PG_OUT" pg_count postgresql#0)" >> "$OUT/results"
+    ch_table; echo "ch_floor $(timed "${CH[@]}" --query 'INSERT INTO t (seq, message) FORMAT JSONEachRow' < "$OUT/rows.ndjson")" >> "$OUT/results"
+    ch_table; echo "ch_nagare $(run_nagare "$CH_OUT" ch_count clickhouse#0)" >> "$OUT/results"
 done
 cat "$OUT/results" >&2
 python3 - "$OUT/results" "$ROWS" <<'PY'
 import statistics, sys
 rows = int(sys.argv[2])
-runs = {}
+runs, cpus = {}, {}
 for line in open(sys.argv[1]):
-    k, v = line.split()
+    k, v, cpu = line.split()
     runs.setdefault(k, []).append(rows / float(v))
+    cpus.setdefault(k, []).append(float(cpu))
 med = {k: statistics.median(v) for k, v in runs.items()}
 for k in ["pg_floor", "pg_nagare_plain", "pg_nagare_once", "ch_floor", "ch_nagare"]:
-    print("%-16s median %9.0f rows/s  (runs: %s)" % (k, med[k], ", ".join("%.0f" % x for x in runs[k])))
+    who = "client" if k.endswith("floor") else "nagare"
+    print("%-16s median %9.0f rows/s  (runs: %s)  %s CPU s median %.2f" % (
+        k, med[k], ", ".join("%.0f" % x for x in runs[k]), who, statistics.median(cpus[k])))
 print("postgresql plain COPY: %.2fx of psql \\copy" % (med["pg_nagare_plain"] / med["pg_floor"]))
 print("postgresql stored-once: %.2fx of psql \\copy" % (med["pg_nagare_once"] / med["pg_floor"]))
 print("clickhouse: %.2fx of clickhouse-client" % (med["ch_nagare"] / med["ch_floor"]))

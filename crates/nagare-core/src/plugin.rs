@@ -79,6 +79,21 @@ pub struct BuildContext {
     /// error_label` is set, and the filter is not in that label), so it
     /// returns them in `Filtered::failed` instead of keeping them marked.
     pub failures_routed: bool,
+    /// Buffer settings an output's own options stand for (the s3 output's
+    /// `total_file_size` and `upload_timeout`, Fluent Bit's names): the
+    /// loader puts them in the output's `[output.buffer]`.
+    pub chunk_shape: ChunkShape,
+}
+
+/// Buffer settings an output sets from its own options, each with the
+/// option's key (for the errors that name it): one chunk is then one
+/// object of the output's size and age.
+#[derive(Debug, Default)]
+pub struct ChunkShape {
+    /// The buffer's `chunk_limit_size`.
+    pub chunk_limit_size: Option<(String, crate::units::Size)>,
+    /// The buffer's `flush_interval`.
+    pub flush_interval: Option<(String, crate::units::Dur)>,
 }
 
 impl BuildContext {

@@ -71,6 +71,8 @@ pub(super) struct Loader<'a> {
     pub(super) error_label: Option<(String, usize)>,
     /// Set while a filter is built: its failures go to the error label.
     pub(super) failures_routed: bool,
+    /// What the output just built sets in its buffer (see ChunkShape).
+    pub(super) chunk_shape: nagare_core::plugin::ChunkShape,
 }
 
 const TOP_KEYS: [&str; 6] = ["system", "monitor", "input", "filter", "output", "test"];
@@ -90,6 +92,7 @@ impl<'a> Loader<'a> {
             unlabelled: Vec::new(),
             error_label: None,
             failures_routed: false,
+            chunk_shape: Default::default(),
         }
     }
 
@@ -381,7 +384,8 @@ impl<'a> Loader<'a> {
 
     /// Records what building the plugin learned (listeners, written
     /// directories, warnings) with where it was configured.
-    fn learned(&mut self, cx: BuildContext, at: usize, prefix: &str) {
+    fn learned(&mut self, mut cx: BuildContext, at: usize, prefix: &str) {
+        self.chunk_shape = std::mem::take(&mut cx.chunk_shape);
         let place = |l: &Self, key: &str| {
             let key = join(prefix, key);
             Place {

@@ -2,7 +2,7 @@
 //! `[output.buffer]` table and its checks, a copy output's stores and an
 //! `[output.secondary]`, each built as an output section of its own.
 
-use nagare_core::plugin::{read, Built, SectionError};
+use nagare_core::plugin::{read, Built, ChunkShape, SectionError};
 use toml::de::DeValue;
 use toml::Spanned;
 
@@ -65,7 +65,7 @@ impl<'a> Loader<'a> {
             None
         };
         let name = format!("{name_prefix}{}#{index}", reg.type_name);
-        let buffer = match table.remove("buffer") {
+        let mut buffer = match table.remove("buffer") {
             Some(b) => {
                 let bprefix = join(prefix, "buffer");
                 match read::<BufferConfig>(b) {
@@ -92,7 +92,10 @@ impl<'a> Loader<'a> {
             }
             None => None,
         };
-        let target = match self.build(reg, table, span, &name, prefix, buffer_key_hint)? {
+        let built = self.build(reg, table, span, &name, prefix, buffer_key_hint)?;
+        let shape = std::mem::take(&mut self.chunk_shape);
+        ok &= self.shape_buffer(&mut buffer, shape, prefix);
+        let target = match built {
             Built::One(o) => OutputTarget::One(o),
             Built::Fanout(stores) => OutputTarget::Copy(self.stores(stores, &name)?),
         };
@@ -146,6 +149,54 @@ impl<'a> Loader<'a> {
         }
         s.name = format!("{parent}.secondary");
         Some(s)
+    }
+
+    /// Puts in `b` what the output's own options set (`shape`): an option
+    /// written in `[output.buffer]` as well is an error naming both; a
+    /// `total_limit_size` left out grows to two chunks (one being written
+    /// while the next fills).
+    fn shape_buffer(&mut self, b: &mut BufferConfig, shape: ChunkShape, prefix: &str) -> bool {
+        let bkey = join(prefix, "buffer");
+        let mut ok = true;
+        let both = |l: &mut Self, option: &str, buffer_key: &str| {
+            let k = join(&bkey, buffer_key);
+            match l.keys.exact(&k) {
+                Some(s) => {
+                    let msg = format!(
+                        "`{option}` of this output sets the buffer's {buffer_key}: write one of them"
+                    );
+                    l.error_at(s.start, &k, msg);
+                    true
+                }
+                None => false,
+            }
+        };
+        if let Some((option, size)) = shape.chunk_limit_size {
+            if both(self, &option, "chunk_limit_size") {
+                ok = false;
+            } else {
+                b.chunk_limit_size = size;
+                let total = join(&bkey, "total_limit_size");
+                match self.keys.exact(&total) {
+                    Some(s) if b.total_limit_size.0 < size.0 => {
+                        let msg =
+                            format!("must be at least `{option}` ({size}), the size of one chunk");
+                        self.error_at(s.start, &total, msg);
+                        ok = false;
+                    }
+                    Some(_) => {}
+                    None => b.total_limit_size.0 = b.total_limit_size.0.max(2 * size.0),
+                }
+            }
+        }
+        if let Some((option, every)) = shape.flush_interval {
+            if both(self, &option, "flush_interval") {
+                ok = false;
+            } else {
+                b.flush_interval = every;
+            }
+        }
+        ok
     }
 
     fn check_buffer(&mut self, b: &BufferConfig, at: usize, prefix: &str, name: &str) -> bool {

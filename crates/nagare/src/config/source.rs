@@ -62,6 +62,14 @@ impl KeySpans {
         }
     }
 
+    /// The span of `path` if it was written itself.
+    pub fn exact(&self, path: &str) -> Option<Range<usize>> {
+        self.spans
+            .iter()
+            .find(|(k, _)| k == path)
+            .map(|(_, s)| s.clone())
+    }
+
     /// The span of `path`, or of its closest enclosing key that was written.
     pub fn find(&self, path: &str) -> Option<Range<usize>> {
         let mut p = path;

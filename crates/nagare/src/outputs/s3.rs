@@ -124,6 +124,19 @@ pub struct S3OutputConfig {
     /// "none" (default), "gzip" or "zstd".
     #[serde(default)]
     pub compression: S3Compression,
+    /// Gathers events into objects of about this size (Fluent Bit's
+    /// name): it sets the buffer's `chunk_limit_size`, so one buffer chunk
+    /// of this size (the events as the buffer holds them, msgpack, before
+    /// formatting and compression) is one object, with one chunk id and
+    /// stored once; `total_limit_size`, unless written, grows to two such
+    /// chunks. Default: the buffer's `chunk_limit_size` ("2MiB").
+    #[serde(default)]
+    pub total_file_size: Option<Size>,
+    /// An object is written at the latest this long after its first event
+    /// came (Fluent Bit's name): it sets the buffer's `flush_interval`.
+    /// Default: the buffer's `flush_interval` ("1s").
+    #[serde(default)]
+    pub upload_timeout: Option<Dur>,
     /// The storage class objects are stored in, e.g. "STANDARD_IA" or
     /// "GLACIER_IR" (default: the bucket's, STANDARD on AWS).
     #[serde(default)]
@@ -182,6 +195,18 @@ impl S3Output {
                     cfg.part_size
                 ),
             ));
+        }
+        if let Some(size) = cfg.total_file_size {
+            if size.0 == 0 {
+                return Err(OptionError::new("total_file_size", "must be more than 0, e.g. \"100MiB\""));
+            }
+            cx.chunk_shape.chunk_limit_size = Some(("total_file_size".into(), size));
+        }
+        if let Some(every) = cfg.upload_timeout {
+            if every.0.is_zero() {
+                return Err(OptionError::new("upload_timeout", "must be more than 0, e.g. \"10m\""));
+            }
+            cx.chunk_shape.flush_interval = Some(("upload_timeout".into(), every));
         }
         if cfg.upload_concurrency == 0 {
             return Err(OptionError::new("upload_concurrency", "must be at least 1"));

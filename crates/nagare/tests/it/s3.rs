@@ -267,7 +267,7 @@ fn shared() -> Option<&'static Versity> {
 /// output options and a buffer (`[output.buffer]` lines; flush_interval
 /// 200ms unless they set it).
 fn config(port: u16, endpoint: &str, bucket: &str, extra: &str, buffer: &str) -> String {
-    let flush = if buffer.contains("flush_interval") {
+    let flush = if buffer.contains("flush_interval") || extra.contains("upload_timeout") {
         ""
     } else {
         "flush_interval = \"200ms\""
@@ -675,6 +675,128 @@ fn kill_9_of_nagare_with_a_file_buffer_stores_every_acked_event_once() {
     assert_eq!(ids.len(), n, "one object per chunk");
 }
 
+/// The events of each object, by its key.
+fn events_per_object(s: &Stored) -> Vec<(String, usize)> {
+    s.objects
+        .iter()
+        .map(|o| (o.key.clone(), seqs_in(o).len()))
+        .collect()
+}
+
+/// `total_file_size` closes an object at that size (the buffer's chunk):
+/// 60 batches of 50 go into a few objects, each but the last full, every
+/// event once; `upload_timeout` of an hour keeps the last one staged until
+/// nagare stops, which writes it.
+#[test]
+fn total_file_size_gathers_batches_into_objects_of_that_size() {
+    let Some(v) = shared() else { return };
+    let bucket = v.bucket("gather-size");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let extra = format!("{KEYS}total_file_size = \"32KiB\"\nupload_timeout = \"1h\"\n");
+    let cfg = config(port, &v.endpoint(), &bucket, &extra, "");
+    let mut d = Daemon::start(dir.path(), "s3", &cfg, None);
+    d.wait_port(port);
+    send_acked_to(port, "app.size", 0..3000);
+    // The full objects go up while the last one waits for its hour.
+    wait_until(WAIT * 3, "objects closed by size", || {
+        v.read(&bucket).objects.len() >= 3
+    });
+    assert!(d.terminate().success(), "{}", d.stderr());
+    let s = v.read(&bucket);
+    assert_exact_seqs(&s.seqs(), 3000);
+    let mut per = events_per_object(&s);
+    per.sort_by_key(|(_, n)| std::cmp::Reverse(*n));
+    // Gathered: far fewer objects than the 60 batches, and one per chunk.
+    assert!(per.len() >= 3 && per.len() < 20, "{per:?}");
+    let mut ids = s.chunk_ids();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), per.len(), "one object per chunk: {per:?}");
+    // Each object closed by size holds about as many events as the
+    // fullest (a batch of 50 that does not fit starts the next one).
+    let most = per[0].1;
+    for (key, n) in &per[..per.len() - 1] {
+        assert!(
+            *n + 50 >= most,
+            "{key}: {n} events, the fullest {most}: {per:?}"
+        );
+    }
+}
+
+/// `upload_timeout` gathers what comes within it into one object: 10
+/// batches, one object; the next 10 batches after it, a second one.
+#[test]
+fn upload_timeout_gathers_what_comes_within_it_into_one_object() {
+    let Some(v) = shared() else { return };
+    let bucket = v.bucket("gather-time");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let extra = format!("{KEYS}total_file_size = \"64MiB\"\nupload_timeout = \"2s\"\n");
+    let cfg = config(port, &v.endpoint(), &bucket, &extra, "");
+    let mut d = Daemon::start(dir.path(), "s3", &cfg, None);
+    d.wait_port(port);
+    send_acked_to(port, "app.time", 0..500);
+    let s = wait_events_of(&d, v, &bucket, 500);
+    assert_eq!(s.objects.len(), 1, "{:?}", events_per_object(&s));
+    send_acked_to(port, "app.time", 500..1000);
+    let s = wait_events_of(&d, v, &bucket, 1000);
+    assert!(d.terminate().success(), "{}", d.stderr());
+    assert_exact_seqs(&s.seqs(), 1000);
+    let mut per = events_per_object(&s);
+    per.sort();
+    assert_eq!(per.len(), 2, "{per:?}");
+    assert!(per.iter().all(|(_, n)| *n == 500), "{per:?}");
+}
+
+/// Gathered objects are stored once too: kill -9 of nagare (file buffer)
+/// under an acked load, with objects of `total_file_size` and
+/// `upload_timeout`, leaves every acked event once across the objects and
+/// one object per chunk id.
+#[test]
+fn kill_9_with_gathered_objects_stores_every_acked_event_once() {
+    let Some(v) = shared() else { return };
+    let bucket = v.bucket("gather-kill9");
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let extra = format!("{KEYS}total_file_size = \"48KiB\"\nupload_timeout = \"500ms\"\n");
+    let buffer = format!(
+        "type = \"file\"\npath = \"{}\"",
+        dir.path().join("buf").display()
+    );
+    let cfg = config(port, &v.endpoint(), &bucket, &extra, &buffer);
+    let mut d = Daemon::start(dir.path(), "s3", &cfg, None);
+    d.wait_port(port);
+    let stop = Arc::new(Mutex::new(false));
+    let load = acked_load(port, "gk", stop.clone());
+    wait_until(WAIT, "some objects", || v.read(&bucket).objects.len() >= 2);
+    d.signal(libc::SIGKILL);
+    d.wait_exit(WAIT);
+    let mut d = Daemon::start(dir.path(), "s3", &cfg, None);
+    d.wait_port(port);
+    let before = v.read(&bucket).objects.len();
+    wait_until(WAIT, "more objects after the restart", || {
+        v.read(&bucket).objects.len() > before + 2
+    });
+    *stop.lock().unwrap() = true;
+    let acked = load.join().unwrap();
+    let s = wait_events_of(&d, v, &bucket, acked.len());
+    assert!(d.terminate().success(), "{}", d.stderr());
+    assert_exact_seqs(&s.seqs(), acked.len() as u64);
+    let mut ids = s.chunk_ids();
+    let n = ids.len();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), n, "one object per chunk");
+    // Gathered: batches of 25 events, several per object (how many
+    // depends on how fast the acked load goes within upload_timeout).
+    assert!(
+        n * 2 * 25 <= acked.len(),
+        "{n} objects for {} events in batches of 25",
+        acked.len()
+    );
+}
+
 /// A TCP proxy to `to` that closes its first `cut` connections after
 /// reading `after` bytes of the request (headers and part of the body),
 /// then passes every later connection through. Returns its port.
@@ -838,7 +960,7 @@ fn the_documented_example_runs() {
             "/var/lib/nagare/s3",
             &dir.path().join("buf").display().to_string(),
         )
-        .replace("flush_interval = \"5m\"", "flush_interval = \"200ms\"");
+        .replace("upload_timeout = \"5m\"", "upload_timeout = \"200ms\"");
     assert!(cfg != example);
     let mut d = Daemon::start_with_env(
         dir.path(),
@@ -914,6 +1036,21 @@ fn bad_options_are_clear_errors_at_check() {
             s3("storage_class = \"bad class\""),
             ":9: key `storage_class`:".into(),
             "not a storage class name".into(),
+        ),
+        (
+            s3("total_file_size = \"1MiB\"\n[output.buffer]\nchunk_limit_size = \"1MiB\""),
+            ":11: key `buffer.chunk_limit_size`:".into(),
+            "`total_file_size` of this output sets the buffer's chunk_limit_size: write one of them".into(),
+        ),
+        (
+            s3("upload_timeout = \"10m\"\n[output.buffer]\nflush_interval = \"1s\""),
+            ":11: key `buffer.flush_interval`:".into(),
+            "`upload_timeout` of this output sets the buffer's flush_interval".into(),
+        ),
+        (
+            s3("total_file_size = \"128MiB\"\n[output.buffer]\ntotal_limit_size = \"64MiB\""),
+            ":11: key `buffer.total_limit_size`:".into(),
+            "must be at least `total_file_size` (128MiB)".into(),
         ),
     ];
     assert_check_errors(dir.path(), CHECK_BASE, &cases);
