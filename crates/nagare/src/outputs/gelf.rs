@@ -511,7 +511,7 @@ mod tests {
         }
         assert_eq!(joined, payload);
         assert_eq!(datagrams(&payload[..1420], 1420, 1).unwrap().len(), 1);
-        assert!(datagrams(&vec![0; 128 * 100 + 1], 112, 1).is_none());
-        assert_eq!(datagrams(&vec![0; 128 * 100], 112, 1).unwrap().len(), 128);
+        assert!(datagrams(&[0u8; 128 * 100 + 1], 112, 1).is_none());
+        assert_eq!(datagrams(&[0u8; 128 * 100], 112, 1).unwrap().len(), 128);
     }
 }

@@ -105,8 +105,8 @@ fn graypy_over_udp_chunked_and_tcp_into_the_gelf_input() {
     assert!(nagare.terminate().success(), "{}", nagare.stderr());
 }
 
-/// A daemon taking JSON lines on TCP (`app`), its gelf outputs sending to
-/// `udp` (gzip, chunked) and `tcp`.
+/// A daemon taking JSON lines on TCP (`app`), copied to two gelf outputs
+/// sending to `udp` (gzip, chunked) and `tcp`.
 fn sender(d: &Path, lines: u16, udp: u16, tcp: u16) -> Daemon {
     let config = format!(
         r#"
@@ -118,18 +118,18 @@ tag = "app"
 type = "json"
 
 [[output]]
-type = "gelf"
+type = "copy"
 match = "app"
+[[output.store]]
+type = "gelf"
 address = "127.0.0.1:{udp}"
-[output.buffer]
+[output.store.buffer]
 flush_interval = "20ms"
-
-[[output]]
+[[output.store]]
 type = "gelf"
-match = "app"
 address = "127.0.0.1:{tcp}"
 protocol = "tcp"
-[output.buffer]
+[output.store.buffer]
 flush_interval = "20ms"
 "#
     );
@@ -309,7 +309,7 @@ fn docker_engine_gelf_and_syslog_drivers_into_nagare() {
         .split("[[output]]")
         .next()
         .unwrap()
-        .replace("0.0.0.0:12201\"            # UDP", &format!("127.0.0.1:{gu}\""))
+        .replace("0.0.0.0:12201\"            # UDP", &format!("127.0.0.1:{gu}\" # UDP"))
         .replace("0.0.0.0:12201", &format!("127.0.0.1:{gt}"));
     assert!(inputs.contains(&format!(":{gu}\"")) && inputs.contains(&format!(":{gt}\"")), "{inputs}");
     let config = format!(
