@@ -263,7 +263,7 @@ impl GelfDecoder {
                 .read_to_end(&mut out)
                 .map_err(|e| format!("bad gzip: {e}")),
             // zlib: CMF 0x78 (deflate, 32K window) and a valid check.
-            [0x78, f, ..] if (0x7800u16 | *f as u16) % 31 == 0 => {
+            [0x78, f, ..] if (0x7800u16 | *f as u16).is_multiple_of(31) => {
                 flate2::read::ZlibDecoder::new(msg)
                     .take(limit)
                     .read_to_end(&mut out)

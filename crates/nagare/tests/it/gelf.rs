@@ -68,7 +68,11 @@ fn graypy_over_udp_chunked_and_tcp_into_the_gelf_input() {
         .args([udp.to_string(), tcp.to_string(), n.to_string()])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let ev = wait_events(d, 2 * (n + 1));
     for proto in ["udp", "tcp"] {
         let got = of_tag(&ev, &format!("gelf.{proto}"));
@@ -78,14 +82,20 @@ fn graypy_over_udp_chunked_and_tcp_into_the_gelf_input() {
             assert_eq!(r["proto"], proto);
             assert_eq!(r["facility"], format!("app.{proto}"));
             assert_eq!(r["from"], "127.0.0.1");
-            assert!(r.get("version").is_none() && r.get("timestamp").is_none(), "{r}");
+            assert!(
+                r.get("version").is_none() && r.get("timestamp").is_none(),
+                "{r}"
+            );
             assert!(r["host"].as_str().is_some_and(|h| !h.is_empty()));
             if i < n {
                 assert_eq!(r["message"], format!("message {i}"));
                 // graypy's syslog levels: WARNING 4, INFO 6.
                 assert_eq!(r["level"], if i % 2 == 1 { 4 } else { 6 });
             } else {
-                assert!(is_big(r["message"].as_str().unwrap()), "{proto}: the long one whole");
+                assert!(
+                    is_big(r["message"].as_str().unwrap()),
+                    "{proto}: the long one whole"
+                );
                 assert_eq!(r["level"], 3);
             }
         }
@@ -256,12 +266,19 @@ fn the_gelf_output_into_the_gelf_input() {
                     "{proto}"
                 );
             } else {
-                assert_eq!(r["message"], recs[n]["message"], "{proto}: the long one whole");
+                assert_eq!(
+                    r["message"], recs[n]["message"],
+                    "{proto}: the long one whole"
+                );
                 assert_eq!(r["host"], "db-7");
             }
         }
     }
-    assert!(!rx.stderr().contains("GELF message dropped"), "{}", rx.stderr());
+    assert!(
+        !rx.stderr().contains("GELF message dropped"),
+        "{}",
+        rx.stderr()
+    );
     assert!(rx.terminate().success(), "{}", rx.stderr());
     assert_eq!(events(d).len(), 2 * (n + 1), "none doubled");
 }
@@ -276,12 +293,15 @@ fn gethostname() -> String {
 /// What each container writes: a line of 40000 bytes (Docker cuts it into
 /// pieces of 16 KiB, each its own message for these drivers), 300 short
 /// lines as fast as they come, and a line on stderr.
-const SCRIPT: &str =
-    "head -c 40000 /dev/zero | tr '\\0' a; echo; seq 1 300; echo err1 >&2";
+const SCRIPT: &str = "head -c 40000 /dev/zero | tr '\\0' a; echo; seq 1 300; echo err1 >&2";
 
 /// (stdout texts, stderr texts) as the drivers send them.
 fn script_messages() -> (Vec<String>, Vec<String>) {
-    let mut out = vec!["a".repeat(16384), "a".repeat(16384), "a".repeat(40_000 - 2 * 16384)];
+    let mut out = vec![
+        "a".repeat(16384),
+        "a".repeat(16384),
+        "a".repeat(40_000 - 2 * 16384),
+    ];
     out.extend((1..=300).map(|i| i.to_string()));
     (out, vec!["err1".to_string()])
 }
@@ -301,17 +321,21 @@ fn docker_engine_gelf_and_syslog_drivers_into_nagare() {
     let (gu, gt, su, st) = (free_port(), free_port(), free_port(), free_port());
     // examples/graylog-gelf.toml, as docs/gelf.md shows it (its gelf
     // inputs), and syslog inputs, on free ports; all to a file.
-    let example = read_file(
-        &Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../examples/graylog-gelf.toml"),
-    );
+    let example =
+        read_file(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/graylog-gelf.toml"));
     let inputs = example
         .split("[[output]]")
         .next()
         .unwrap()
-        .replace("0.0.0.0:12201\"            # UDP", &format!("127.0.0.1:{gu}\" # UDP"))
+        .replace(
+            "0.0.0.0:12201\"            # UDP",
+            &format!("127.0.0.1:{gu}\" # UDP"),
+        )
         .replace("0.0.0.0:12201", &format!("127.0.0.1:{gt}"));
-    assert!(inputs.contains(&format!(":{gu}\"")) && inputs.contains(&format!(":{gt}\"")), "{inputs}");
+    assert!(
+        inputs.contains(&format!(":{gu}\"")) && inputs.contains(&format!(":{gt}\"")),
+        "{inputs}"
+    );
     let config = format!(
         r#"{inputs}
 [[input]]
@@ -332,7 +356,11 @@ tag = "syslog.tcp"
     nagare.wait_listening(&su.to_string());
     // (name, driver, options).
     let runs: Vec<(&str, &str, Vec<String>)> = vec![
-        ("gu1", "gelf", vec![format!("gelf-address=udp://127.0.0.1:{gu}")]),
+        (
+            "gu1",
+            "gelf",
+            vec![format!("gelf-address=udp://127.0.0.1:{gu}")],
+        ),
         (
             "gu2",
             "gelf",
@@ -341,7 +369,11 @@ tag = "syslog.tcp"
                 "gelf-compression-type=none".into(),
             ],
         ),
-        ("gt1", "gelf", vec![format!("gelf-address=tcp://127.0.0.1:{gt}")]),
+        (
+            "gt1",
+            "gelf",
+            vec![format!("gelf-address=tcp://127.0.0.1:{gt}")],
+        ),
         (
             "su1",
             "syslog",
@@ -357,6 +389,20 @@ tag = "syslog.tcp"
                 format!("syslog-address=tcp://127.0.0.1:{st}"),
                 "syslog-format=rfc3164".into(),
             ],
+        ),
+        (
+            "su2",
+            "syslog",
+            vec![
+                format!("syslog-address=udp://127.0.0.1:{su}"),
+                "syslog-format=rfc5424micro".into(),
+            ],
+        ),
+        // Docker's default format: RFC 3164 without a HOSTNAME.
+        (
+            "st2",
+            "syslog",
+            vec![format!("syslog-address=tcp://127.0.0.1:{st}")],
         ),
     ];
     let mut ids = Vec::new();
@@ -402,7 +448,11 @@ tag = "syslog.tcp"
     assert_eq!(ev.len(), total, "none lost or doubled");
     // GELF: moby's message, its _container_* fields, level 6 stdout, 3 stderr.
     for ((name, _, _), id) in runs.iter().zip(&ids).take(3) {
-        let tag = if name.starts_with("gu") { "gelf.udp" } else { "gelf.tcp" };
+        let tag = if name.starts_with("gu") {
+            "gelf.udp"
+        } else {
+            "gelf.tcp"
+        };
         let got: Vec<&serde_json::Value> = ev
             .iter()
             .filter(|(t, r)| t == tag && r["container_name"] == *name)
@@ -424,7 +474,12 @@ tag = "syslog.tcp"
         }
     }
     // syslog: <tag>.daemon.info for stdout, .err for stderr; the tag as ident.
-    for (name, tag) in [("su1", "syslog.udp"), ("st1", "syslog.tcp")] {
+    for (name, tag) in [
+        ("su1", "syslog.udp"),
+        ("st1", "syslog.tcp"),
+        ("su2", "syslog.udp"),
+        ("st2", "syslog.tcp"),
+    ] {
         let texts = |sev: &str| -> Vec<String> {
             of_tag(&ev, &format!("{tag}.daemon.{sev}"))
                 .iter()
