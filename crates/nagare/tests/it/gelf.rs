@@ -1,7 +1,7 @@
 //! GELF: the `gelf` input fed by graypy (a GELF client that is not
 //! nagare's: UDP zlib chunked, TCP), the `gelf` output read by a Python
 //! receiver that decodes with Python's own gzip/zlib/json, the output into
-//! the input (round trip), and a real dockerd's `gelf` and `syslog` log
+//! the input (round trip; over mutual TLS too), and a real dockerd's `gelf` and `syslog` log
 //! drivers into nagare's `gelf` and `syslog` inputs; the example config
 //! of docs/gelf.md.
 
@@ -9,6 +9,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use crate::common::lines::{daemon, events, of_tag, wait_events};
+use crate::common::tls::{tls_table, Ca};
 use crate::common::*;
 use crate::containers::Dockerd;
 
@@ -281,6 +282,50 @@ fn the_gelf_output_into_the_gelf_input() {
     );
     assert!(rx.terminate().success(), "{}", rx.stderr());
     assert_eq!(events(d).len(), 2 * (n + 1), "none doubled");
+}
+
+#[test]
+fn the_gelf_output_into_the_gelf_input_over_mutual_tls() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let ca = Ca::new(d, "ca");
+    let server = ca.issue("server", &["localhost", "127.0.0.1"]);
+    let client = ca.issue("sender", &["sender.example"]);
+    let (tcp, lines) = (free_port(), free_port());
+    let rx_config = format!(
+        "[[input]]\ntype = \"gelf\"\nbind = \"127.0.0.1:{tcp}\"\nprotocol = \"tcp\"\n\
+         tag = \"gelf.tls\"\n{}",
+        tls_table("input", Some(&server), Some(&ca.path), "")
+    );
+    let mut rx = daemon(d, &rx_config);
+    rx.wait_port(tcp);
+    let tx_config = format!(
+        "[[input]]\ntype = \"tcp\"\nbind = \"127.0.0.1:{lines}\"\ntag = \"app\"\n\
+         [input.parser]\ntype = \"json\"\n\n\
+         [[output]]\ntype = \"gelf\"\nmatch = \"app\"\naddress = \"127.0.0.1:{tcp}\"\n\
+         protocol = \"tcp\"\n[output.buffer]\nflush_interval = \"20ms\"\n{}",
+        tls_table(
+            "output",
+            Some(&client),
+            Some(&ca.path),
+            "server_name = \"localhost\"\n"
+        )
+    );
+    let mut tx = Daemon::start(d, "sender", &tx_config, None);
+    tx.wait_port(lines);
+    let n = 100;
+    let recs = records(n);
+    send_lines(lines, &recs);
+    let ev = wait_events(d, n + 1);
+    let got = of_tag(&ev, "gelf.tls");
+    assert_eq!(got.len(), n + 1);
+    for (i, r) in got.iter().enumerate() {
+        assert_eq!(r["seq"], i, "in order");
+        assert_eq!(r["message"], recs[i]["message"]);
+    }
+    assert!(tx.terminate().success(), "{}", tx.stderr());
+    assert!(rx.terminate().success(), "{}", rx.stderr());
+    assert_eq!(events(d).len(), n + 1, "none doubled");
 }
 
 fn gethostname() -> String {
