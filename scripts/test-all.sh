@@ -99,7 +99,7 @@ need clickhouse-server clickhouse-server  # the clickhouse output's tests (tests
 need clickhouse-client clickhouse-client  # reads their rows back
 [ -x /usr/lib/postgresql/15/bin/initdb ] || need_apt+=(postgresql-15)  # the postgresql output's tests (tests/it/postgresql.rs): initdb, pg_ctl, psql
 pkg-config --exists libssl 2>/dev/null || need_apt+=(libssl-dev)  # OpenSSL, linked statically into librdkafka
-need dockerd docker.io           # a real Docker engine: its fluentd and json-file log drivers (tests/it/containers.rs)
+need dockerd docker.io           # a real Docker engine: its fluentd, json-file, gelf and syslog log drivers (tests/it/containers.rs, gelf.rs)
 need busybox busybox-static      # the one image those containers run (docker import; nothing is pulled)
 need gzip gzip                   # the kubelet's compressed rotated logs (tests/it/containers.rs)
 need thrift thrift-compiler       # Python code generated from the Scribe IDL (crates/nagare/tests/it/scribe.rs)
@@ -130,6 +130,12 @@ receivers=crates/nagare/tests/receivers
 if [ ! -x "$receivers/.venv/bin/python" ]; then
   python3 -m venv "$receivers/.venv" && "$receivers/.venv/bin/python" -m pip install --quiet \
     --disable-pip-version-check -r "$receivers/requirements.txt"
+fi
+# graypy (a GELF client that is not nagare's) for tests/it/gelf.rs.
+gelf=crates/nagare/tests/gelf
+if [ ! -x "$gelf/.venv/bin/python" ]; then
+  python3 -m venv "$gelf/.venv" && "$gelf/.venv/bin/python" -m pip install --quiet \
+    --disable-pip-version-check -r "$gelf/requirements.txt"
 fi
 # elastic/go-lumber's client (Go module proxy), the Lumberjack v2 sender of
 # the beats input's tests.

@@ -43,6 +43,7 @@ registry! {
     elasticsearch => input::<elasticsearch::ElasticsearchInputConfig>(),
     beats => input::<beats::BeatsInputConfig>(),
     splunk_hec => input::<splunk_hec::SplunkHecInputConfig>(),
+    gelf => input::<gelf::GelfInputConfig>(),
 }
 
 /// What a started input gets.

@@ -25,5 +25,6 @@ registry! {
     loki => output::<loki::LokiOutputConfig>(),
     splunk_hec => output::<splunk_hec::SplunkHecOutputConfig>(),
     elasticsearch => output::<elasticsearch::ElasticsearchConfig>(),
+    gelf => output::<gelf::GelfOutputConfig>(),
     copy => copy::REGISTRATION,
 }

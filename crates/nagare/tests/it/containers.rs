@@ -546,17 +546,17 @@ fn the_kubernetes_daemonset_example_ships_a_nodes_container_logs() {
 
 // ------------------------------------------------------------ a real dockerd
 
-/// A dockerd of the test's own (its data, exec root and socket in a temp
+/// A dockerd of the test's own (also gelf.rs's) (its data, exec root and socket in a temp
 /// folder; no bridge, no iptables rules: containers run with `--network
 /// none`, the drivers run in dockerd), stopped on drop.
-struct Dockerd {
+pub(crate) struct Dockerd {
     child: std::process::Child,
     dir: tempfile::TempDir,
 }
 
 impl Dockerd {
     /// Err says why no dockerd runs here.
-    fn start() -> Result<Dockerd, String> {
+    pub(crate) fn start() -> Result<Dockerd, String> {
         if unsafe { libc::geteuid() } != 0 {
             return Err("dockerd needs root".into());
         }
@@ -609,12 +609,12 @@ impl Dockerd {
         }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         read_file(&self.dir.path().join("dockerd.log"))
     }
 
     /// Runs the docker client against this dockerd; Ok(stdout).
-    fn docker(&self, args: &[&str]) -> Result<String, String> {
+    pub(crate) fn docker(&self, args: &[&str]) -> Result<String, String> {
         // Debian's client, of the daemon's version, when there is one.
         let client = if Path::new("/usr/bin/docker").exists() {
             "/usr/bin/docker"
@@ -639,7 +639,7 @@ impl Dockerd {
     }
 
     /// An image of busybox-static alone (nothing can be pulled): `docker import`.
-    fn busybox_image(&self) -> &'static str {
+    pub(crate) fn busybox_image(&self) -> &'static str {
         let root = self.dir.path().join("rootfs");
         std::fs::create_dir_all(root.join("bin")).unwrap();
         std::fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();

@@ -29,6 +29,7 @@ mod field_filters;
 mod filters;
 mod flow;
 mod fuse;
+mod gelf;
 mod http;
 mod instances;
 mod journald;

@@ -143,7 +143,7 @@ pub(crate) struct Settings {
     pub max_connections: usize,
     /// A connection that completes no message for this long is closed.
     pub idle_timeout: Duration,
-    /// A datagram is one message (syslog) instead of lines.
+    /// A datagram is one message (syslog, gelf) instead of lines.
     pub datagram_is_message: bool,
     /// TLS on accepted TCP connections (the plugins allow it only there).
     pub tls: Option<Arc<TlsServer>>,
@@ -489,8 +489,12 @@ impl Server {
     fn datagram(&self, data: &[u8], peer: &Peer, now: EventTime, batches: &mut Batches) {
         if self.settings.datagram_is_message {
             let mut m = data;
-            while let [rest @ .., b'\n' | b'\r' | 0] = m {
-                m = rest;
+            // A syslog sender may end its datagram with a newline or NUL;
+            // other messages (gelf's, maybe compressed) are taken whole.
+            if matches!(self.settings.framing, Framing::Syslog) {
+                while let [rest @ .., b'\n' | b'\r' | 0] = m {
+                    m = rest;
+                }
             }
             let max = self.settings.max_message;
             let truncated = (m.len() > max).then_some(m.len());
