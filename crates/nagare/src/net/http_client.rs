@@ -534,13 +534,18 @@ impl Outcomes {
         }
         self.retry.sort_unstable();
         self.rejected.sort_unstable_by_key(|(i, _)| *i);
-        let message = self.message.unwrap_or_else(|| {
-            format!(
+        let message = match self.message {
+            Some(first) => format!(
+                "{} of {count} events to send again ({first}); {} refused",
+                self.retry.len(),
+                self.rejected.len()
+            ),
+            None => format!(
                 "{} of {count} events refused: {}",
                 self.rejected.len(),
                 self.rejected.first().map_or("", |(_, w)| w.as_str())
-            )
-        });
+            ),
+        };
         Err(FlushError::Partial(nagare_core::output::PartialWrite {
             retry: self.retry,
             rejected: self.rejected,
