@@ -754,6 +754,7 @@ fn check_names_bad_options() {
         ("[[output]]\ntype = \"http\"\nmatch = \"**\"\nendpoint = \"http://x/\"\nformat = \"xml\"\n", ":9: key `format`:", "ndjson"),
         ("[[output]]\ntype = \"http\"\nmatch = \"**\"\nendpoint = \"http://x/\"\nbearer_token = \"t\"\nusername = \"u\"\n", ":9: key `bearer_token`:", "not both"),
         ("[[output]]\ntype = \"opentelemetry\"\nmatch = \"**\"\nendpoint = \"ftp://x/\"\n", ":8: key `endpoint`:", "expected http://"),
+        ("[[output]]\ntype = \"http\"\nmatch = \"**\"\nendpoint = \"http://x/\"\nrequest_concurrency = 0\n", ":9: key `request_concurrency`:", "at least 1"),
     ];
     assert_check_errors(tempfile::tempdir().unwrap().path(), CHECK_BASE, cases);
 }
