@@ -586,7 +586,7 @@ impl HttpSender {
     pub async fn send_parts<F, Fut>(
         &self,
         output: &str,
-        parts: Vec<std::ops::Range<usize>>,
+        parts: impl IntoIterator<Item = std::ops::Range<usize>>,
         index: impl Fn(usize) -> u32,
         send: F,
     ) -> Outcomes

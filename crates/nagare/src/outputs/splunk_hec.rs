@@ -215,7 +215,7 @@ impl Output for SplunkHecOutput {
         self.sender
             .send_parts(
                 "splunk_hec",
-                vec![0..events.len()],
+                std::iter::once(0..events.len()),
                 |i| events[i].index,
                 |r| async move { self.send(path, &events[r]).await },
             )
