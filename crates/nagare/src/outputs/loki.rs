@@ -993,6 +993,24 @@ mod tests {
     }
 
     #[test]
+    fn requests_are_cut_by_the_size_of_lines_and_metadata() {
+        let e = |n: usize, meta: usize| Entry {
+            stream: 0,
+            time: EventTime::new(1, 0),
+            line: "x".repeat(n),
+            metadata: (0..meta).map(|_| ("k".into(), "v".into())).collect(),
+            index: 0,
+        };
+        // Each entry counts its line, 16 bytes, and k + v + 4 per metadata.
+        let entries = vec![e(84, 0), e(84, 0), e(78, 1), e(184, 0), e(10, 0)];
+        assert_eq!(request_parts(&entries, 1000), vec![0..5]);
+        assert_eq!(request_parts(&entries, 200), vec![0..2, 2..3, 3..4, 4..5]);
+        // One entry larger than the limit still goes, alone.
+        assert_eq!(request_parts(&entries, 1), vec![0..1, 1..2, 2..3, 3..4, 4..5]);
+        assert!(request_parts(&[], 10).is_empty());
+    }
+
+    #[test]
     fn options_are_checked() {
         let bad = |t: &str| {
             let cfg: LokiOutputConfig = toml::from_str(t).unwrap();
