@@ -36,8 +36,13 @@ VL=${VICTORIA_LOGS:-$HOME/.cache/nagare-test/gobin/victoria-logs}
 [ -x "$VL" ] || { echo "victoria-logs not found at $VL (see scripts/test-all.sh)" >&2; exit 1; }
 . benches/common.sh
 results_dir loki
-cargo build --release -p nagare --example loki-floor --manifest-path "$ROOT/Cargo.toml" >&2
-FLOOR=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/loki-floor
+# LOKI_FLOOR_BIN=path: that floor program instead (no build).
+if [ -n "${LOKI_FLOOR_BIN:-}" ]; then
+  FLOOR=$LOKI_FLOOR_BIN
+else
+  cargo build --release -p nagare --example loki-floor --manifest-path "$ROOT/Cargo.toml" >&2
+  FLOOR=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/loki-floor
+fi
 cpu() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"; }
 ingested() { # rows VictoriaLogs took over the Loki protobuf API so far
   curl -s "http://127.0.0.1:$VL_PORT/metrics" |
