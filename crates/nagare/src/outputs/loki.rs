@@ -14,7 +14,13 @@
 //! Label cardinality is capped: past `max_label_sets` distinct label sets
 //! (since start), an event whose set is new goes to the overflow stream
 //! (the labels that read no record field, plus `overflow_label="true"`);
-//! its fields stay in its line. Counted and logged.
+//! its fields stay in its line. Counted (`label_overflow_events_total`)
+//! and logged.
+//!
+//! A chunk goes in requests of at most `max_request_size` of lines,
+//! `request_concurrency` of them in flight at once (http_client.rs
+//! `send_parts`): the output was bound by waiting for one answer per
+//! flush worker (docs/benchmarks/loki.md).
 //!
 //! Loki answers a whole request, not each entry: a 400 naming streams
 //! (entries out of order, too old, too new, too long) means Loki took the
