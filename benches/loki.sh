@@ -31,6 +31,8 @@ SEND_FLAGS=${SEND_FLAGS:---conns 2}
 # 8 matches the requests nagare may have in flight (2 flush workers × the
 # default request_concurrency of 4).
 FLOOR_CONNS=${FLOOR_CONNS:-2}
+# LOKI_TOML=path: another nagare config (default benches/loki.toml).
+LOKI_TOML=${LOKI_TOML:-benches/loki.toml}
 export SUT_PORT=${SUT_PORT:-40190} VL_PORT=${VL_PORT:-40191}
 VL=${VICTORIA_LOGS:-$HOME/.cache/nagare-test/gobin/victoria-logs}
 [ -x "$VL" ] || { echo "victoria-logs not found at $VL (see scripts/test-all.sh)" >&2; exit 1; }
@@ -65,7 +67,7 @@ wait_port "$VL_PORT"
 
 for i in $(seq "$RUNS"); do
   echo "run $i: nagare" >&2
-  "$NAGARE" run -c benches/loki.toml 2>"$OUT/nagare-$i.log" &
+  "$NAGARE" run -c "$LOKI_TOML" 2>"$OUT/nagare-$i.log" &
   nagare=$!
   wait_port "$SUT_PORT"
   base=$(ingested); req0=$(requests); vl0=$(cpu "$vl")
