@@ -19,8 +19,8 @@
 //!
 //! A chunk goes in requests of at most `max_request_size` of lines,
 //! `request_concurrency` of them in flight at once (http_client.rs
-//! `send_parts`): the output was bound by waiting for one answer per
-//! flush worker (docs/benchmarks/loki.md).
+//! `send_parts`): more requests in flight helped under load, not on a
+//! quiet machine (docs/benchmarks/loki.md).
 //!
 //! Loki answers a whole request, not each entry: a 400 naming streams
 //! (entries out of order, too old, too new, too long) means Loki took the
