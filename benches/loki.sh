@@ -12,7 +12,8 @@
 # until VictoriaLogs has counted every row (vl_rows_ingested_total of
 # loki_protobuf, read from its /metrics every 50 ms). Floor run: the same
 # number of events, in requests of as many entries as nagare's requests
-# held on average (VictoriaLogs' request counter), over 2 connections,
+# held on average (VictoriaLogs' request counter), over FLOOR_CONNS
+# connections (default 2),
 # every body built before the clock starts.
 #
 # Prints a Markdown table of medians: events/s of each, their ratio, CPU
@@ -33,14 +34,25 @@ EVENTS=${1:-1000000}
 RUNS=${2:-3}
 SIZE=${SIZE:-100}
 SEND_FLAGS=${SEND_FLAGS:---conns 2}
+# The floor's connections: 2 (one per flush worker of benches/loki.toml);
+# 8 matches the requests nagare may have in flight (2 flush workers × the
+# default request_concurrency of 4).
+FLOOR_CONNS=${FLOOR_CONNS:-2}
+# LOKI_TOML=path: another nagare config (default benches/loki.toml).
+LOKI_TOML=${LOKI_TOML:-benches/loki.toml}
 export SUT_PORT=${SUT_PORT:-40190} VL_PORT=${VL_PORT:-40191}
 VL=${VICTORIA_LOGS:-$HOME/.cache/nagare-test/gobin/victoria-logs}
 [ -x "$VL" ] || { echo "victoria-logs not found at $VL (see scripts/test-all.sh)" >&2; exit 1; }
 . benches/common.sh
 results_dir loki
 # FLOOR=skip leaves the floor out (no release build of the example): only
-# nagare, and Fluent Bit when FLUENT_BIT is set.
-if [ "${FLOOR:-}" != skip ]; then
+# nagare, and Fluent Bit when FLUENT_BIT is set. LOKI_FLOOR_BIN=path: that
+# floor program instead (no build).
+if [ "${FLOOR:-}" = skip ]; then
+  :
+elif [ -n "${LOKI_FLOOR_BIN:-}" ]; then
+  FLOOR=$LOKI_FLOOR_BIN
+else
   cargo build --release -p nagare --example loki-floor --manifest-path "$ROOT/Cargo.toml" >&2
   FLOOR=${CARGO_TARGET_DIR:-$ROOT/target}/release/examples/loki-floor
 fi
@@ -66,7 +78,7 @@ wait_port "$VL_PORT"
 
 for i in $(seq "$RUNS"); do
   echo "run $i: nagare" >&2
-  "$NAGARE" run -c benches/loki.toml 2>"$OUT/nagare-$i.log" &
+  "$NAGARE" run -c "$LOKI_TOML" 2>"$OUT/nagare-$i.log" &
   nagare=$!
   wait_port "$SUT_PORT"
   base=$(ingested); req0=$(requests); vl0=$(cpu "$vl")
@@ -85,11 +97,11 @@ for i in $(seq "$RUNS"); do
     echo "run $i: floor" >&2
     per=$(awk -v e="$EVENTS" -v r="$reqs" 'BEGIN {n = int(e / r + 0.5); print (n < 1 ? 1 : n)}')
     base=$(ingested); vl0=$(cpu "$vl")
-    "$FLOOR" "127.0.0.1:$VL_PORT" /insert/loki/api/v1/push "bench.floor.$i" "$EVENTS" "$per" "$SIZE" 2 > "$OUT/floor-$i.out"
+    "$FLOOR" "127.0.0.1:$VL_PORT" /insert/loki/api/v1/push "bench.floor.$i" "$EVENTS" "$per" "$SIZE" "$FLOOR_CONNS" > "$OUT/floor-$i.out"
     wait_rows $((base + EVENTS)) >/dev/null
     vcpu=$(awk -v a="$(cpu "$vl")" -v b="$vl0" 'BEGIN {print a - b}')
-    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["vl_cpu"]=float(sys.argv[2]); d["per_request"]=int(sys.argv[3]); print(json.dumps(d))' \
-      "$OUT/floor-$i.out" "$vcpu" "$per" > "$OUT/floor-$i.json"
+    python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); d["vl_cpu"]=float(sys.argv[2]); d["per_request"]=int(sys.argv[3]); d["conns"]=int(sys.argv[4]); print(json.dumps(d))' \
+      "$OUT/floor-$i.out" "$vcpu" "$per" "$FLOOR_CONNS" > "$OUT/floor-$i.json"
   fi
 
   [ -n "${FLUENT_BIT:-}" ] || continue
@@ -151,6 +163,7 @@ if f:
         f"{med(r['nagare_cpu'] / r['events'] * 1e6 for r in n):.2f} | "
         f"{med(r['vl_cpu'] / r['events'] * 1e6 for r in n):.2f} / {med(r['vl_cpu'] / r['events'] * 1e6 for r in f):.2f} | "
         f"{med(r['rss_kb'] for r in n) / 1024:.0f} | {f[0]['per_request']} |")
+  print("floor connections:", f[0].get("conns", "?"))
 if os.path.exists(f"{out}/fluentbit-1.json"):
     b = [json.load(open(f"{out}/fluentbit-{i}.json")) for i in range(1, runs + 1)]
     bc = med(r["cpu"] / r["events"] * 1e6 for r in b)

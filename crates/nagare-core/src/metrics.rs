@@ -40,6 +40,9 @@ pub struct PluginStats {
     /// Inputs: events of resent chunks acked again without being stored.
     pub duplicates: AtomicU64,
     pub bad_input: AtomicU64,
+    /// A `loki` output's events sent to its overflow stream: their label
+    /// set was new past `max_label_sets`.
+    pub label_overflow: AtomicU64,
     /// Outputs: events the destination refused for good in a partial
     /// write (`FlushError::Partial`), by reason (e.g.
     /// "mapper_parsing_exception"); they went to the secondary output or

@@ -66,6 +66,11 @@ pub trait Output: Send + Sync {
     /// or says which were not written (`FlushError::Partial`).
     async fn write(&self, chunk: &Chunk) -> Result<(), FlushError>;
 
+    /// Hands the output its counters (before `start`), for the ones of
+    /// its own kind it keeps (e.g. `label_overflow`); `nagare check`
+    /// builds outputs without calling it.
+    fn attach(&self, _stats: &std::sync::Arc<crate::metrics::PluginStats>) {}
+
     /// Starts background work (heartbeats, …) once the daemon runs; `nagare
     /// check` builds outputs without calling it.
     fn start(&self) {}

@@ -84,6 +84,11 @@ const COUNTERS: &[(&str, &str, Counter)] = &[
         PluginStats::get(&s.bad_input)
     }),
     (
+        "label_overflow_events_total",
+        "Events a loki output sent to its overflow stream: their label set was new past max_label_sets",
+        |s| PluginStats::get(&s.label_overflow),
+    ),
+    (
         "duplicate_events_total",
         "Events of resent chunks acked again without being stored twice",
         |s| PluginStats::get(&s.duplicates),

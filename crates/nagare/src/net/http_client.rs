@@ -1,9 +1,12 @@
 //! What the HTTP outputs share: their options ([`http_client_options!`]),
 //! the headers and compression of each request ([`HttpSender`]), an HTTP/1.1 client
 //! (hyper) that keeps connections alive and opens more while flush workers
-//! send at once, and the answer rules: 2xx delivered; connection errors,
-//! timeouts, 5xx and 429 retried (after the server's `Retry-After`); any
-//! other status permanent (the chunk goes to the secondary output).
+//! send at once, and the answer rules (`Client::judge`, one for every HTTP
+//! output): 2xx delivered; connection errors, timeouts, 5xx and 429
+//! retried (after the server's `Retry-After`); 401/403 retried with the
+//! events kept and an error naming the peer; 413 cuts the request in
+//! halves (`send_parts`); any other status permanent (the chunk goes to
+//! the secondary output or dead letters).
 //!
 //! An `https://` endpoint is reached over TLS (tls.rs), configured by the
 //! output's `tls` table when it has one; `http://` is plain TCP, and a
@@ -209,9 +212,15 @@ impl Client {
         Ok(send)
     }
 
-    /// What an answer means for the chunk: Ok for 2xx; Retry for 5xx and
-    /// 429 (after sleeping the server's Retry-After, up to a minute);
-    /// Permanent for every other status.
+    /// What an answer means for the chunk — the one answer rule of every
+    /// HTTP output: Ok for 2xx; Retry for 5xx and 429 (after sleeping the
+    /// server's Retry-After, up to a minute); Retry for 401 and 403 too,
+    /// with an error naming the peer and the credentials (wrong or
+    /// expired credentials are fixed or rotated while the events wait in
+    /// the buffer: refusing them for good would send every event to dead
+    /// letters for a mistake in one option); Permanent for every other
+    /// status. The outputs look at 413 (`send_parts` cuts the request)
+    /// and at their own per-item answers before this.
     pub async fn judge(&self, a: Answer) -> Result<Answer, FlushError> {
         let status = a.status;
         if status.is_success() {
@@ -220,7 +229,16 @@ impl Client {
         let text = String::from_utf8_lossy(&a.body[..a.body.len().min(300)])
             .trim()
             .to_string();
-        let what = format!("{} answered {status}: {text}", self.endpoint.authority);
+        let at = &self.endpoint.authority;
+        if status == StatusCode::UNAUTHORIZED || status == StatusCode::FORBIDDEN {
+            return Err(FlushError::Retry(format!(
+                "{at} answered {status}: the server refused the credentials; check the \
+                 output's `bearer_token`, `username`/`password`, `api_key`, `tenant` or \
+                 `Authorization` header and the rights of that user; the events are kept \
+                 and retried: {text}"
+            )));
+        }
+        let what = format!("{at} answered {status}: {text}");
         if status.is_server_error() || status == StatusCode::TOO_MANY_REQUESTS {
             if let Some(wait) = a.retry_after {
                 tokio::time::sleep(wait.min(self.max_retry_after)).await;
@@ -318,6 +336,14 @@ macro_rules! http_client_options {
                 /// The password of `username`.
                 #[serde(default)]
                 pub password: Option<String>,
+                /// Requests of one chunk in flight at once when the output
+                /// sends a chunk in several (elasticsearch's
+                /// `bulk_max_size`, loki's `max_request_size`, the halves of
+                /// a request answered 413): the next body is built while
+                /// the others wait for their answers (default 4; each
+                /// flush worker, `flush_thread_count`, sends its own chunk).
+                #[serde_inline_default(4)]
+                pub request_concurrency: usize,
                 /// A request without an answer for this long is retried
                 /// (default "30s").
                 #[serde_inline_default(nagare_core::units::Dur::secs(30))]
@@ -351,6 +377,7 @@ macro_rules! http_client_options {
                             password: self.password.as_deref(),
                             timeout: self.timeout.0,
                             tls: self.tls.as_ref(),
+                            concurrency: self.request_concurrency,
                         },
                         defaults,
                         cx,
@@ -373,6 +400,8 @@ pub struct SenderOptions<'a> {
     pub password: Option<&'a str>,
     pub timeout: Duration,
     pub tls: Option<&'a TlsOptions>,
+    /// `request_concurrency`.
+    pub concurrency: usize,
 }
 
 /// An HTTP output's client: its endpoint's connections, the headers every
@@ -381,6 +410,8 @@ pub struct HttpSender {
     client: Client,
     headers: Vec<(HeaderName, HeaderValue)>,
     gzip: bool,
+    /// Requests of one chunk in flight at once (`send_parts`).
+    concurrency: usize,
 }
 
 impl HttpSender {
@@ -389,6 +420,12 @@ impl HttpSender {
         defaults: Vec<(HeaderName, HeaderValue)>,
         cx: &mut BuildContext,
     ) -> Result<HttpSender, OptionError> {
+        if o.concurrency == 0 {
+            return Err(OptionError::new(
+                "request_concurrency",
+                "must be at least 1",
+            ));
+        }
         let endpoint = Endpoint::parse(o.key, o.url)?;
         let tls = endpoint.tls(o.tls, cx)?;
         let mut headers = check_headers("headers", o.headers)?;
@@ -415,6 +452,7 @@ impl HttpSender {
             client: Client::new(endpoint, tls, o.timeout),
             headers,
             gzip,
+            concurrency: o.concurrency,
         })
     }
 
@@ -460,23 +498,6 @@ impl HttpSender {
     }
 }
 
-/// A 401 or 403: the server refused the credentials. The events are kept
-/// and retried (a token is fixed or rotated while they wait), never handed
-/// to dead letters.
-pub fn credentials_refused(authority: &str, a: &Answer) -> Option<FlushError> {
-    if a.status != StatusCode::UNAUTHORIZED && a.status != StatusCode::FORBIDDEN {
-        return None;
-    }
-    let text = String::from_utf8_lossy(&a.body[..a.body.len().min(300)])
-        .trim()
-        .to_string();
-    Some(FlushError::Retry(format!(
-        "{authority} refused the credentials ({}): {text}; check the output's token, \
-         username/password or tenant; the events are kept and retried",
-        a.status
-    )))
-}
-
 /// What became of a chunk's entries sent in several requests (a body
 /// the server found too large, split in halves; or one answer naming some
 /// entries): one outcome for the buffer.
@@ -513,18 +534,103 @@ impl Outcomes {
         }
         self.retry.sort_unstable();
         self.rejected.sort_unstable_by_key(|(i, _)| *i);
-        let message = self.message.unwrap_or_else(|| {
-            format!(
+        let message = match self.message {
+            Some(first) => format!(
+                "{} of {count} events to send again ({first}); {} refused",
+                self.retry.len(),
+                self.rejected.len()
+            ),
+            None => format!(
                 "{} of {count} events refused: {}",
                 self.rejected.len(),
                 self.rejected.first().map_or("", |(_, w)| w.as_str())
-            )
-        });
+            ),
+        };
         Err(FlushError::Partial(nagare_core::output::PartialWrite {
             retry: self.retry,
             rejected: self.rejected,
             message,
         }))
+    }
+}
+
+/// How one request of some of a chunk's entries went.
+pub enum PartSent {
+    /// Every entry of the part delivered.
+    Ok,
+    /// None delivered; they may be taken later.
+    Retry(String),
+    /// None can ever be taken as sent ("reason: text").
+    Reject(String),
+    /// 413: the body is larger than the server takes ("reason: text").
+    TooLarge(String),
+    /// Some entries (by position within the part) not delivered; the
+    /// others were.
+    Some(Vec<(usize, Undelivered)>),
+}
+
+/// An entry of a part the server did not take.
+pub enum Undelivered {
+    Retry(String),
+    Reject(String),
+}
+
+impl HttpSender {
+    /// Sends a chunk's entries in `parts` (ranges of positions in the
+    /// output's list of them; `index` gives each position's index in the
+    /// chunk) with `send`, up to `request_concurrency` requests at once:
+    /// the next part's body is built while others wait for their answers.
+    /// A part answered 413 is cut in halves and sent again; one entry
+    /// alone too large is refused with the part's reason. The one path
+    /// for 413 of every HTTP output that cuts a chunk.
+    pub async fn send_parts<F, Fut>(
+        &self,
+        output: &str,
+        parts: impl IntoIterator<Item = std::ops::Range<usize>>,
+        index: impl Fn(usize) -> u32,
+        send: F,
+    ) -> Outcomes
+    where
+        F: Fn(std::ops::Range<usize>) -> Fut,
+        Fut: std::future::Future<Output = PartSent>,
+    {
+        use futures_util::stream::{FuturesUnordered, StreamExt as _};
+        let mut outcomes = Outcomes::default();
+        let mut todo: std::collections::VecDeque<_> =
+            parts.into_iter().filter(|r| !r.is_empty()).collect();
+        let mut running = FuturesUnordered::new();
+        loop {
+            while running.len() < self.concurrency {
+                let Some(r) = todo.pop_front() else { break };
+                let sent = send(r.clone());
+                running.push(async move { (r, sent.await) });
+            }
+            let Some((r, sent)) = running.next().await else {
+                break;
+            };
+            match sent {
+                PartSent::Ok => {}
+                PartSent::TooLarge(why) if r.len() > 1 => {
+                    let mid = r.start + r.len() / 2;
+                    tracing::warn!(output, events = r.len(), error = %why,
+                        "request too large: sending it in two halves");
+                    todo.push_front(mid..r.end);
+                    todo.push_front(r.start..mid);
+                }
+                PartSent::TooLarge(why) => outcomes.reject([index(r.start)], &why),
+                PartSent::Retry(why) => outcomes.retry(r.map(&index), &why),
+                PartSent::Reject(why) => outcomes.reject(r.map(&index), &why),
+                PartSent::Some(list) => {
+                    for (i, u) in list {
+                        match u {
+                            Undelivered::Retry(why) => outcomes.retry([index(r.start + i)], &why),
+                            Undelivered::Reject(why) => outcomes.reject([index(r.start + i)], &why),
+                        }
+                    }
+                }
+            }
+        }
+        outcomes
     }
 }
 
@@ -564,6 +670,7 @@ mod tests {
             password: None,
             timeout: Duration::from_secs(1),
             tls: None,
+            concurrency: 1,
         };
         let ours = vec![(
             header::CONTENT_TYPE,

@@ -13,10 +13,10 @@
 //! Outcomes per item (the `items` of the answer): 2xx delivered; 429 and
 //! 5xx retried alone by the buffer (`FlushError::Partial`); any other 4xx
 //! refused for good with "type: reason" (secondary output or dead letters,
-//! counted per reason). A whole request answered 413 is cut in halves and
-//! sent again; 401/403 are retried (the credentials may be fixed while
-//! the events wait); 429/5xx and connection errors are retried; a 2xx that
-//! is not a bulk answer is retried whole (the ids make that safe).
+//! counted per reason). A whole request is judged by the rules every HTTP
+//! output shares (http_client.rs: 413 cut in halves and sent again;
+//! 401/403, 429, 5xx and connection errors retried); a 2xx that is not a
+//! bulk answer is retried whole (the ids make that safe).
 //!
 //! The client (keep-alive, TLS, gzip, authentication) is http_client.rs.
 
@@ -25,7 +25,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use hyper::header::{self, HeaderValue};
 use hyper::StatusCode;
-use nagare_core::output::{FlushError, Output, OutputPlugin, PartialWrite};
+use nagare_core::output::{FlushError, Output, OutputPlugin};
 use nagare_core::plugin::{BuildContext, OptionError};
 use nagare_core::record;
 use nagare_core::units::Size;
@@ -34,7 +34,7 @@ use serde::Deserialize;
 
 use crate::buffer::Chunk;
 use crate::formats::logstash::write_json_with_time;
-use crate::net::http_client::{http_client_options, HttpSender};
+use crate::net::http_client::{http_client_options, HttpSender, PartSent, Undelivered};
 
 /// The bulk action of each document.
 #[derive(
@@ -198,40 +198,27 @@ impl Output for ElasticsearchOutput {
 
     async fn write(&self, chunk: &Chunk) -> Result<(), FlushError> {
         let bulk = self.render(chunk);
-        let mut undone = Undone::default();
-        // Requests of at most bulk_max_size, each cut in halves on a 413.
-        let mut todo = bulk.requests(self.cfg.bulk_max_size.0 as usize);
-        todo.reverse();
-        while let Some((a, b)) = todo.pop() {
-            match self.send(&bulk, a, b).await {
-                Sent::Answered(items) => undone.items(self.cfg.action, &items, a, b),
-                Sent::TooLarge(what) if b - a > 1 => {
-                    let mid = a + (b - a) / 2;
-                    tracing::warn!(output = %self.name, events = b - a, error = %what,
-                        "bulk request too large: sending it in two halves");
-                    todo.push((mid, b));
-                    todo.push((a, mid));
-                }
-                Sent::TooLarge(what) => undone.rejected.push((
-                    a as u32,
-                    format!(
-                        "request_entity_too_large: a document of {} bytes alone is more than the server takes ({what})",
-                        bulk.starts[b] - bulk.starts[a]
-                    ),
-                )),
-                Sent::Failed(FlushError::Permanent(m)) => {
-                    let why = format!("bulk_request_refused: {m}");
-                    undone.rejected.extend((a..b).map(|i| (i as u32, why.clone())));
-                    undone.note(&m);
-                }
-                Sent::Failed(e) => {
-                    undone.retry.extend(a as u32..b as u32);
-                    undone.whole_retry += b - a;
-                    undone.note(&e.to_string());
-                }
-            }
-        }
-        undone.outcome(chunk.count as usize)
+        // Requests of at most bulk_max_size, up to request_concurrency at
+        // once; one answered 413 is cut in halves (http_client.rs).
+        let parts = bulk.requests(self.cfg.bulk_max_size.0 as usize);
+        let action = self.cfg.action;
+        self.sender
+            .send_parts(
+                &self.name,
+                parts,
+                |i| i as u32,
+                |r| {
+                    let bulk = &bulk;
+                    async move {
+                        match self.send(bulk, r.start, r.end).await {
+                            Sent::Answered(items) => items_sent(action, &items, r.len()),
+                            Sent::Other(p) => p,
+                        }
+                    }
+                },
+            )
+            .await
+            .finish(chunk.count)
     }
 }
 
@@ -239,11 +226,10 @@ impl Output for ElasticsearchOutput {
 enum Sent {
     /// Each item's status and error, in the order sent.
     Answered(Vec<ItemOutcome>),
-    /// 413: the body was larger than the server takes.
-    TooLarge(String),
-    /// The request failed whole: Retry (connection, 429, 5xx, 401/403, a
-    /// 2xx that is not a bulk answer) or Permanent (another 4xx).
-    Failed(FlushError),
+    /// Not a bulk answer: the request failed whole (Retry: connection,
+    /// 429, 5xx, 401/403, a 2xx that is not a bulk answer; Reject: another
+    /// 4xx), or was too large (413).
+    Other(PartSent),
 }
 
 /// One item of a bulk answer.
@@ -253,78 +239,42 @@ struct ItemOutcome {
     error: Option<String>,
 }
 
-/// What a chunk's requests left undone.
-#[derive(Default)]
-struct Undone {
-    retry: Vec<u32>,
-    rejected: Vec<(u32, String)>,
-    /// Entries in `retry` because their whole request failed.
-    whole_retry: usize,
-    /// The first reason of a retry, for the log.
-    first: Option<String>,
-}
-
-impl Undone {
-    fn note(&mut self, m: &str) {
-        if self.first.is_none() {
-            self.first = Some(m.to_string());
-        }
-    }
-
-    /// Sorts the items of the request of entries a..b.
-    fn items(&mut self, action: BulkAction, items: &[ItemOutcome], a: usize, b: usize) {
-        for (i, at) in (a..b).enumerate() {
-            let at = at as u32;
-            let Some(item) = items.get(i) else {
-                // An answer with fewer items than documents: the server did
-                // not say what became of the rest; they are sent again.
-                self.retry.push(at);
-                self.note("the bulk answer has fewer items than the request had documents");
-                continue;
-            };
-            let why = || {
-                item.error
-                    .clone()
-                    .unwrap_or_else(|| format!("status_{}: no error text", item.status))
-            };
-            match item.status {
-                200..=299 => {}
-                // `create` of an `_id` already there: written before (a
-                // chunk sent again), so delivered.
-                409 if action == BulkAction::Create => {}
-                429 | 500..=599 => {
-                    let w = why();
-                    self.note(&format!("item answered {}: {w}", item.status));
-                    self.retry.push(at);
-                }
-                _ => self.rejected.push((at, why())),
-            }
-        }
-    }
-
-    fn outcome(self, count: usize) -> Result<(), FlushError> {
-        if self.retry.is_empty() && self.rejected.is_empty() {
-            return Ok(());
-        }
-        let first = self.first.unwrap_or_default();
-        if self.rejected.is_empty() && self.whole_retry == count {
-            // Nothing was written: the chunk is retried as it is.
-            return Err(FlushError::Retry(first));
-        }
-        let message = if self.retry.is_empty() {
-            format!("{} events refused", self.rejected.len())
-        } else {
-            format!(
-                "{} of {count} events to send again ({first}); {} refused",
-                self.retry.len(),
-                self.rejected.len()
-            )
+/// The entries of a request of `n` documents the answer's items say were
+/// not taken: 429 and 5xx to retry, other 4xx refused; a `create`
+/// answered 409 was written before (a chunk sent again), so delivered.
+fn items_sent(action: BulkAction, items: &[ItemOutcome], n: usize) -> PartSent {
+    let mut undone = Vec::new();
+    for i in 0..n {
+        let Some(item) = items.get(i) else {
+            // An answer with fewer items than documents: the server did
+            // not say what became of the rest; they are sent again.
+            undone.push((
+                i,
+                Undelivered::Retry(
+                    "the bulk answer has fewer items than the request had documents".into(),
+                ),
+            ));
+            continue;
         };
-        Err(FlushError::Partial(PartialWrite {
-            retry: self.retry,
-            rejected: self.rejected,
-            message,
-        }))
+        let why = || {
+            item.error
+                .clone()
+                .unwrap_or_else(|| format!("status_{}: no error text", item.status))
+        };
+        match item.status {
+            200..=299 => {}
+            409 if action == BulkAction::Create => {}
+            429 | 500..=599 => undone.push((
+                i,
+                Undelivered::Retry(format!("item answered {}: {}", item.status, why())),
+            )),
+            _ => undone.push((i, Undelivered::Reject(why()))),
+        }
+    }
+    if undone.is_empty() {
+        PartSent::Ok
+    } else {
+        PartSent::Some(undone)
     }
 }
 
@@ -337,18 +287,18 @@ struct Bulk {
 
 impl Bulk {
     /// Entry ranges whose bodies are at most `max` bytes (one entry at least).
-    fn requests(&self, max: usize) -> Vec<(usize, usize)> {
+    fn requests(&self, max: usize) -> Vec<std::ops::Range<usize>> {
         let n = self.starts.len() - 1;
         let mut out = Vec::new();
         let mut a = 0;
         for b in 1..=n {
             if b - 1 > a && self.starts[b] - self.starts[a] > max {
-                out.push((a, b - 1));
+                out.push(a..b - 1);
                 a = b - 1;
             }
         }
         if n > a {
-            out.push((a, n));
+            out.push(a..n);
         }
         out
     }
@@ -407,42 +357,33 @@ impl ElasticsearchOutput {
     /// POSTs the entries a..b and reads the answer.
     async fn send(&self, bulk: &Bulk, a: usize, b: usize) -> Sent {
         let part = bulk.body[bulk.starts[a]..bulk.starts[b]].to_vec();
+        let size = part.len();
         let answer = match self.sender.post(&self.bulk_path, part, &[]).await {
             Ok(answer) => answer,
-            Err(e) => return Sent::Failed(e),
+            Err(FlushError::Retry(e)) => return Sent::Other(PartSent::Retry(e)),
+            Err(e) => return Sent::Other(PartSent::Reject(format!("bulk_request_refused: {e}"))),
         };
         let client = self.sender.client();
         let at = &client.endpoint().authority;
-        match answer.status {
-            StatusCode::PAYLOAD_TOO_LARGE => {
-                return Sent::TooLarge(format!(
-                    "{at} answered 413 to {} bytes",
-                    bulk.starts[b] - bulk.starts[a]
-                ))
-            }
-            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
-                // Wrong or missing credentials, or a user without the
-                // right to write: fixed on the server or in the options
-                // while the events wait in the buffer.
-                return Sent::Failed(FlushError::Retry(format!(
-                    "{at} answered {}: check `username`/`password`, `api_key` or `bearer_token` and the user's rights to write to the index; the events are kept and retried: {}",
-                    answer.status,
-                    text_of(&answer.body)
-                )));
-            }
-            s if !s.is_success() => {
-                return match client.judge(answer).await {
-                    Ok(_) => Sent::Failed(FlushError::Retry(format!("{at} answered {s}"))),
-                    Err(e) => Sent::Failed(e),
-                }
-            }
-            _ => {}
+        let status = answer.status;
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            return Sent::Other(PartSent::TooLarge(format!(
+                "request_entity_too_large: {at} answered 413 to {size} bytes ({} documents)",
+                b - a
+            )));
+        }
+        if !status.is_success() {
+            // 401/403, 429, 5xx: retried; other statuses refused.
+            return Sent::Other(match client.judge(answer).await {
+                Ok(_) => PartSent::Retry(format!("{at} answered {status}")),
+                Err(FlushError::Retry(e)) => PartSent::Retry(e),
+                Err(e) => PartSent::Reject(format!("bulk_request_refused: {e}")),
+            });
         }
         match parse_bulk_answer(&answer.body) {
             Ok(items) => Sent::Answered(items),
-            Err(e) => Sent::Failed(FlushError::Retry(format!(
-                "{at} answered {} but not a bulk answer ({e}): {}",
-                answer.status,
+            Err(e) => Sent::Other(PartSent::Retry(format!(
+                "{at} answered {status} but not a bulk answer ({e}): {}",
                 text_of(&answer.body)
             ))),
         }
@@ -717,21 +658,32 @@ mod tests {
             {"create":{"status":503,"error":{"type":"unavailable_shards_exception","reason":"no primary"}}}
         ]}"#;
         let items = parse_bulk_answer(answer).unwrap();
-        let mut u = Undone::default();
-        // Entries 10..16 of the chunk: the answer lacks the sixth item.
-        u.items(BulkAction::Create, &items, 10, 16);
-        assert_eq!(u.retry, vec![12, 14, 15]);
-        assert_eq!(u.rejected.len(), 1);
-        assert_eq!(u.rejected[0].0, 13);
+        // A request of six documents: the answer lacks the sixth item.
+        let PartSent::Some(undone) = items_sent(BulkAction::Create, &items, 6) else {
+            panic!("all delivered?")
+        };
+        let retried: Vec<usize> = undone
+            .iter()
+            .filter(|(_, u)| matches!(u, Undelivered::Retry(_)))
+            .map(|(i, _)| *i)
+            .collect();
+        assert_eq!(retried, vec![2, 4, 5]);
+        let refused: Vec<(usize, &str)> = undone
+            .iter()
+            .filter_map(|(i, u)| match u {
+                Undelivered::Reject(w) => Some((*i, w.as_str())),
+                Undelivered::Retry(_) => None,
+            })
+            .collect();
         assert_eq!(
-            u.rejected[0].1,
-            "mapper_parsing_exception: failed to parse field [n] (caused by number_format_exception: For input string: \"x\")"
+            refused,
+            vec![(3, "mapper_parsing_exception: failed to parse field [n] (caused by number_format_exception: For input string: \"x\")")]
         );
         // With `index`, a 409 is not a delivery.
-        let mut u = Undone::default();
-        u.items(BulkAction::Index, &items[..2], 0, 2);
-        assert_eq!(u.rejected[0].0, 1);
-        assert!(matches!(u.outcome(2), Err(FlushError::Partial(_))));
+        let PartSent::Some(undone) = items_sent(BulkAction::Index, &items[..2], 2) else {
+            panic!("the 409 delivered?")
+        };
+        assert!(matches!(undone[..], [(1, Undelivered::Reject(_))]));
         assert!(parse_bulk_answer(b"<html>busy</html>").is_err());
         assert!(
             parse_bulk_answer(br#"{"errors":false,"items":[{"index":{"status":201}}]}"#).is_ok()
@@ -744,8 +696,8 @@ mod tests {
             body: vec![0; 100],
             starts: vec![0, 10, 20, 70, 80, 100],
         };
-        assert_eq!(b.requests(1000), vec![(0, 5)]);
-        assert_eq!(b.requests(30), vec![(0, 2), (2, 3), (3, 5)]);
-        assert_eq!(b.requests(1), vec![(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]);
+        assert_eq!(b.requests(1000), vec![0..5]);
+        assert_eq!(b.requests(30), vec![0..2, 2..3, 3..5]);
+        assert_eq!(b.requests(1), vec![0..1, 1..2, 2..3, 3..4, 4..5]);
     }
 }

@@ -14,7 +14,13 @@
 //! Label cardinality is capped: past `max_label_sets` distinct label sets
 //! (since start), an event whose set is new goes to the overflow stream
 //! (the labels that read no record field, plus `overflow_label="true"`);
-//! its fields stay in its line. Counted and logged.
+//! its fields stay in its line. Counted (`label_overflow_events_total`)
+//! and logged.
+//!
+//! A chunk goes in requests of at most `max_request_size` of lines,
+//! `request_concurrency` of them in flight at once (http_client.rs
+//! `send_parts`): more requests in flight helped under load, not on a
+//! quiet machine (docs/benchmarks/loki.md).
 //!
 //! Loki answers a whole request, not each entry: a 400 naming streams
 //! (entries out of order, too old, too new, too long) means Loki took the
@@ -27,22 +33,24 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::StatusCode;
 use nagare_core::output::OutputPlugin;
+use nagare_core::metrics::PluginStats;
 use nagare_core::output::{FlushError, Output};
 use nagare_core::plugin::{BuildContext, OptionError};
 use nagare_core::record::{map_at, pair_at, value_text, FieldPath};
+use nagare_core::units::Size;
 use nagare_forward::EventTime;
 use prost::encoding::{encode_key, encode_varint, encoded_len_varint, WireType};
 use serde::Deserialize;
 
 use crate::buffer::Chunk;
 use crate::formats::template::Template;
-use crate::net::http_client::{self, http_client_options, Compress, HttpSender, Outcomes};
+use crate::net::http_client::{http_client_options, Compress, HttpSender, PartSent, Undelivered};
 
 /// The body of a push request.
 #[derive(
@@ -98,6 +106,13 @@ http_client_options!(
         /// "nagare_overflow").
         #[serde_inline_default("nagare_overflow".into())]
         overflow_label: String,
+        /// The largest request, counted as the entries' lines and
+        /// structured metadata before compression: a chunk larger is
+        /// pushed in several requests, `request_concurrency` of them at
+        /// once (default "256KiB"; a request answered 413 is cut in
+        /// halves anyway).
+        #[serde_inline_default(Size::kib(256))]
+        max_request_size: Size,
         /// The tenant: sent as `X-Scope-OrgID` (default: none).
         #[serde(default)]
         tenant: Option<String>,
@@ -176,6 +191,7 @@ impl LokiOutputConfig {
             line_key,
             known: Mutex::new(HashSet::new()),
             overflowed: AtomicU64::new(0),
+            stats: OnceLock::new(),
             cfg: self,
         })
     }
@@ -235,6 +251,9 @@ struct LokiOutput {
     known: Mutex<HashSet<String>>,
     /// Events sent to the overflow stream since start.
     overflowed: AtomicU64,
+    /// The output's counters (`label_overflow_events_total`), once the
+    /// daemon runs it.
+    stats: OnceLock<Arc<PluginStats>>,
 }
 
 /// A stream of one request: its labels (sorted by name) and `{…}` text.
@@ -261,51 +280,50 @@ struct Entry {
 impl Output for LokiOutput {
     async fn write(&self, chunk: &Chunk) -> Result<(), FlushError> {
         let (streams, entries) = self.prepare(chunk);
-        let mut outcomes = Outcomes::default();
-        // Parts still to send; a part the server finds too large comes
-        // back as its two halves.
-        let mut parts: Vec<&[Entry]> = vec![&entries];
-        while let Some(part) = parts.pop() {
-            if part.is_empty() {
-                continue;
-            }
-            match self.send(&streams, part).await {
-                Sent::Ok => {}
-                Sent::TooLarge(why) if part.len() > 1 => {
-                    let (a, b) = part.split_at(part.len() / 2);
-                    parts.push(b);
-                    parts.push(a);
-                    tracing::debug!(output = "loki", "{why}: sending the request in halves");
-                }
-                Sent::TooLarge(why) => outcomes.reject([part[0].index], &why),
-                Sent::Retry(why) => outcomes.retry(part.iter().map(|e| e.index), &why),
-                Sent::Reject(why) => outcomes.reject(part.iter().map(|e| e.index), &why),
-                Sent::StreamsRefused(refused) => {
-                    for e in part {
-                        if let Some((_, why)) = refused
-                            .iter()
-                            .find(|(labels, _)| *labels == streams[e.stream].labels)
-                        {
-                            outcomes.reject([e.index], why);
-                        }
-                    }
-                }
-            }
-        }
-        outcomes.finish(chunk.count)
+        // Requests of at most max_request_size, up to request_concurrency
+        // at once (the next one is built while others wait); one answered
+        // 413 is cut in halves (http_client.rs).
+        let parts = request_parts(&entries, self.cfg.max_request_size.0 as usize);
+        let (streams, entries) = (&streams, &entries);
+        self.sender
+            .send_parts(
+                "loki",
+                parts,
+                |i| entries[i].index,
+                |r| async move { self.send(streams, &entries[r]).await },
+            )
+            .await
+            .finish(chunk.count)
+    }
+
+    fn attach(&self, stats: &Arc<PluginStats>) {
+        let _ = self.stats.set(stats.clone());
     }
 }
 
-/// The answer to one request.
-enum Sent {
-    Ok,
-    Retry(String),
-    /// The whole part refused (as reason: text).
-    Reject(String),
-    /// 413: the body is too large.
-    TooLarge(String),
-    /// A 400 naming streams: (labels, reason) of each; Loki took the rest.
-    StreamsRefused(Vec<(Vec<(String, String)>, String)>),
+/// Ranges of `entries` whose lines and metadata add up to at most `max`
+/// bytes (one entry at least).
+fn request_parts(entries: &[Entry], max: usize) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut a, mut size) = (0, 0);
+    for (i, e) in entries.iter().enumerate() {
+        // The line, the metadata and about 16 bytes of framing and time.
+        let n = e.line.len()
+            + e.metadata
+                .iter()
+                .map(|(k, v)| k.len() + v.len() + 4)
+                .sum::<usize>()
+            + 16;
+        if i > a && size + n > max {
+            out.push(a..i);
+            (a, size) = (i, 0);
+        }
+        size += n;
+    }
+    if entries.len() > a {
+        out.push(a..entries.len());
+    }
+    out
 }
 
 impl LokiOutput {
@@ -387,6 +405,9 @@ impl LokiOutput {
             });
         }
         if overflow_now > 0 {
+            if let Some(stats) = self.stats.get() {
+                PluginStats::add(&stats.label_overflow, overflow_now);
+            }
             let total = self.overflowed.fetch_add(overflow_now, Ordering::Relaxed) + overflow_now;
             tracing::warn!(
                 output = "loki",
@@ -453,12 +474,12 @@ impl LokiOutput {
     }
 
     /// Sends one request with `part`'s entries.
-    async fn send(&self, streams: &[Stream], part: &[Entry]) -> Sent {
+    async fn send(&self, streams: &[Stream], part: &[Entry]) -> PartSent {
         let body = match self.cfg.format {
             LokiFormat::Protobuf => {
                 match snap::raw::Encoder::new().compress_vec(&push_request(streams, part)) {
                     Ok(b) => b,
-                    Err(e) => return Sent::Reject(format!("snappy: {e}")),
+                    Err(e) => return PartSent::Reject(format!("snappy: {e}")),
                 }
             }
             // gzip'd by the sender when `compress = "gzip"`.
@@ -467,30 +488,39 @@ impl LokiOutput {
         let client = self.sender.client();
         let answer = match self.sender.post(&client.endpoint().path, body, &[]).await {
             Ok(a) => a,
-            Err(FlushError::Retry(e)) => return Sent::Retry(e),
-            Err(e) => return Sent::Reject(format!("request: {e}")),
+            Err(FlushError::Retry(e)) => return PartSent::Retry(e),
+            Err(e) => return PartSent::Reject(format!("request: {e}")),
         };
         let authority = &client.endpoint().authority;
-        if let Some(FlushError::Retry(e)) = http_client::credentials_refused(authority, &answer) {
-            return Sent::Retry(e);
-        }
         let text = String::from_utf8_lossy(&answer.body).trim().to_string();
         match answer.status {
             StatusCode::PAYLOAD_TOO_LARGE => {
-                return Sent::TooLarge(format!("too_large: {authority} answered 413: {text}"))
+                return PartSent::TooLarge(format!("too_large: {authority} answered 413: {text}"))
             }
             StatusCode::BAD_REQUEST => {
+                // Loki took the other streams' entries.
                 let refused = refused_streams(&text);
                 if !refused.is_empty() {
-                    return Sent::StreamsRefused(refused);
+                    let undone = part
+                        .iter()
+                        .enumerate()
+                        .filter_map(|(i, e)| {
+                            let (_, why) = refused
+                                .iter()
+                                .find(|(labels, _)| *labels == streams[e.stream].labels)?;
+                            Some((i, Undelivered::Reject(why.clone())))
+                        })
+                        .collect();
+                    return PartSent::Some(undone);
                 }
             }
             _ => {}
         }
+        // 401/403, 429, 5xx: retried; other statuses refused.
         match client.judge(answer).await {
-            Ok(_) => Sent::Ok,
-            Err(FlushError::Retry(e)) => Sent::Retry(e),
-            Err(e) => Sent::Reject(format!("loki_{}: {e}", text_status(&e))),
+            Ok(_) => PartSent::Ok,
+            Err(FlushError::Retry(e)) => PartSent::Retry(e),
+            Err(e) => PartSent::Reject(format!("loki_{}: {e}", text_status(&e))),
         }
     }
 }
@@ -966,6 +996,24 @@ mod tests {
             ("b".into(), "".into()),
         ];
         assert_eq!(parse_label_text(&label_text(&labels)).unwrap().0, labels);
+    }
+
+    #[test]
+    fn requests_are_cut_by_the_size_of_lines_and_metadata() {
+        let e = |n: usize, meta: usize| Entry {
+            stream: 0,
+            time: EventTime::new(1, 0),
+            line: "x".repeat(n),
+            metadata: (0..meta).map(|_| ("k".into(), "v".into())).collect(),
+            index: 0,
+        };
+        // Each entry counts its line, 16 bytes, and k + v + 4 per metadata.
+        let entries = vec![e(84, 0), e(84, 0), e(78, 1), e(184, 0), e(10, 0)];
+        assert_eq!(request_parts(&entries, 1000), vec![0..5]);
+        assert_eq!(request_parts(&entries, 200), vec![0..2, 2..3, 3..4, 4..5]);
+        // One entry larger than the limit still goes, alone.
+        assert_eq!(request_parts(&entries, 1), vec![0..1, 1..2, 2..3, 3..4, 4..5]);
+        assert!(request_parts(&[], 10).is_empty());
     }
 
     #[test]

@@ -35,7 +35,7 @@ use serde::Deserialize;
 
 use crate::buffer::Chunk;
 use crate::formats::template::Template;
-use crate::net::http_client::{self, http_client_options, HttpSender, Outcomes};
+use crate::net::http_client::{http_client_options, HttpSender, PartSent, Undelivered};
 
 /// Which HEC endpoint the requests go to.
 #[derive(
@@ -210,47 +210,18 @@ impl Output for SplunkHecOutput {
             HecMode::Event => self.sender.client().endpoint().path.clone(),
             HecMode::Raw => self.raw_path(&chunk.tag),
         };
-        let mut outcomes = Outcomes::default();
-        let mut parts: Vec<&[Event]> = vec![&events];
-        while let Some(part) = parts.pop() {
-            if part.is_empty() {
-                continue;
-            }
-            match self.send(&path, part).await {
-                Sent::Ok => {}
-                Sent::TooLarge(_) if part.len() > 1 => {
-                    let (a, b) = part.split_at(part.len() / 2);
-                    parts.push(b);
-                    parts.push(a);
-                }
-                Sent::TooLarge(why) => outcomes.reject([part[0].index], &why),
-                Sent::Retry(why) => outcomes.retry(part.iter().map(|e| e.index), &why),
-                Sent::Reject(why) => outcomes.reject(part.iter().map(|e| e.index), &why),
-                Sent::Invalid(n, why) => {
-                    // Splunk indexed the events before the invalid one.
-                    if let Some(bad) = part.get(n) {
-                        outcomes.reject([bad.index], &why);
-                        outcomes.retry(
-                            part[n + 1..].iter().map(|e| e.index),
-                            &format!("sent again after an invalid event: {why}"),
-                        );
-                    } else {
-                        outcomes.reject(part.iter().map(|e| e.index), &why);
-                    }
-                }
-            }
-        }
-        outcomes.finish(chunk.count)
+        // One request; one answered 413 is cut in halves (http_client.rs).
+        let (path, events) = (&path, &events);
+        self.sender
+            .send_parts(
+                "splunk_hec",
+                std::iter::once(0..events.len()),
+                |i| events[i].index,
+                |r| async move { self.send(path, &events[r]).await },
+            )
+            .await
+            .finish(chunk.count)
     }
-}
-
-enum Sent {
-    Ok,
-    Retry(String),
-    Reject(String),
-    TooLarge(String),
-    /// A 400 naming the invalid event (its index in the request).
-    Invalid(usize, String),
 }
 
 /// HEC's error codes, named for the `refused` counter.
@@ -357,7 +328,7 @@ impl SplunkHecOutput {
         path
     }
 
-    async fn send(&self, path: &str, part: &[Event]) -> Sent {
+    async fn send(&self, path: &str, part: &[Event]) -> PartSent {
         let mut body = Vec::with_capacity(part.iter().map(|e| e.body.len()).sum());
         for e in part {
             body.extend_from_slice(&e.body);
@@ -365,36 +336,44 @@ impl SplunkHecOutput {
         // gzip'd by the sender when `compress = "gzip"`.
         let answer = match self.sender.post(path, body, &[]).await {
             Ok(a) => a,
-            Err(FlushError::Retry(e)) => return Sent::Retry(e),
-            Err(e) => return Sent::Reject(format!("request: {e}")),
+            Err(FlushError::Retry(e)) => return PartSent::Retry(e),
+            Err(e) => return PartSent::Reject(format!("request: {e}")),
         };
         let client = self.sender.client();
         let authority = &client.endpoint().authority;
-        if let Some(FlushError::Retry(e)) = http_client::credentials_refused(authority, &answer) {
-            return Sent::Retry(e);
-        }
         let text = String::from_utf8_lossy(&answer.body[..answer.body.len().min(300)])
             .trim()
             .to_string();
         match answer.status {
             StatusCode::PAYLOAD_TOO_LARGE => {
-                return Sent::TooLarge(format!("too_large: {authority} answered 413: {text}"))
+                return PartSent::TooLarge(format!("too_large: {authority} answered 413: {text}"))
             }
             StatusCode::BAD_REQUEST => {
                 let v: serde_json::Value = serde_json::from_slice(&answer.body).unwrap_or_default();
                 let code = v["code"].as_u64().unwrap_or(u64::MAX);
                 let why = format!("{}: {authority} answered 400: {text}", code_name(code));
                 return match v["invalid-event-number"].as_u64() {
-                    Some(n) if matches!(code, 6 | 12 | 13 | 15) => Sent::Invalid(n as usize, why),
-                    _ => Sent::Reject(why),
+                    // Splunk indexed the events before the invalid one;
+                    // the ones after it are sent again.
+                    Some(n) if matches!(code, 6 | 12 | 13 | 15) && (n as usize) < part.len() => {
+                        let n = n as usize;
+                        let again = format!("sent again after an invalid event: {why}");
+                        let mut undone = vec![(n, Undelivered::Reject(why))];
+                        undone.extend(
+                            (n + 1..part.len()).map(|i| (i, Undelivered::Retry(again.clone()))),
+                        );
+                        PartSent::Some(undone)
+                    }
+                    _ => PartSent::Reject(why),
                 };
             }
             _ => {}
         }
+        // 401/403, 429, 5xx: retried; other statuses refused.
         match client.judge(answer).await {
-            Ok(_) => Sent::Ok,
-            Err(FlushError::Retry(e)) => Sent::Retry(e),
-            Err(e) => Sent::Reject(format!("splunk_rejected: {e}")),
+            Ok(_) => PartSent::Ok,
+            Err(FlushError::Retry(e)) => PartSent::Retry(e),
+            Err(e) => PartSent::Reject(format!("splunk_rejected: {e}")),
         }
     }
 }

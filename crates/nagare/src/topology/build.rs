@@ -53,6 +53,7 @@ pub fn open_buffer_with(
         _ => None,
     };
     let stats = stats.unwrap_or_else(|| reg.register("output", &section.name, section.type_name));
+    output.attach(&stats);
     output.start();
     let secondary = start_secondary(section.secondary, reg)?;
     Ok(Buffer::new(
@@ -76,6 +77,7 @@ pub fn start_secondary(
     match s.target {
         OutputTarget::One(o) => {
             let st = reg.register("output", &s.name, s.type_name);
+            o.attach(&st);
             o.start();
             Ok(Some((o, st)))
         }

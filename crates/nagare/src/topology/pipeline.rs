@@ -482,6 +482,7 @@ impl Pipeline {
             secondary,
         } in plan.swaps
         {
+            output.attach(b.stats());
             output.start();
             match build::start_secondary(secondary, &self.reg) {
                 Ok(secondary) => {

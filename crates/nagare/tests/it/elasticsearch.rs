@@ -728,10 +728,10 @@ fn unauthorized_garbage_and_too_large_answers_lose_nothing() {
         seen.bodies
     );
     d.wait_log(
-        "answered 401 Unauthorized: check `username`/`password`, `api_key` or `bearer_token`",
+        "answered 401 Unauthorized: the server refused the credentials; check the output's `bearer_token`, `username`/`password`, `api_key`",
     );
     d.wait_log("but not a bulk answer");
-    d.wait_log("bulk request too large: sending it in two halves");
+    d.wait_log("request too large: sending it in two halves");
     assert_eq!(d.metric("lost_events_total", "elasticsearch#0"), 0);
     assert_eq!(d.metric("secondary_events_total", "elasticsearch#0"), 0);
 }

@@ -754,6 +754,7 @@ fn check_names_bad_options() {
         ("[[output]]\ntype = \"http\"\nmatch = \"**\"\nendpoint = \"http://x/\"\nformat = \"xml\"\n", ":9: key `format`:", "ndjson"),
         ("[[output]]\ntype = \"http\"\nmatch = \"**\"\nendpoint = \"http://x/\"\nbearer_token = \"t\"\nusername = \"u\"\n", ":9: key `bearer_token`:", "not both"),
         ("[[output]]\ntype = \"opentelemetry\"\nmatch = \"**\"\nendpoint = \"ftp://x/\"\n", ":8: key `endpoint`:", "expected http://"),
+        ("[[output]]\ntype = \"http\"\nmatch = \"**\"\nendpoint = \"http://x/\"\nrequest_concurrency = 0\n", ":9: key `request_concurrency`:", "at least 1"),
     ];
     assert_check_errors(tempfile::tempdir().unwrap().path(), CHECK_BASE, cases);
 }
@@ -793,4 +794,63 @@ fn check_warns_when_content_type_does_not_match_the_format() {
     );
     let e = run("nd.toml", "ndjson", "application/json");
     assert!(!e.contains("warning:"), "{e}");
+
+/// The answer rule every HTTP output shares for refused credentials: a
+/// 401 from a second nagare's http input (its `bearer_token` is another)
+/// keeps the events in the buffer and retries them with a clear error
+/// naming the peer — no dead letter, nothing lost — until the token is
+/// fixed (a reload of the sender), then every event arrives once.
+#[test]
+fn refused_credentials_keep_the_events_until_the_token_is_fixed() {
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Sink::start(SinkOpts::default());
+    let (_b, bport) = http_to_sink(dir.path(), "bearer_token = \"right\"", sink.port, "");
+    let sub = dir.path().join("sender");
+    std::fs::create_dir(&sub).unwrap();
+    let (port, mon) = (free_port(), free_port());
+    let letters = sub.join("letters");
+    let config = |token: &str| {
+        format!(
+            "[system]\ndead_letter_dir = \"{}\"\n[monitor]\nbind = \"127.0.0.1:{mon}\"\n{}\
+             [[output]]\ntype = \"http\"\nmatch = \"**\"\nendpoint = \"http://127.0.0.1:{bport}/${{tag}}\"\n\
+             bearer_token = \"{token}\"\n[output.buffer]\nflush_interval = \"50ms\"\nretry_wait = \"100ms\"\nretry_max_interval = \"200ms\"\n",
+            letters.display(),
+            forward_input(port)
+        )
+    };
+    let mut d = Daemon::start(&sub, "nagare", &config("wrong"), Some(mon));
+    d.wait_port(port);
+    let mut s = Sender::tcp(port);
+    s.packed("app.auth", 0..30, None);
+    s.finish();
+    let line = d.wait_log_line("the refused credentials, named with the peer", |l| {
+        l.contains("flush failed; will retry")
+            && l.contains(&format!(
+                "127.0.0.1:{bport} answered 401 Unauthorized: the server refused the credentials"
+            ))
+    });
+    assert!(line.contains("the events are kept and retried"), "{line}");
+    wait_until(WAIT, "a few retries", || {
+        d.metric("retries_total", "http#0") >= 3
+    });
+    assert_eq!(sink.count(), 0);
+    for m in [
+        "permanent_errors_total",
+        "secondary_events_total",
+        "lost_events_total",
+    ] {
+        assert_eq!(d.metric(m, "http#0"), 0, "{m}");
+    }
+    assert!(
+        !letters.join("http#0").exists(),
+        "a dead letter was written"
+    );
+    // The token fixed: the kept chunk goes with the reloaded output.
+    std::fs::write(&d.config, config("right")).unwrap();
+    let (st, body) = http_post(mon, "/api/reload");
+    assert_eq!(st, 200, "reload: {body}\n{}", d.stderr());
+    sink.wait_count(30);
+    d.wait_metric("events_out_total", "http#0", 30);
+    assert_exact_seqs(&sink.seqs(), 30);
+    assert_eq!(d.metric("lost_events_total", "http#0"), 0);
 }

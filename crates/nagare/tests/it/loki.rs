@@ -207,6 +207,14 @@ flush_interval = "50ms"
     seqs.sort();
     assert_eq!(seqs, (0..10).collect::<Vec<_>>());
     d.wait_log("past max_label_sets sent to the overflow stream");
+    // Counted in the monitor, not only logged.
+    d.wait_metric("label_overflow_events_total", "loki#0", 7);
+    assert!(
+        d.metrics()
+            .contains("# TYPE nagare_label_overflow_events_total counter"),
+        "{}",
+        d.metrics()
+    );
 }
 
 /// The JSON bodies' entries: (labels, line) of each.
@@ -263,8 +271,8 @@ fn refused_credentials_and_garbage_are_retried_with_the_events_kept() {
         .collect();
     seqs.sort();
     assert_eq!(seqs, (0..6).collect::<Vec<_>>());
-    d.wait_log("refused the credentials (401 Unauthorized)");
-    d.wait_log("refused the credentials (403 Forbidden)");
+    d.wait_log("answered 401 Unauthorized: the server refused the credentials");
+    d.wait_log("answered 403 Forbidden: the server refused the credentials");
     assert_eq!(d.metric("lost_events_total", "loki#0"), 0);
     assert_eq!(d.metric("secondary_events_total", "loki#0"), 0);
 }
@@ -369,6 +377,66 @@ fn a_413_splits_the_request_and_every_event_arrives_once() {
     seqs.sort();
     assert_eq!(seqs, (0..64).collect::<Vec<_>>());
     assert!(server.count() > 3);
+}
+
+/// A chunk larger than `max_request_size` is pushed in several requests,
+/// `request_concurrency` of them in flight at once (each answered after
+/// 100 ms of server time here): every event arrives once, no request
+/// holds much more than the limit, and no more than 3 wait at once.
+#[test]
+fn a_large_chunk_goes_in_several_requests_at_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let (now, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (n2, m2) = (now.clone(), most.clone());
+    let server = ScriptedHttp::start(move |_, _| {
+        let at_once = n2.fetch_add(1, Ordering::SeqCst) + 1;
+        m2.fetch_max(at_once, Ordering::SeqCst);
+        // The server's latency: requests overlap only if sent at once.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        n2.fetch_sub(1, Ordering::SeqCst);
+        Reply::Status(204, String::new())
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let out = loki_output(
+        &format!("http://127.0.0.1:{}/loki/api/v1/push", server.port),
+        "format = \"json\"\nmax_request_size = \"4KiB\"\nrequest_concurrency = 3",
+    );
+    let (d, port) = start_forward_daemon(dir.path(), &out);
+    send_json_events(port, "loki.many", &leveled_events(300));
+    d.wait_metric("events_out_total", "loki#0", 300);
+    let reqs = server.requests();
+    let mut seqs: Vec<u64> = reqs
+        .iter()
+        .flat_map(|r| json_entries(&r.body))
+        .map(|(_, l)| line_seq(&l))
+        .collect();
+    seqs.sort();
+    assert_eq!(seqs, (0..300).collect::<Vec<_>>());
+    assert!(reqs.len() >= 4, "{} requests", reqs.len());
+    for r in &reqs {
+        // Lines of at most 4 KiB, plus JSON framing and labels.
+        assert!(r.body.len() < 8 * 1024, "{} bytes", r.body.len());
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!((2..=3).contains(&most), "{most} requests at once");
+}
+
+/// The same against VictoriaLogs: a chunk in many protobuf requests sent
+/// at once arrives whole, once, by content.
+#[test]
+fn a_large_chunk_in_several_requests_arrives_once_in_victorialogs() {
+    let Some(vl) = vl() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let out = loki_output(
+        &vl.url("/insert/loki/api/v1/push"),
+        "max_request_size = \"2KiB\"\nrequest_concurrency = 4",
+    );
+    let (_d, port) = start_forward_daemon(dir.path(), &out);
+    let events = leveled_events(240);
+    send_json_events(port, "loki.parts", &events);
+    let rows = vl.wait_rows("job:=\"loki.parts\"", (0, 0), 240);
+    assert_leveled_rows(&rows, "loki.parts", &events);
 }
 
 #[test]

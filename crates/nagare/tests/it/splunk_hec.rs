@@ -155,8 +155,8 @@ fn token_errors_and_busy_answers_are_retried_with_the_events_kept() {
         assert_eq!(r.path, "/services/collector/event");
     }
     assert_eq!(seqs_of(&reqs[4].body), (0..8).collect::<Vec<_>>());
-    d.wait_log("refused the credentials (401 Unauthorized)");
-    d.wait_log("refused the credentials (403 Forbidden)");
+    d.wait_log("answered 401 Unauthorized: the server refused the credentials");
+    d.wait_log("answered 403 Forbidden: the server refused the credentials");
     assert_eq!(d.metric("secondary_events_total", "splunk_hec#0"), 0);
     assert_eq!(d.metric("lost_events_total", "splunk_hec#0"), 0);
 }
