@@ -440,11 +440,11 @@ impl Decoder {
         // FlushDecompress::Finish: with it, a first call whose output does
         // not fit fails (zlib's one-shot mode) instead of asking for room.
         let mut d = flate2::Decompress::new(true);
-        let mut out = Vec::with_capacity(z.len().saturating_mul(8).clamp(64, self.max + 1));
+        let mut out = Vec::with_capacity(z.len().saturating_mul(8).max(64).min(self.max + 1));
         loop {
-            let read = d.total_in() as usize;
+            let (read, written) = (d.total_in(), d.total_out());
             let status = d
-                .decompress_vec(&z[read..], &mut out, flate2::FlushDecompress::None)
+                .decompress_vec(&z[read as usize..], &mut out, flate2::FlushDecompress::None)
                 .map_err(|e| format!("a compressed frame does not inflate: {e}"))?;
             if out.len() > self.max {
                 return Err(format!(
@@ -452,18 +452,15 @@ impl Decoder {
                     self.max
                 ));
             }
-            match status {
-                flate2::Status::StreamEnd => return Ok(out),
-                _ if out.len() < out.capacity() => {
-                    // Room left but the stream did not end: its input ran out.
-                    return Err(
-                        "a compressed frame does not inflate: the stream is cut short".into(),
-                    );
-                }
-                _ => {
-                    let more = out.capacity().min(self.max + 1 - out.len()).max(64);
-                    out.reserve_exact(more);
-                }
+            if status == flate2::Status::StreamEnd {
+                return Ok(out);
+            }
+            if out.len() == out.capacity() {
+                let more = out.capacity().min(self.max + 1 - out.len()).max(64);
+                out.reserve_exact(more);
+            } else if d.total_in() == read && d.total_out() == written {
+                // Room for more, no progress, no end: the input ran out.
+                return Err("a compressed frame does not inflate: the stream is cut short".into());
             }
         }
     }
