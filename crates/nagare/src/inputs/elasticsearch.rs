@@ -226,13 +226,101 @@ impl IdMaker {
         }
     }
 
-    fn make(&self) -> String {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        format!(
-            "{:08x}{:012x}",
-            (self.start >> 20) as u32,
-            n & 0xffff_ffff_ffff
-        )
+    /// The next id: 8 hex digits of the start time, 12 of a counter.
+    /// Written by hand, not by `format!`: it is made for every document
+    /// sent without an id (Beats send none), and `format!` and its String
+    /// cost 15 % of the input's CPU (perf, docs/benchmarks/receivers.md).
+    fn make(&self) -> [u8; 20] {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let n = self.next.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff_ffff;
+        let start = (self.start >> 20) & 0xffff_ffff;
+        let mut out = [0u8; 20];
+        for (i, b) in out[..8].iter_mut().enumerate() {
+            *b = HEX[(start >> (28 - 4 * i)) as usize & 15];
+        }
+        for (i, b) in out[8..].iter_mut().enumerate() {
+            *b = HEX[(n >> (44 - 4 * i)) as usize & 15];
+        }
+        out
+    }
+}
+
+/// The action lines clients send (`{"create":{"_index":"logs"}}`, with
+/// `_id` and other keys of string values, none escaped) read without serde:
+/// serde's derive made action lines a fifth of the input's CPU. None for
+/// any other line, which serde then reads (and refuses with its message).
+fn quick_action(line: &[u8]) -> Option<(Op, Option<&str>, Option<&str>)> {
+    let mut r = Scan { b: line, i: 0 };
+    r.byte(b'{')?;
+    let op = match r.string()? {
+        "index" => Op::Index,
+        "create" => Op::Create,
+        "update" => Op::Update,
+        "delete" => Op::Delete,
+        _ => return None,
+    };
+    r.byte(b':')?;
+    r.byte(b'{')?;
+    let (mut index, mut id) = (None, None);
+    if !r.next_is(b'}') {
+        loop {
+            let key = r.string()?;
+            r.byte(b':')?;
+            let value = r.string()?;
+            if key == "_index" || key == "_id" {
+                let slot = if key == "_index" { &mut index } else { &mut id };
+                if slot.is_some() {
+                    // A duplicate key: serde's error names it.
+                    return None;
+                }
+                *slot = Some(value);
+            }
+            // Other keys (routing, pipeline, ...) are ignored, as Meta does.
+            if !r.next_is(b',') {
+                break;
+            }
+            r.i += 1;
+        }
+    }
+    r.byte(b'}')?;
+    r.byte(b'}')?;
+    r.skip_ws();
+    (r.i == r.b.len()).then_some((op, index, id))
+}
+
+/// A cursor over one action line for quick_action.
+struct Scan<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+impl<'a> Scan<'a> {
+    fn skip_ws(&mut self) {
+        while matches!(self.b.get(self.i), Some(b' ' | b'\t' | b'\r' | b'\n')) {
+            self.i += 1;
+        }
+    }
+
+    fn next_is(&mut self, c: u8) -> bool {
+        self.skip_ws();
+        self.b.get(self.i) == Some(&c)
+    }
+
+    fn byte(&mut self, c: u8) -> Option<()> {
+        self.next_is(c).then(|| self.i += 1)
+    }
+
+    /// A string without escapes or control characters.
+    fn string(&mut self) -> Option<&'a str> {
+        self.byte(b'"')?;
+        let rest = &self.b[self.i..];
+        let end = memchr::memchr(b'"', rest)?;
+        let s = &rest[..end];
+        if s.iter().any(|&c| c == b'\\' || c < 0x20) {
+            return None;
+        }
+        self.i += end + 1;
+        std::str::from_utf8(s).ok()
     }
 }
 
@@ -361,6 +449,36 @@ impl Bulk<'_> {
                 "Malformed action/metadata line [{n}]: {why} (expected one of [create, delete, index, update])"
             ))
         };
+        let pending = match quick_action(line) {
+            Some((op, index, id)) => Pending {
+                op,
+                index: index.map(str::to_owned),
+                id: id.map(str::to_owned),
+            },
+            None => self.slow_action(line, malformed)?,
+        };
+        if pending.op == Op::Delete {
+            // No document line follows a delete.
+            let index = pending.index.or_else(|| self.path_index.clone());
+            self.item_error(
+                pending.op,
+                index.as_deref().unwrap_or(""),
+                pending.id.as_deref(),
+                "illegal_argument_exception",
+                "nagare's elasticsearch input takes index and create actions only",
+            );
+            return Ok(());
+        }
+        self.pending = Some(pending);
+        Ok(())
+    }
+
+    /// An action line that quick_action does not take, read by serde.
+    fn slow_action(
+        &self,
+        line: &[u8],
+        malformed: impl Fn(String) -> Reject,
+    ) -> Result<Pending, Reject> {
         let a: ActionLine = serde_json::from_slice(line).map_err(|e| malformed(e.to_string()))?;
         let mut found = [
             (Op::Index, a.index),
@@ -376,25 +494,11 @@ impl Bulk<'_> {
         if found.next().is_some() {
             return Err(malformed("more than one action on one line".into()));
         }
-        let pending = Pending {
+        Ok(Pending {
             op,
             index: meta.index.map(|s| s.into_owned()),
             id: meta.id.map(|s| s.into_owned()),
-        };
-        if op == Op::Delete {
-            // No document line follows a delete.
-            let index = pending.index.or_else(|| self.path_index.clone());
-            self.item_error(
-                op,
-                index.as_deref().unwrap_or(""),
-                pending.id.as_deref(),
-                "illegal_argument_exception",
-                "nagare's elasticsearch input takes index and create actions only",
-            );
-            return Ok(());
-        }
-        self.pending = Some(pending);
-        Ok(())
+        })
     }
 
     fn document(&mut self, p: Pending, doc: &[u8]) {
@@ -453,7 +557,14 @@ impl Bulk<'_> {
                 b
             }
         };
-        let id = p.id.unwrap_or_else(|| self.d.ids.make());
+        let made;
+        let id = match &p.id {
+            Some(id) => id.as_str(),
+            None => {
+                made = self.d.ids.make();
+                std::str::from_utf8(&made).unwrap_or_default()
+            }
+        };
         let mut extra: [(&[u8], &[u8]); 2] = [(b"", b""); 2];
         let mut n = 0;
         if let Some(k) = &self.d.index_key {
@@ -481,12 +592,12 @@ impl Bulk<'_> {
                     out[at + 1..at + 11].copy_from_slice(&t.to_bytes());
                 }
                 self.batches[b].count += 1;
-                self.item_ok(p.op, &index, &id);
+                self.item_ok(p.op, &index, id);
             }
             Err(e) => {
                 out.truncate(at);
                 let reason = format!("failed to parse the document of line {}: {e}", self.line);
-                self.item_error(p.op, &index, Some(&id), "mapper_parsing_exception", &reason);
+                self.item_error(p.op, &index, Some(id), "mapper_parsing_exception", &reason);
             }
         }
     }
@@ -812,6 +923,69 @@ mod tests {
                 }
             }
         });
+    }
+
+    #[test]
+    fn quick_action_agrees_with_serde() {
+        let d = decoder("");
+        let lines: [&[u8]; 12] = [
+            b"{\"create\":{\"_index\":\"logs\"}}",
+            b" { \"index\" : { \"_index\" : \"a\" , \"_id\" : \"7\" } } \r",
+            b"{\"index\":{}}",
+            b"{\"delete\":{\"_id\":\"2\",\"routing\":\"r\"}}",
+            b"{\"update\":{\"_index\":\"u\"}}",
+            // Not taken by the quick path: serde reads (or refuses) them.
+            b"{\"index\":{\"_index\":\"a\\u0062\"}}",
+            b"{\"index\":{\"_index\":\"a\",\"_index\":\"b\"}}",
+            b"{\"index\":{\"_index\":\"a\",\"version\":3}}",
+            b"{\"index\":{}} x",
+            b"{\"index\":null}",
+            b"{\"search\":{}}",
+            b"{\"index\":{\"_index\":\"a\"}",
+        ];
+        for (i, line) in lines.iter().enumerate() {
+            // No document line follows a delete.
+            let doc: &[u8] = if i == 3 { b"\n" } else { b"\n{\"m\":1}\n" };
+            let body = Body::from(Bytes::from([*line, doc].concat()));
+            let quick = quick_action(line.strip_suffix(b"\r").unwrap_or(line));
+            assert_eq!(quick.is_some(), i < 5, "{}", String::from_utf8_lossy(line));
+            let serde: Result<ActionLine, _> = serde_json::from_slice(line);
+            if let Some((op, index, id)) = quick {
+                let a = serde.unwrap();
+                let (sop, meta) = [
+                    (Op::Index, a.index),
+                    (Op::Create, a.create),
+                    (Op::Update, a.update),
+                    (Op::Delete, a.delete),
+                ]
+                .into_iter()
+                .find_map(|(op, m)| m.map(|m| (op, m)))
+                .unwrap();
+                assert!(op == sop);
+                assert_eq!(index, meta.index.as_deref());
+                assert_eq!(id, meta.id.as_deref());
+            }
+            // Either way the request is decoded as before: the escaped
+            // index is read, the rest refused or answered item by item.
+            let r = d.bulk(Some("p".into()), &body);
+            match i {
+                5 => assert_eq!(r.unwrap().0[0].tag, "es.ab"),
+                6 | 8 | 9 | 10 | 11 => assert!(r.is_err(), "{i}"),
+                _ => assert!(r.is_ok(), "{i}"),
+            }
+        }
+    }
+
+    #[test]
+    fn made_ids_are_hex_and_distinct() {
+        let ids = IdMaker::new();
+        let (a, b) = (ids.make(), ids.make());
+        assert_ne!(a, b);
+        assert!(a
+            .iter()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
+        assert_eq!(&a[..8], &b[..8]);
+        assert_eq!(&b[8..], b"000000000001");
     }
 
     #[test]

@@ -100,13 +100,7 @@ impl HttpInputConfig {
 impl Input for HttpInput {
     async fn start(self: Box<Self>, cx: InputContext) -> anyhow::Result<Vec<JoinHandle<()>>> {
         let cfg = self.cfg;
-        let decode = Arc::new(HttpDecode {
-            parser: cfg.parser()?,
-            tag: cfg.tag.clone(),
-            tag_key: cfg.tag_key.clone(),
-            time_key: cfg.time_key.clone(),
-            keep_time_key: cfg.keep_time_key,
-        });
+        let decode = Arc::new(HttpDecode::new(&cfg)?);
         http_listener::start(
             &cx.name,
             <HttpInputConfig as InputPlugin>::TYPE,
@@ -135,13 +129,27 @@ fn check_tag(t: &str) -> Result<(), String> {
     }
 }
 
-struct HttpDecode {
+/// How requests become events (public for the fuzz target).
+pub struct HttpDecode {
     /// The json parser with `time_key`: writes records as msgpack.
     parser: Parser,
     tag: Option<String>,
     tag_key: Option<String>,
     time_key: String,
     keep_time_key: bool,
+}
+
+impl HttpDecode {
+    /// The decoder of `cfg`'s input.
+    pub fn new(cfg: &HttpInputConfig) -> anyhow::Result<HttpDecode> {
+        Ok(HttpDecode {
+            parser: cfg.parser()?,
+            tag: cfg.tag.clone(),
+            tag_key: cfg.tag_key.clone(),
+            time_key: cfg.time_key.clone(),
+            keep_time_key: cfg.keep_time_key,
+        })
+    }
 }
 
 /// How a body is encoded.
@@ -621,6 +629,34 @@ mod tests {
                 (t, serde_json::from_slice(&j).unwrap())
             })
             .collect()
+    }
+
+    /// Fluent Bit's out_http `Format gelf`: a GELF object per line, as
+    /// application/json; with `time_key = "timestamp"` its time is the
+    /// event's (milliseconds, as Fluent Bit writes it).
+    #[test]
+    fn gelf_lines_with_their_timestamp() {
+        let cfg: HttpInputConfig =
+            toml::from_str("bind = \"127.0.0.1:0\"\ntime_key = \"timestamp\"").unwrap();
+        let d = HttpDecode::new(&cfg).unwrap();
+        let body = "{\"version\":\"1.1\",\"short_message\":\"m\",\"_seq\":8,\"timestamp\":1700000008.123}\n\
+                    {\"version\":\"1.1\",\"short_message\":\"n\",\"_ok\":\"true\",\"timestamp\":1700000009.5}\n";
+        let b = d
+            .decode(&request("/gelf", "application/json"), one(body))
+            .unwrap();
+        let r = records(&b[0]);
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[0].0.secs, 1_700_000_008);
+        assert!(
+            (r[0].0.nanos as i64 - 123_000_000).abs() < 1000,
+            "{:?}",
+            r[0].0
+        );
+        assert_eq!(r[1].0, EventTime::new(1_700_000_009, 500_000_000));
+        assert_eq!(
+            r[0].1,
+            serde_json::json!({"version": "1.1", "short_message": "m", "_seq": 8})
+        );
     }
 
     #[test]

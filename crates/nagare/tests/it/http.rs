@@ -12,6 +12,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 
 use crate::common::*;
+use nagare_forward::EventTime;
 
 /// nagare with a monitor, an http input (plus `input_extra` options) and a
 /// forward output to `sink`; returns it once the input listens, and its port.
@@ -307,6 +308,145 @@ fn fluentd_and_fluent_bit_requests_arrive_once_in_order_per_tag() {
         Some(message_for(8).as_str())
     );
     d.wait_metric("events_in_total", "http#0", 19);
+}
+
+/// Every body Fluent Bit's out_http (`Format` json, json_lines,
+/// json_stream, msgpack, gelf) and Fluentd's out_http (`<format>` json, with
+/// and without `json_array`, and msgpack) send, byte for byte as the
+/// senders write them, with their Content-Type: Fluent Bit's
+/// plugins/out_http/http.c (compose_payload: flb_pack_msgpack_to_json_format
+/// with its `date` key as a double; compose_payload_gelf: one GELF object
+/// per record, each followed by "\n", as application/json) and Fluentd's
+/// lib/fluent/plugin/out_http.rb (json: a record and "\n" each, as
+/// application/x-ndjson; json_array: "[" + the records joined by "\n," +
+/// "\n]"; msgpack: maps one after another, as application/x-msgpack).
+/// Each request is answered 200 and every record arrives once, as sent.
+#[test]
+fn every_out_http_format_of_fluent_bit_and_fluentd_is_taken() {
+    if skip_without_curl() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sink = Sink::start(SinkOpts::default());
+    let (d, port) = http_to_sink(dir.path(), "", sink.port, "");
+    let url = |path: &str| format!("http://127.0.0.1:{port}{path}");
+    let fb = "User-Agent: Fluent-Bit";
+    let json = "Content-Type: application/json";
+
+    let mut chunk = Vec::new();
+    for seq in [6u64, 7] {
+        let mut et = (1_700_000_000u32 + seq as u32).to_be_bytes().to_vec();
+        et.extend_from_slice(&123_000_000u32.to_be_bytes());
+        let event = rmpv::Value::Array(vec![
+            rmpv::Value::Array(vec![rmpv::Value::Ext(0, et), rmpv::Value::Map(vec![])]),
+            rmpv::Value::Map(vec![("seq".into(), seq.into()), ("log".into(), "m".into())]),
+        ]);
+        rmpv::encode::write_value(&mut chunk, &event).unwrap();
+    }
+    let mut fd_msgpack = Vec::new();
+    for seq in [13u64, 14] {
+        let rec = rmpv::Value::Map(vec![("seq".into(), seq.into()), ("log".into(), "m".into())]);
+        rmpv::encode::write_value(&mut fd_msgpack, &rec).unwrap();
+    }
+    let requests: [(&str, &[&str], &[u8]); 7] = [
+        (
+            "/fb.json",
+            &[fb, json],
+            br#"[{"date":1700000000.123456,"seq":0,"log":"m"},{"date":1700000001.123456,"seq":1,"log":"m"}]"#,
+        ),
+        (
+            "/fb.json_lines",
+            &[fb, "Content-Type: application/x-ndjson"],
+            b"{\"date\":1700000002.123456,\"seq\":2,\"log\":\"m\"}\n{\"date\":1700000003.123456,\"seq\":3,\"log\":\"m\"}\n",
+        ),
+        (
+            "/fb.json_stream",
+            &[fb, json],
+            br#"{"date":1700000004.123456,"seq":4,"log":"m"}{"date":1700000005.123456,"seq":5,"log":"m"}"#,
+        ),
+        ("/fb.msgpack", &[fb, "Content-Type: application/msgpack"], &chunk),
+        (
+            "/fb.gelf",
+            &[fb, json],
+            b"{\"version\":\"1.1\",\"short_message\":\"m\",\"_seq\":8,\"_k8s_pod\":\"p\",\"timestamp\":1700000008.123}\n{\"version\":\"1.1\",\"short_message\":\"m\",\"_seq\":9,\"_ok\":\"true\",\"timestamp\":1700000009.123}\n",
+        ),
+        (
+            "/fd.json",
+            &["Content-Type: application/x-ndjson"],
+            b"{\"seq\":10,\"log\":\"m\"}\n{\"seq\":11,\"log\":\"m\"}\n",
+        ),
+        (
+            "/fd.json_array",
+            &[json],
+            b"[{\"seq\":12,\"log\":\"m\"}\n,{\"seq\":15,\"log\":\"m\"}\n]",
+        ),
+    ];
+    for (path, headers, body) in requests {
+        let (code, answer) = post(&url(path), headers, body);
+        assert_eq!(code, 200, "{path}: {answer}");
+    }
+    let (code, answer) = post(
+        &url("/fd.msgpack"),
+        &["Content-Type: application/x-msgpack"],
+        &fd_msgpack,
+    );
+    assert_eq!(code, 200, "{answer}");
+
+    sink.wait_records(16);
+    let records = sink.records();
+    assert_eq!(records.len(), 16);
+    let seq = |r: &rmpv::Value| {
+        field_of(r, "seq")
+            .or_else(|| field_of(r, "_seq"))
+            .and_then(|v| v.as_u64())
+            .expect("a seq")
+    };
+    let mut got: Vec<(u64, &str)> = records
+        .iter()
+        .map(|(t, _, r)| (seq(r), t.as_str()))
+        .collect();
+    got.sort();
+    let want: Vec<(u64, &str)> = [
+        (0, "fb.json"),
+        (1, "fb.json"),
+        (2, "fb.json_lines"),
+        (3, "fb.json_lines"),
+        (4, "fb.json_stream"),
+        (5, "fb.json_stream"),
+        (6, "fb.msgpack"),
+        (7, "fb.msgpack"),
+        (8, "fb.gelf"),
+        (9, "fb.gelf"),
+        (10, "fd.json"),
+        (11, "fd.json"),
+        (12, "fd.json_array"),
+        (13, "fd.msgpack"),
+        (14, "fd.msgpack"),
+        (15, "fd.json_array"),
+    ]
+    .to_vec();
+    assert_eq!(got, want);
+    let by_seq = |n: u64| records.iter().find(|r| seq(&r.2) == n).unwrap();
+    // Records as sent: Fluent Bit's `date` stays a field (time_key is
+    // "time"); the msgpack chunk's own EventTime is the event's time.
+    assert_eq!(
+        field_of(&by_seq(0).2, "date").and_then(|v| v.as_f64()),
+        Some(1_700_000_000.123456)
+    );
+    assert_eq!(by_seq(7).1, EventTime::new(1_700_000_007, 123_000_000));
+    let gelf = &by_seq(9).2;
+    for (k, v) in [("version", "1.1"), ("short_message", "m"), ("_ok", "true")] {
+        assert_eq!(field_of(gelf, k).and_then(|x| x.as_str()), Some(v), "{k}");
+    }
+    assert_eq!(
+        field_of(gelf, "timestamp").and_then(|v| v.as_f64()),
+        Some(1_700_000_009.123)
+    );
+    assert_eq!(
+        field_of(&by_seq(15).2, "log").and_then(|v| v.as_str()),
+        Some("m")
+    );
+    d.wait_metric("events_in_total", "http#0", 16);
 }
 
 /// Sends raw bytes on a new connection and reads until the server closes
