@@ -9,7 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::oneshot;
 
-use super::chunk::{split_batch, Chunk, Staging};
+use super::chunk::{split_batch, Chunk, Staging, COPY_APART_THRESHOLD, SHARE_THRESHOLD};
 use super::chunk_file::{FileStore, SyncTicket};
 use super::paging::keep_on_disk_if_over;
 use super::{Buffer, Origin, OverflowAction, Queued, State, SyncMode};
@@ -63,7 +63,8 @@ impl Buffer {
     /// and counted at their length: an input hands them over only in
     /// allocations of about their own size (the forward input reads a big
     /// frame into an allocation of its own), or memory would pass
-    /// `total_limit_size` unseen.
+    /// `total_limit_size` unseen. Batches from `COPY_APART_THRESHOLD` up are
+    /// copied before the lock is taken (see `copy_apart`).
     pub async fn append(
         &self,
         tag: &str,
@@ -74,8 +75,14 @@ impl Buffer {
         ids: &[Bytes],
     ) -> Result<Vec<oneshot::Receiver<bool>>, AppendError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
+        let apart = self.copy_apart(parts, len, count);
+        let (parts, share_from) = match &apart {
+            Some(copy) => (std::slice::from_ref(copy), COPY_APART_THRESHOLD),
+            None => (parts, SHARE_THRESHOLD),
+        };
         self.append_with(count, len, durable, delivery, |st| {
-            self.append_pieces(st, tag, parts, count, len, ids, ChunkIds::Fresh)
+            let fresh = ChunkIds::Fresh;
+            self.append_pieces(st, tag, parts, count, len, ids, fresh, share_from)
         })
         .await
     }
@@ -96,11 +103,34 @@ impl Buffer {
     ) -> Result<Vec<oneshot::Receiver<bool>>, AppendError> {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let sender = [Bytes::copy_from_slice(origin.id)];
+        let apart = self.copy_apart(parts, len, count);
+        let (parts, share_from) = match &apart {
+            Some(copy) => (std::slice::from_ref(copy), COPY_APART_THRESHOLD),
+            None => (parts, SHARE_THRESHOLD),
+        };
         self.append_with(count, len, true, delivery, |st| {
             let ids = ChunkIds::Derived(origin);
-            self.append_pieces(st, tag, parts, count, len, &sender, ids)
+            self.append_pieces(st, tag, parts, count, len, &sender, ids, share_from)
         })
         .await
+    }
+
+    /// A batch of `COPY_APART_THRESHOLD` up to `SHARE_THRESHOLD` bytes that
+    /// fits in one chunk, copied into an allocation of its own size, before
+    /// the buffer's lock is taken: connections copy in parallel, and the
+    /// staged chunk takes the copy as a segment under the lock. Smaller
+    /// batches are copied under the lock (cheap); bigger parts are shared;
+    /// a batch cut over several chunks keeps the old way, as its pieces
+    /// would share one allocation.
+    fn copy_apart(&self, parts: &[Bytes], len: usize, count: u32) -> Option<Bytes> {
+        let fits = len <= self.cfg.chunk_limit_size.0 as usize
+            && count <= self.cfg.chunk_limit_records.unwrap_or(u32::MAX);
+        if !fits || !(COPY_APART_THRESHOLD..SHARE_THRESHOLD).contains(&len) {
+            return None;
+        }
+        let mut copy = Vec::with_capacity(len);
+        parts.iter().for_each(|p| copy.extend_from_slice(p));
+        Some(Bytes::from(copy))
     }
 
     /// The limits, overflow actions, delivery waiters and fsync around
@@ -244,7 +274,8 @@ impl Buffer {
 
     /// Stages a batch; returns the chunk file's handle when it may need an
     /// fsync, and the id of the chunk the batch went into. A chunk this
-    /// starts gets `new_id`, or a fresh id.
+    /// starts gets `new_id`, or a fresh id. Parts of `share_from` bytes or
+    /// more are shared, not copied (`Staging::push`).
     #[allow(clippy::too_many_arguments)]
     fn append_locked(
         &self,
@@ -255,6 +286,7 @@ impl Buffer {
         len: usize,
         ids: &[Bytes],
         new_id: Option<[u8; 16]>,
+        share_from: usize,
     ) -> Result<(Option<SyncTicket>, [u8; 16]), AppendError> {
         let limit = self.cfg.chunk_limit_size.0 as usize;
         let rec_limit = self.cfg.chunk_limit_records.unwrap_or(u32::MAX);
@@ -288,7 +320,7 @@ impl Buffer {
             handle = Some(f.ticket());
         }
         let before = s.held;
-        parts.iter().for_each(|p| s.push(p, limit));
+        parts.iter().for_each(|p| s.push(p, limit, share_from));
         s.count += count;
         let full = s.len >= limit || s.count >= rec_limit;
         // `held` may have gone down (see `Staging::push`); `bytes` includes
@@ -323,12 +355,14 @@ impl Buffer {
         len: usize,
         sender_ids: &[Bytes],
         chunk_ids: ChunkIds<'_>,
+        share_from: usize,
     ) -> Result<Staged, AppendError> {
         let max_len = self.cfg.chunk_limit_size.0 as usize;
         let max_count = self.cfg.chunk_limit_records.unwrap_or(u32::MAX);
         let whole = len <= max_len && count <= max_count;
         if whole && matches!(chunk_ids, ChunkIds::Fresh) {
-            let (f, id) = self.append_locked(st, tag, parts, count, len, sender_ids, None)?;
+            let (f, id) =
+                self.append_locked(st, tag, parts, count, len, sender_ids, None, share_from)?;
             return Ok((f.into_iter().collect(), vec![id]));
         }
         if let ChunkIds::Derived(_) = chunk_ids {
@@ -357,7 +391,8 @@ impl Buffer {
                     Some(id)
                 }
             };
-            let appended = self.append_locked(st, tag, &piece, n, plen, sender_ids, derived);
+            let appended =
+                self.append_locked(st, tag, &piece, n, plen, sender_ids, derived, share_from);
             if let Some(id) = derived {
                 // Queued at once; a chunk whose first write failed is freed.
                 self.close_staged(st, tag);
@@ -524,6 +559,58 @@ mod tests {
             "the big batch is not copied"
         );
         assert_eq!(c.contiguous().len(), c.len);
+    }
+
+    #[tokio::test]
+    async fn mid_size_batches_are_copied_apart_in_order_and_counted_at_their_length() {
+        let (b, out) = buffer(BufferConfig::default());
+        // One-byte entries (empty arrays, then empty maps) so the contents
+        // show the order: small, mid (two parts), small.
+        let small = Bytes::from_static(&[0x90, 0x90]);
+        let mid = [
+            Bytes::from(vec![0x80u8; COPY_APART_THRESHOLD]),
+            Bytes::from(vec![0x80u8; 1000]),
+        ];
+        b.append("t", std::slice::from_ref(&small), 2, false, false, &[])
+            .await
+            .unwrap();
+        b.append(
+            "t",
+            &mid,
+            (COPY_APART_THRESHOLD + 1000) as u32,
+            false,
+            false,
+            &[],
+        )
+        .await
+        .unwrap();
+        b.append("t", std::slice::from_ref(&small), 2, false, false, &[])
+            .await
+            .unwrap();
+        // The first run of small batches, sealed by the mid batch (its
+        // spare room given back), the mid batch at its length (its copy is an
+        // allocation of its own size) and the second run's 4 KiB allocation.
+        assert_eq!(b.held_bytes(), 2 + COPY_APART_THRESHOLD + 1000 + 4096);
+        let tasks = b.start();
+        b.close();
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let chunks = out.0.lock().unwrap();
+        assert_eq!(chunks.len(), 1);
+        let c = &chunks[0];
+        assert_eq!(c.count as usize, 4 + COPY_APART_THRESHOLD + 1000);
+        let seg_lens: Vec<usize> = c.segments.iter().map(|s| s.len()).collect();
+        assert_eq!(seg_lens, vec![2, COPY_APART_THRESHOLD + 1000, 2]);
+        assert!(
+            !c.segments[1].as_ptr_range().contains(&mid[0].as_ptr()),
+            "copied, not shared: the input's allocation is not kept"
+        );
+        let mut want = vec![0x90u8; 2];
+        want.extend(std::iter::repeat_n(0x80u8, COPY_APART_THRESHOLD + 1000));
+        want.extend([0x90, 0x90]);
+        assert_eq!(c.contiguous(), &want[..]);
+        assert_eq!(b.held_bytes(), 0);
     }
 
     #[tokio::test]

@@ -16,6 +16,17 @@ use super::chunk_file::ChunkFile;
 /// (see `Buffer::append`).
 pub const SHARE_THRESHOLD: usize = 32 * 1024;
 
+/// Batches at least this big but under `SHARE_THRESHOLD` are copied before
+/// the buffer's lock is taken, into an allocation of their own size, which
+/// the chunk then keeps as a segment: copying them into the tag's staged
+/// chunk under the lock made every connection's copy wait for every
+/// other's, the serialization that kept a relay of 200-event frames of
+/// 100 B (24 KB) at about 3.5 busy cores whatever `workers` was. Smaller
+/// batches are still copied together under the lock (a short copy, and a
+/// chunk does not become thousands of tiny pieces): a chunk holds at most
+/// `chunk_limit_size` / 4 KiB such segments.
+pub const COPY_APART_THRESHOLD: usize = 4 * 1024;
+
 /// The first allocation for copied batches of a staged chunk; it doubles as
 /// it fills, up to the chunk's size limit.
 const FIRST_COPY_BLOCK: usize = 4 * 1024;
@@ -54,8 +65,11 @@ impl Staging {
     /// Adds a batch part. `held` changes by what it costs in memory (to
     /// charge against `total_limit_size`): it may go down, as sealing the
     /// copied batches before a shared one gives their spare room back.
-    pub fn push(&mut self, part: &Bytes, limit: usize) {
-        if part.len() >= SHARE_THRESHOLD {
+    /// Parts of at least `share_from` bytes are shared: `SHARE_THRESHOLD`,
+    /// or `COPY_APART_THRESHOLD` for a batch already copied apart (an
+    /// allocation of its own size, see `Buffer::append`).
+    pub fn push(&mut self, part: &Bytes, limit: usize, share_from: usize) {
+        if part.len() >= share_from {
             self.seal_small();
             self.segments.push(part.clone());
             self.held += part.len();

@@ -37,7 +37,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use bytes::Bytes;
 use tokio::sync::{oneshot, Notify};
 
-pub use chunk::{Chunk, SHARE_THRESHOLD};
+pub use chunk::{Chunk, COPY_APART_THRESHOLD, SHARE_THRESHOLD};
 pub use chunk_file::FileStore;
 pub use config::{BufferConfig, BufferType, OverflowAction, SyncMode};
 pub use recovery::read_chunk_file;

@@ -47,6 +47,7 @@ mod receivers;
 mod redis;
 mod reload;
 mod s3;
+mod scale;
 mod scribe;
 mod service;
 mod shutdown;

@@ -1,0 +1,3 @@
+module nagare.bench/scale
+
+go 1.21
