@@ -934,6 +934,7 @@ fn check_warns_when_content_type_does_not_match_the_format() {
     );
     let e = run("nd.toml", "ndjson", "application/json");
     assert!(!e.contains("warning:"), "{e}");
+}
 
 /// The answer rule every HTTP output shares for refused credentials: a
 /// 401 from a second nagare's http input (its `bearer_token` is another)
