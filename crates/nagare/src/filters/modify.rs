@@ -227,14 +227,16 @@ impl Modify {
         let mut when = Vec::new();
         for (i, c) in cfg.when.iter().enumerate() {
             let key = format!("when[{i}]");
-            let path = FieldPath::parse(&c.key)
-                .map_err(|e| OptionError::new(format!("{key}.key"), e))?;
+            let path =
+                FieldPath::parse(&c.key).map_err(|e| OptionError::new(format!("{key}.key"), e))?;
             let pattern = c
                 .pattern
                 .as_deref()
                 .map(regex::bytes::Regex::new)
                 .transpose()
-                .map_err(|e| OptionError::new(format!("{key}.pattern"), format!("bad regex: {e}")))?;
+                .map_err(|e| {
+                    OptionError::new(format!("{key}.pattern"), format!("bad regex: {e}"))
+                })?;
             when.push((fields.add(&path), pattern, c.invert));
         }
         Ok(Modify {
@@ -798,7 +800,9 @@ invert = true
         let had = m(&[("status", "500".into()), ("alert", "no".into())]);
         assert_eq!(run(&f, "t", &had), had);
         // Inverted with a pattern: a missing field does not match, so it holds.
-        let f = modify("set = { ok = 1 }\n[[when]]\nkey = \"level\"\npattern = \"^debug$\"\ninvert = true\n");
+        let f = modify(
+            "set = { ok = 1 }\n[[when]]\nkey = \"level\"\npattern = \"^debug$\"\ninvert = true\n",
+        );
         assert_eq!(run(&f, "t", &m(&[])), m(&[("ok", 1.into())]));
         let debug = m(&[("level", "debug".into())]);
         assert_eq!(run(&f, "t", &debug), debug);

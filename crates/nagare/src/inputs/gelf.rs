@@ -179,7 +179,9 @@ impl GelfDecoder {
         let now = Instant::now();
         let mut p = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         // Messages whose chunks stopped coming go, at most once a second.
-        if p.last_sweep.is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1)) {
+        if p.last_sweep
+            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
+        {
             p.last_sweep = Some(now);
             let timeout = self.timeout;
             let mut expired = 0;
@@ -225,9 +227,15 @@ impl GelfDecoder {
             return Ok(None);
         }
         let reason = if m.count != count {
-            Some(format!("a chunk says {count} chunks, an earlier one {}", m.count))
+            Some(format!(
+                "a chunk says {count} chunks, an earlier one {}",
+                m.count
+            ))
         } else if m.bytes + part.len() > self.max {
-            Some(format!("its chunks pass max_message_size ({} bytes)", self.max))
+            Some(format!(
+                "its chunks pass max_message_size ({} bytes)",
+                self.max
+            ))
         } else {
             None
         };
@@ -307,7 +315,12 @@ impl GelfDecoder {
         let fields: serde_json::Map<String, serde_json::Value> = match serde_json::from_slice(json)
         {
             Ok(serde_json::Value::Object(m)) => m,
-            Ok(other) => return Err(format!("a JSON {} is not a GELF message (an object)", kind(&other))),
+            Ok(other) => {
+                return Err(format!(
+                    "a JSON {} is not a GELF message (an object)",
+                    kind(&other)
+                ))
+            }
             Err(e) => {
                 let head = String::from_utf8_lossy(&json[..json.len().min(40)]).into_owned();
                 return Err(format!("not GELF JSON ({e}); it starts {head:?}"));
@@ -432,7 +445,10 @@ impl InputPlugin for GelfInputConfig {
             return Err(OptionError::new("tag", "must not be empty"));
         }
         if self.max_pending_messages == 0 {
-            return Err(OptionError::new("max_pending_messages", "must be at least 1"));
+            return Err(OptionError::new(
+                "max_pending_messages",
+                "must be at least 1",
+            ));
         }
         if self.short_message_key.is_empty() {
             return Err(OptionError::new("short_message_key", "must not be empty"));
@@ -466,9 +482,7 @@ impl Input for GelfInput {
         let udp = cfg.protocol == Protocol::Udp;
         let settings = Settings {
             // Over TCP each message ends with a NUL byte.
-            framing: Framing::Lines {
-                delimiter: vec![0],
-            },
+            framing: Framing::Lines { delimiter: vec![0] },
             // A datagram is at most 64 KiB; the whole message is bounded
             // by the decoder once joined and decompressed.
             max_message: if udp {
@@ -656,7 +670,10 @@ mod tests {
         assert_eq!(seconds(&serde_json::json!("1.2e3")), None);
         // Not a time: kept as a field.
         let d = decoder("");
-        let (t, r) = &events(&d, &[br#"{"short_message":"m","timestamp":"soon"}"#.to_vec()])[0];
+        let (t, r) = &events(
+            &d,
+            &[br#"{"short_message":"m","timestamp":"soon"}"#.to_vec()],
+        )[0];
         assert_eq!(*t, EventTime::new(1_700_000_000, 0));
         assert_eq!(r["timestamp"], "soon");
     }
@@ -666,7 +683,11 @@ mod tests {
     #[test]
     fn never_panics_on_bad_input() {
         let d = decoder("max_message_size = \"64KiB\"");
-        let mut goods = vec![MSG.as_bytes().to_vec(), gzip(MSG.as_bytes()), zlib(MSG.as_bytes())];
+        let mut goods = vec![
+            MSG.as_bytes().to_vec(),
+            gzip(MSG.as_bytes()),
+            zlib(MSG.as_bytes()),
+        ];
         goods.extend(chunks(5, &gzip(MSG.as_bytes()), 30));
         for good in &goods {
             crate::inputs::common::mutations(good, |m| {
@@ -677,7 +698,14 @@ mod tests {
         d.pending.lock().unwrap().messages.clear();
         let ev = events(&d, &[MSG.as_bytes().to_vec()]);
         assert_eq!(ev.len(), 1);
-        for bad in [&b"[1,2]"[..], b"\"s\"", b"{", b"\x1e\x0f", b"\x1f\x8b\x08\x00", b"\x78\x9c\x00"] {
+        for bad in [
+            &b"[1,2]"[..],
+            b"\"s\"",
+            b"{",
+            b"\x1e\x0f",
+            b"\x1f\x8b\x08\x00",
+            b"\x78\x9c\x00",
+        ] {
             assert!(events(&d, &[bad.to_vec()]).is_empty());
         }
     }

@@ -193,7 +193,8 @@ fn additional(out: &mut Vec<u8>, name: &str, v: &Value) {
         },
         Value::F32(f) => put(
             out,
-            serde_json::Number::from_f64(*f as f64).map_or_else(|| f.to_string().into(), Into::into),
+            serde_json::Number::from_f64(*f as f64)
+                .map_or_else(|| f.to_string().into(), Into::into),
         ),
         Value::F64(f) => put(
             out,
@@ -213,7 +214,12 @@ impl GelfOutput {
             Ok(other) => vec![(Value::from(DEFAULT_MESSAGE_KEY), other)],
             Err(_) => Vec::new(),
         };
-        let get = |k: &str| fields.iter().find(|(kk, _)| kk.as_str() == Some(k)).map(|(_, v)| v);
+        let get = |k: &str| {
+            fields
+                .iter()
+                .find(|(kk, _)| kk.as_str() == Some(k))
+                .map(|(_, v)| v)
+        };
         let short = get(&cfg.gelf_short_message_key)
             .filter(|v| !matches!(v, Value::Nil))
             .map(text)
@@ -295,7 +301,8 @@ impl GelfOutput {
         match self.cfg.compression {
             Compression::None => json,
             Compression::Gzip => {
-                let mut e = flate2::write::GzEncoder::new(Vec::with_capacity(json.len() / 2), level);
+                let mut e =
+                    flate2::write::GzEncoder::new(Vec::with_capacity(json.len() / 2), level);
                 let _ = e.write_all(&json);
                 e.finish().unwrap_or_default()
             }
@@ -463,7 +470,8 @@ mod tests {
         nagare_core::json::msgpack_from_json(&record, &mut mp);
         let mut out = Vec::new();
         o.message(&mut out, EventTime::new(1_700_000_000, 123_456_789), &mp);
-        serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)))
+        serde_json::from_slice(&out)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out)))
     }
 
     #[test]
@@ -481,8 +489,14 @@ mod tests {
                 "_kubernetes_labels_app":"x","_list":"[1,\"a\"]","_f":1.5})
         );
         // No message: the record as JSON; no host: this machine's; an unknown level kept.
-        let g = gelf(&o, serde_json::json!({"log":"x","level":"chatty","full_message":"long"}));
-        assert_eq!(g["short_message"], r#"{"log":"x","level":"chatty","full_message":"long"}"#);
+        let g = gelf(
+            &o,
+            serde_json::json!({"log":"x","level":"chatty","full_message":"long"}),
+        );
+        assert_eq!(
+            g["short_message"],
+            r#"{"log":"x","level":"chatty","full_message":"long"}"#
+        );
         assert_eq!(g["host"], "here");
         assert_eq!(g["_level"], "chatty");
         assert_eq!(g["full_message"], "long");

@@ -38,8 +38,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use async_trait::async_trait;
 use hyper::header::{self, HeaderName, HeaderValue};
 use hyper::StatusCode;
-use nagare_core::output::OutputPlugin;
 use nagare_core::metrics::PluginStats;
+use nagare_core::output::OutputPlugin;
 use nagare_core::output::{FlushError, Output};
 use nagare_core::plugin::{BuildContext, OptionError};
 use nagare_core::record::{map_at, pair_at, value_text, FieldPath};
@@ -1012,7 +1012,10 @@ mod tests {
         assert_eq!(request_parts(&entries, 1000), vec![0..5]);
         assert_eq!(request_parts(&entries, 200), vec![0..2, 2..3, 3..4, 4..5]);
         // One entry larger than the limit still goes, alone.
-        assert_eq!(request_parts(&entries, 1), vec![0..1, 1..2, 2..3, 3..4, 4..5]);
+        assert_eq!(
+            request_parts(&entries, 1),
+            vec![0..1, 1..2, 2..3, 3..4, 4..5]
+        );
         assert!(request_parts(&[], 10).is_empty());
     }
 

@@ -198,13 +198,19 @@ impl S3Output {
         }
         if let Some(size) = cfg.total_file_size {
             if size.0 == 0 {
-                return Err(OptionError::new("total_file_size", "must be more than 0, e.g. \"100MiB\""));
+                return Err(OptionError::new(
+                    "total_file_size",
+                    "must be more than 0, e.g. \"100MiB\"",
+                ));
             }
             cx.chunk_shape.chunk_limit_size = Some(("total_file_size".into(), size));
         }
         if let Some(every) = cfg.upload_timeout {
             if every.0.is_zero() {
-                return Err(OptionError::new("upload_timeout", "must be more than 0, e.g. \"10m\""));
+                return Err(OptionError::new(
+                    "upload_timeout",
+                    "must be more than 0, e.g. \"10m\"",
+                ));
             }
             cx.chunk_shape.flush_interval = Some(("upload_timeout".into(), every));
         }
