@@ -9,6 +9,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::common::dockerd::Dockerd;
 use crate::common::*;
 
 /// containerd's cut (`max_container_log_line_size`, 16 KiB by default).
@@ -546,144 +547,6 @@ fn the_kubernetes_daemonset_example_ships_a_nodes_container_logs() {
 
 // ------------------------------------------------------------ a real dockerd
 
-/// A dockerd of the test's own (also gelf.rs's) (its data, exec root and socket in a temp
-/// folder; no bridge, no iptables rules: containers run with `--network
-/// none`, the drivers run in dockerd), stopped on drop.
-pub(crate) struct Dockerd {
-    child: std::process::Child,
-    dir: tempfile::TempDir,
-}
-
-impl Dockerd {
-    /// Err says why no dockerd runs here.
-    pub(crate) fn start() -> Result<Dockerd, String> {
-        if unsafe { libc::geteuid() } != 0 {
-            return Err("dockerd needs root".into());
-        }
-        for (bin, pkg) in [("dockerd", "docker.io"), ("busybox", "busybox-static")] {
-            let found = std::process::Command::new("sh")
-                .args(["-c", &format!("command -v {bin}")])
-                .output()
-                .is_ok_and(|o| o.status.success());
-            if !found {
-                return Err(format!("{bin} is not installed (apt-get install {pkg})"));
-            }
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path();
-        let log = std::fs::File::create(d.join("dockerd.log")).unwrap();
-        let child = std::process::Command::new("dockerd")
-            .arg("--data-root")
-            .arg(d.join("root"))
-            .arg("--exec-root")
-            .arg(d.join("exec"))
-            .arg("--pidfile")
-            .arg(d.join("dockerd.pid"))
-            .arg("-H")
-            .arg(format!("unix://{}/sock", d.display()))
-            .args(["--bridge=none", "--iptables=false", "--ip-masq=false"])
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .map_err(|e| format!("cannot run dockerd: {e}"))?;
-        let mut me = Dockerd { child, dir };
-        let start = std::time::Instant::now();
-        loop {
-            if let Ok(Some(status)) = me.child.try_wait() {
-                return Err(format!(
-                    "dockerd exited ({status}) at start: {}",
-                    me.log().lines().last().unwrap_or("")
-                ));
-            }
-            if me.docker(&["version"]).is_ok() {
-                return Ok(me);
-            }
-            if start.elapsed() > WAIT * 3 {
-                return Err(format!(
-                    "dockerd did not answer within {:?}: {}",
-                    WAIT * 3,
-                    me.log().lines().last().unwrap_or("")
-                ));
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
-    }
-
-    pub(crate) fn log(&self) -> String {
-        read_file(&self.dir.path().join("dockerd.log"))
-    }
-
-    /// Runs the docker client against this dockerd; Ok(stdout).
-    pub(crate) fn docker(&self, args: &[&str]) -> Result<String, String> {
-        // Debian's client, of the daemon's version, when there is one.
-        let client = if Path::new("/usr/bin/docker").exists() {
-            "/usr/bin/docker"
-        } else {
-            "docker"
-        };
-        let out = std::process::Command::new(client)
-            .env(
-                "DOCKER_HOST",
-                format!("unix://{}/sock", self.dir.path().display()),
-            )
-            .args(args)
-            .output()
-            .map_err(|e| format!("docker: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "docker {args:?}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-    }
-
-    /// An image of busybox-static alone (nothing can be pulled): `docker import`.
-    pub(crate) fn busybox_image(&self) -> &'static str {
-        let root = self.dir.path().join("rootfs");
-        std::fs::create_dir_all(root.join("bin")).unwrap();
-        std::fs::copy("/bin/busybox", root.join("bin/busybox")).unwrap();
-        for c in [
-            "sh", "head", "tr", "seq", "echo", "printf", "sleep", "[", "test",
-        ] {
-            std::os::unix::fs::symlink("busybox", root.join("bin").join(c)).unwrap();
-        }
-        let tar = self.dir.path().join("rootfs.tar");
-        let status = std::process::Command::new("tar")
-            .arg("-C")
-            .arg(&root)
-            .arg("-cf")
-            .arg(&tar)
-            .arg(".")
-            .status()
-            .unwrap();
-        assert!(status.success());
-        self.docker(&["import", tar.to_str().unwrap(), "nagare-busybox:test"])
-            .unwrap();
-        "nagare-busybox:test"
-    }
-
-    fn root(&self) -> PathBuf {
-        self.dir.path().join("root")
-    }
-}
-
-impl Drop for Dockerd {
-    fn drop(&mut self) {
-        // SIGTERM: dockerd stops its containers and its containerd.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let start = std::time::Instant::now();
-        while start.elapsed() < WAIT {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(50));
-        }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// What each container writes: a line of 40000 bytes (Docker cuts it into
 /// 16 KiB pieces), 2000 short lines written as fast as they come, and on
 /// stderr a line and one of 20000 bytes.
@@ -711,12 +574,8 @@ fn brief_texts(v: &[String]) -> Vec<String> {
 
 #[test]
 fn docker_engine_fluentd_and_json_file_drivers_into_nagare() {
-    let docker = match Dockerd::start() {
-        Ok(d) => d,
-        Err(reason) => {
-            skip_unless(false, &reason);
-            return;
-        }
+    let Some(docker) = Dockerd::start_or_skip() else {
+        return;
     };
     let image = docker.busybox_image();
     let dir = tempfile::tempdir().unwrap();
@@ -794,25 +653,17 @@ fn docker_engine_fluentd_and_json_file_drivers_into_nagare() {
     }
     let (want_out, want_err) = script_events();
     let total = 2 * (want_out.len() + want_err.len());
-    let start = std::time::Instant::now();
-    while receiver.stdout().lines().count() < total && start.elapsed() < WAIT {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let now = receiver.stdout();
-    if now.lines().count() < total {
-        let mut by_tag = std::collections::BTreeMap::new();
-        for e in events(&now.lines().map(String::from).collect::<Vec<_>>()) {
-            *by_tag
-                .entry(e["tag"].as_str().unwrap_or("?").to_string())
-                .or_insert(0) += 1;
-        }
-        panic!(
-            "{} of {total} events after {WAIT:?}: {by_tag:?}; nagare's log:\n{}\ndockerd's log (end):\n{}",
-            now.lines().count(),
-            daemon.stderr(),
-            docker.log().lines().rev().take(20).collect::<Vec<_>>().join("\n")
-        );
-    }
+    docker.wait_events(
+        total,
+        || {
+            let lines: Vec<String> = receiver.stdout().lines().map(String::from).collect();
+            events(&lines)
+                .iter()
+                .map(|e| e["tag"].as_str().unwrap_or("?").to_string())
+                .collect()
+        },
+        || daemon.stderr(),
+    );
     assert!(daemon.terminate().success(), "{}", daemon.stderr());
     let mut receiver = receiver;
     assert!(receiver.terminate().success(), "{}", receiver.stderr());

@@ -8,10 +8,10 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::common::dockerd::Dockerd;
 use crate::common::lines::{daemon, events, of_tag, wait_events};
 use crate::common::tls::{tls_table, Ca};
 use crate::common::*;
-use crate::containers::Dockerd;
 
 fn tests_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/gelf")
@@ -353,12 +353,8 @@ fn script_messages() -> (Vec<String>, Vec<String>) {
 
 #[test]
 fn docker_engine_gelf_and_syslog_drivers_into_nagare() {
-    let docker = match Dockerd::start() {
-        Ok(d) => d,
-        Err(reason) => {
-            skip_unless(false, &reason);
-            return;
-        }
+    let Some(docker) = Dockerd::start_or_skip() else {
+        return;
     };
     let image = docker.busybox_image();
     let dir = tempfile::tempdir().unwrap();
@@ -471,23 +467,11 @@ tag = "syslog.tcp"
     let (want_out, want_err) = script_messages();
     let per = want_out.len() + want_err.len();
     let total = runs.len() * per;
-    let start = std::time::Instant::now();
-    while events(d).len() < total && start.elapsed() < WAIT {
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    let ev = events(d);
-    if ev.len() < total {
-        let mut by_tag = std::collections::BTreeMap::new();
-        for (t, _) in &ev {
-            *by_tag.entry(t.clone()).or_insert(0) += 1;
-        }
-        panic!(
-            "{} of {total} events after {WAIT:?}: {by_tag:?}; nagare's log:\n{}\ndockerd's log (end):\n{}",
-            ev.len(),
-            nagare.stderr(),
-            docker.log().lines().rev().take(20).collect::<Vec<_>>().join("\n")
-        );
-    }
+    docker.wait_events(
+        total,
+        || events(d).into_iter().map(|(t, _)| t).collect(),
+        || nagare.stderr(),
+    );
     assert!(nagare.terminate().success(), "{}", nagare.stderr());
     let ev = events(d);
     assert_eq!(ev.len(), total, "none lost or doubled");

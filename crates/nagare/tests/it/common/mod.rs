@@ -6,6 +6,7 @@
 //! what it was waiting for.
 
 pub mod ch_server;
+pub mod dockerd;
 pub mod kafka_broker;
 pub mod lines;
 pub mod netns;
