@@ -54,30 +54,9 @@ tag = "perf"
 read_from_head = true
 [input.parser]
 type = "$1"
-[[output]]
-type = "forward"
-match = "**"
-heartbeat_type = "none"
-[[output.server]]
-address = "127.0.0.1:$PORT"
-[output.buffer]
-flush_interval = "100ms"
+$(sink_output "$PORT")
 TOML
-    "$FB" sink --listen "127.0.0.1:$PORT" --expect "$2" --idle-exit 5s --quiet > "$OUT/sink-$1.json" 2>/dev/null &
-    local sink=$!
-    wait_port "$PORT"
-    "$NAGARE" run -c "$OUT/$1.toml" 2>"$OUT/nagare-$1.log" &
-    local pid=$!
-    wait "$sink" || true
-    local cpu
-    cpu=$(awk '{print ($14+$15)/100}' "/proc/$pid/stat")
-    kill -TERM "$pid"; wait "$pid" || true
-    python3 - "$OUT/sink-$1.json" "$cpu" "$FILE_LINES" "$2" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1])); cpu = float(sys.argv[2]); lines = int(sys.argv[3]); want = int(sys.argv[4])
-assert d["events"] == want, f"sink counted {d['events']} events, expected {want}"
-print(f"{lines / d['active_s']:.0f} {lines / max(cpu, 0.01):.0f}")
-PY
+    sink_run "$OUT/$1.toml" "$PORT" "$2" "$FILE_LINES"
 }
 
 cri=(); none=(); cri_cpu=(); none_cpu=()

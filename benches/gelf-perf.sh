@@ -49,32 +49,9 @@ type = \"json\""
 bind = "127.0.0.1:$IN_PORT"
 tag = "perf"
 $input
-[[output]]
-type = "forward"
-match = "**"
-heartbeat_type = "none"
-[[output.server]]
-address = "127.0.0.1:$PORT"
-[output.buffer]
-flush_interval = "100ms"
+$(sink_output "$PORT")
 TOML
-    "$FB" sink --listen "127.0.0.1:$PORT" --expect "$MESSAGES" --idle-exit 5s --quiet > "$OUT/sink-$1.json" 2>/dev/null &
-    local sink=$!
-    wait_port "$PORT"
-    "$NAGARE" run -c "$OUT/$1.toml" 2>"$OUT/nagare-$1.log" &
-    local pid=$!
-    wait_port "$IN_PORT"
-    python3 -c 'import socket,sys; s=socket.create_connection(("127.0.0.1",int(sys.argv[1]))); s.sendfile(open(sys.argv[2],"rb")); s.close()' "$IN_PORT" "$file"
-    wait "$sink" || true
-    local cpu
-    cpu=$(awk '{print ($14+$15)/100}' "/proc/$pid/stat")
-    kill -TERM "$pid"; wait "$pid" || true
-    python3 - "$OUT/sink-$1.json" "$cpu" "$MESSAGES" <<'PY'
-import json, sys
-d = json.load(open(sys.argv[1])); cpu = float(sys.argv[2]); n = int(sys.argv[3])
-assert d["events"] == n, f"sink counted {d['events']} events, expected {n}"
-print(f"{n / d['active_s']:.0f} {n / max(cpu, 0.01):.0f}")
-PY
+    sink_run "$OUT/$1.toml" "$PORT" "$MESSAGES" "$MESSAGES" "$IN_PORT" "$file"
 }
 
 gelf=(); tcp=(); gelf_cpu=(); tcp_cpu=()

@@ -19,18 +19,11 @@ type = "tail"
 path = "$W/in.log"
 tag = "perf"
 read_from_head = true
-[[output]]
-type = "forward"
-match = "**"
-heartbeat_type = "none"
-[[output.server]]
-address = "127.0.0.1:$PORT"
-[output.buffer]
-flush_interval = "100ms"
+$(sink_output "$PORT")
 TOML
 "$FB" sink --listen "127.0.0.1:$PORT" --expect "$COUNT" --idle-exit 5s --quiet > "$W/sink.json" 2>/dev/null &
 SINK=$!
-sleep 0.3
+wait_port "$PORT"
 "$NAGARE" run -c "$W/tail.toml" 2>"$W/nagare.log" &
 PID=$!
 wait "$SINK" || true
