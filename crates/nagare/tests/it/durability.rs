@@ -130,7 +130,13 @@ fn torn_and_corrupt_chunk_files_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let (port, sink_port) = (free_port(), free_port());
     let cfg = relay_config(port, sink_port, dir.path());
-    let mut relay = Daemon::start(dir.path(), "relay", &cfg, None);
+    // The first run keeps each tag's chunk open until the kill, however
+    // slow the machine is between the frames: with the 100 ms
+    // `flush_interval`, fb.a's second frame went into a third file when it
+    // came later than that (seen under a load of 30).
+    let first_cfg = cfg.replace(r#"flush_interval = "100ms""#, r#"flush_interval = "1h""#);
+    assert_ne!(first_cfg, cfg);
+    let mut relay = Daemon::start(dir.path(), "relay", &first_cfg, None);
     relay.wait_port(port);
     // Two tags, so two chunk files.
     let mut s = Sender::tcp(port);
