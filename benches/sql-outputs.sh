@@ -110,8 +110,8 @@ type = "json"
 
 $1
 [output.buffer]
-flush_interval = "200ms"
-chunk_limit_size = "8MiB"
+flush_interval = "${FLUSH_INTERVAL:-200ms}"
+chunk_limit_size = "${CHUNK:-8MiB}"
 flush_thread_count = ${FLUSH_THREADS:-4}
 EOF
     local t0; t0=$(now)
