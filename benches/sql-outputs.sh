@@ -8,10 +8,16 @@
 #            timed from nagare's start until the output has written every
 #            row (its events_out_total on the monitor; the table counted
 #            once after).
-#   floors:  psql '\copy t (seq, message) FROM rows.tsv' and
+#   floors:  psql '\copy t (seq, message, time) FROM rows_time.tsv' (the
+#            rows nagare writes: its time_column is on by default),
+#            psql '\copy t (seq, message) FROM rows.tsv' (without the
+#            time, the floor of earlier sittings), and
 #            clickhouse-client --query 'INSERT INTO t FORMAT JSONEachRow' < rows.ndjson.
 #
 #   benches/sql-outputs.sh [ROWS] [RUNS]   (defaults 1000000, 3)
+#
+# Environment: FLUSH_THREADS (4), CHUNK (8MiB), FLUSH_INTERVAL (200ms);
+# ONLY=pg or ONLY=ch runs one server's cases.
 #
 # Each server runs from a temporary folder on free ports (PostgreSQL as
 # user postgres when run as root, fsync off for both sides alike). RUNS
@@ -44,13 +50,16 @@ echo "rows: $ROWS in $OUT" >&2
 python3 - "$ROWS" "$OUT" <<'PY'
 import sys
 n, out = int(sys.argv[1]), sys.argv[2]
-with open(out + "/rows.ndjson", "w") as j, open(out + "/rows.tsv", "w") as t:
+with open(out + "/rows.ndjson", "w") as j, open(out + "/rows.tsv", "w") as t, \
+        open(out + "/rows_time.tsv", "w") as tt:
     for i in range(n):
         m = "event number %d from the benchmark, some text to make a typical line" % i
         j.write('{"seq":%d,"message":"%s"}\n' % (i, m))
         t.write("%d\t%s\n" % (i, m))
+        # The time as nagare writes it (RFC 3339, nanoseconds, Z).
+        tt.write("%d\t%s\t2026-11-28T17:%02d:%02d.%09dZ\n" % (i, m, i // 60 % 60, i % 60, i))
 PY
-chmod 644 "$OUT"/rows.*
+chmod 644 "$OUT"/rows*
 
 # --- servers
 [ "$(id -u)" = 0 ] && chown postgres "$OUT"
@@ -75,7 +84,7 @@ CHPID=$!
 wait_port "$CHHTTP"; wait_port "$CHTCP"
 CH=(clickhouse-client --host 127.0.0.1 --port "$CHTCP")
 
-pg_table() { "${PSQL[@]}" -c "DROP TABLE IF EXISTS t; CREATE TABLE t (chunk_id text, position integer, time timestamptz, seq bigint, message text${1:-})"; }
+pg_table() { "${PSQL[@]}" -c "DROP TABLE IF EXISTS t; DROP TABLE IF EXISTS nagare_chunks; CREATE TABLE t (time timestamptz, seq bigint, message text)"; }
 ch_table() { "${CH[@]}" --query "DROP TABLE IF EXISTS t"; "${CH[@]}" --query "CREATE TABLE t (chunk_id String, position UInt32, time DateTime, seq UInt64, message String) ENGINE = MergeTree ORDER BY (chunk_id, position)"; }
 pg_count() { "${PSQL[@]}" -c "SELECT count(*) FROM t"; }
 ch_count() { "${CH[@]}" --query "SELECT count() FROM t"; }
@@ -110,8 +119,8 @@ type = "json"
 
 $1
 [output.buffer]
-flush_interval = "200ms"
-chunk_limit_size = "8MiB"
+flush_interval = "${FLUSH_INTERVAL:-200ms}"
+chunk_limit_size = "${CHUNK:-8MiB}"
 flush_thread_count = ${FLUSH_THREADS:-4}
 EOF
     local t0; t0=$(now)
@@ -149,16 +158,25 @@ endpoint = \"http://127.0.0.1:$CHHTTP\"
 table = \"t\""
 
 : > "$OUT/results"
+ONLY=${ONLY:-}
+echo "load average at the start: $(cat /proc/loadavg)" >&2
 for i in $(seq "$RUNS"); do
     echo "run $i" >&2
-    pg_table; echo "pg_floor $(timed "${PSQL[@]}" -c "\\copy t (seq, message) FROM '$OUT/rows.tsv'")" >> "$OUT/results"
+    if [ "$ONLY" != ch ]; then
+    pg_table; echo "pg_floor $(timed "${PSQL[@]}" -c "\\copy t (seq, message, time) FROM '$OUT/rows_time.tsv'")" >> "$OUT/results"
+    pg_table; echo "pg_floor_no_time $(timed "${PSQL[@]}" -c "\\copy t (seq, message) FROM '$OUT/rows.tsv'")" >> "$OUT/results"
     pg_table; echo "pg_nagare_plain $(run_nagare "$PG_OUT
-chunk_id_column = \"\"
-position_column = \"\"" pg_count postgresql#0)" >> "$OUT/results"
-    pg_table ", UNIQUE (chunk_id, position)"; echo "pg_nagare_once $(run_nagare "$PG_OUT" pg_count postgresql#0)" >> "$OUT/results"
+ledger_table = \"\"" pg_count postgresql#0)" >> "$OUT/results"
+    pg_table; echo "pg_nagare_once $(run_nagare "$PG_OUT" pg_count postgresql#0)" >> "$OUT/results"
+    pg_table; echo "pg_nagare_no_time $(run_nagare "$PG_OUT
+time_column = \"\"" pg_count postgresql#0)" >> "$OUT/results"
+    fi
+    if [ "$ONLY" != pg ]; then
     ch_table; echo "ch_floor $(timed "${CH[@]}" --query 'INSERT INTO t (seq, message) FORMAT JSONEachRow' < "$OUT/rows.ndjson")" >> "$OUT/results"
     ch_table; echo "ch_nagare $(run_nagare "$CH_OUT" ch_count clickhouse#0)" >> "$OUT/results"
+    fi
 done
+echo "load average at the end: $(cat /proc/loadavg)" >&2
 cat "$OUT/results" >&2
 python3 - "$OUT/results" "$ROWS" <<'PY'
 import statistics, sys
@@ -169,11 +187,16 @@ for line in open(sys.argv[1]):
     runs.setdefault(k, []).append(rows / float(v))
     cpus.setdefault(k, []).append(float(cpu))
 med = {k: statistics.median(v) for k, v in runs.items()}
-for k in ["pg_floor", "pg_nagare_plain", "pg_nagare_once", "ch_floor", "ch_nagare"]:
-    who = "client" if k.endswith("floor") else "nagare"
-    print("%-16s median %9.0f rows/s  (runs: %s)  %s CPU s median %.2f" % (
+for k in ["pg_floor", "pg_floor_no_time", "pg_nagare_plain", "pg_nagare_once", "pg_nagare_no_time", "ch_floor", "ch_nagare"]:
+    if k not in med:
+        continue
+    who = "client" if "floor" in k else "nagare"
+    print("%-18s median %9.0f rows/s  (runs: %s)  %s CPU s median %.2f" % (
         k, med[k], ", ".join("%.0f" % x for x in runs[k]), who, statistics.median(cpus[k])))
-print("postgresql plain COPY: %.2fx of psql \\copy" % (med["pg_nagare_plain"] / med["pg_floor"]))
-print("postgresql stored-once: %.2fx of psql \\copy" % (med["pg_nagare_once"] / med["pg_floor"]))
-print("clickhouse: %.2fx of clickhouse-client" % (med["ch_nagare"] / med["ch_floor"]))
+if "pg_floor" in med:
+    print("postgresql plain COPY: %.2fx of psql \\copy of the same rows (with the time)" % (med["pg_nagare_plain"] / med["pg_floor"]))
+    print("postgresql stored once (ledger): %.2fx of psql \\copy of the same rows" % (med["pg_nagare_once"] / med["pg_floor"]))
+    print("postgresql without the time column: %.2fx of psql \\copy without it" % (med["pg_nagare_no_time"] / med["pg_floor_no_time"]))
+if "ch_floor" in med:
+    print("clickhouse: %.2fx of clickhouse-client" % (med["ch_nagare"] / med["ch_floor"]))
 PY

@@ -11,8 +11,14 @@
 //!
 //! A row the server refuses fails the whole insert with an error that
 //! names it ("(at row N)"): that row is rejected with the server's reason
-//! and the others are sent again (one request per bad row); an error that
-//! names no row is the chunk's (retried, or refused when it never can be).
+//! and the others are sent again (one request per bad row). An error that
+//! names no row is judged by ClickHouse's error code where the code says
+//! more than the HTTP status (18.16 answers 500 to everything: a missing
+//! table is refused, a wrong password is the shared 401/403 case), and
+//! otherwise by the shared rules of every HTTP output (`Client::judge`:
+//! 5xx and 429 retried, 401/403 retried with the events kept, another
+//! status refused); a 413 cuts the chunk in halves sent apart, up to
+//! `request_concurrency` at once (`HttpSender::send_parts`).
 //!
 //! The client (keep-alive, gzip, basic authentication, TLS) is
 //! net/http_client.rs, shared with the `http` output.
@@ -24,14 +30,14 @@ use async_trait::async_trait;
 use hyper::header::{HeaderName, HeaderValue};
 use nagare_core::json::{write_string, write_value};
 use nagare_core::output::OutputPlugin;
-use nagare_core::output::{FlushError, Output, PartialWrite};
+use nagare_core::output::{FlushError, Output};
 use nagare_core::plugin::{BuildContext, OptionError};
 use nagare_core::record::{entries, map_at, pair_at, str_at};
 use nagare_forward::EventTime;
 use tokio::sync::Mutex;
 
 use crate::buffer::Chunk;
-use crate::net::http_client::{http_client_options, Answer, HttpSender};
+use crate::net::http_client::{http_client_options, Answer, HttpSender, PartSent, Undelivered};
 
 http_client_options!(
     /// The `clickhouse` output.
@@ -211,11 +217,18 @@ struct Inner {
     schema: Mutex<Option<Arc<Schema>>>,
 }
 
-/// Why an insert failed.
-enum Failure {
-    /// The row the server names (its index in the body, 0-based), and why.
+/// What an insert's answer means.
+enum Judged {
+    Ok,
+    /// The row the server names (its index in the body, 0-based), and why
+    /// ("reason: text").
     Row(u32, String),
-    Chunk(FlushError),
+    /// 413: the body is larger than the server (or a proxy) takes.
+    TooLarge(String),
+    /// The rows may be taken later.
+    Retry(String),
+    /// The rows can never be taken so ("reason: text").
+    Reject(String),
 }
 
 /// The output; its state is shared with the check at start.
@@ -247,47 +260,74 @@ impl Output for ClickhouseOutput {
 impl Inner {
     async fn write(&self, chunk: &Chunk) -> Result<(), FlushError> {
         let schema = self.schema().await?;
+        // One insert (one block) for the chunk; one answered 413 is cut in
+        // halves, up to request_concurrency at once (http_client.rs).
+        self.sender
+            .send_parts(
+                &self.name,
+                [0..chunk.count as usize],
+                |i| i as u32,
+                |r| {
+                    let schema = &schema;
+                    async move { self.insert_rows(schema, chunk, r).await }
+                },
+            )
+            .await
+            .finish(chunk.count)
+    }
+
+    /// Inserts the chunk's entries `r`: a row the server names is
+    /// rejected with its reason and the others sent again.
+    async fn insert_rows(&self, s: &Schema, chunk: &Chunk, r: std::ops::Range<usize>) -> PartSent {
+        // (index in the chunk, reason)
         let mut rejected: Vec<(u32, String)> = Vec::new();
+        let undone = |rejected: Vec<(u32, String)>, rows: &[u32], rest: Undelivered| {
+            let mut list: Vec<(usize, Undelivered)> = rejected
+                .into_iter()
+                .map(|(i, why)| (i as usize - r.start, Undelivered::Reject(why)))
+                .collect();
+            for &i in rows {
+                let u = match &rest {
+                    Undelivered::Retry(w) => Undelivered::Retry(w.clone()),
+                    Undelivered::Reject(w) => Undelivered::Reject(w.clone()),
+                };
+                list.push((i as usize - r.start, u));
+            }
+            PartSent::Some(list)
+        };
         loop {
-            let (body, rows) = self.body(&schema, chunk, &rejected);
+            let (body, rows) = self.body(s, chunk, r.clone(), &rejected);
             if rows.is_empty() {
                 break;
             }
             match self.insert(body).await {
-                Ok(()) => break,
-                Err(Failure::Row(line, reason)) => match rows.get(line as usize) {
+                Judged::Ok => break,
+                Judged::Row(line, reason) => match rows.get(line as usize) {
                     Some(&i) => rejected.push((i, reason)),
-                    None => return Err(FlushError::Permanent(reason)),
+                    // A row we did not send: the part as a whole.
+                    None => return undone(rejected, &rows, Undelivered::Reject(reason)),
                 },
-                Err(Failure::Chunk(e)) => {
-                    if matches!(e, FlushError::Permanent(_)) {
-                        // The table may have changed: read it again next time.
-                        *self.schema.lock().await = None;
-                    }
+                Judged::TooLarge(why) if rejected.is_empty() => return PartSent::TooLarge(why),
+                Judged::TooLarge(why) | Judged::Retry(why) => {
                     if rejected.is_empty() {
-                        return Err(e);
+                        return PartSent::Retry(why);
                     }
-                    return Err(FlushError::Partial(PartialWrite {
-                        retry: rows,
-                        rejected,
-                        message: e.to_string(),
-                    }));
+                    return undone(rejected, &rows, Undelivered::Retry(why));
+                }
+                Judged::Reject(why) => {
+                    // The table may have changed: read it again next time.
+                    *self.schema.lock().await = None;
+                    if rejected.is_empty() {
+                        return PartSent::Reject(why);
+                    }
+                    return undone(rejected, &rows, Undelivered::Reject(why));
                 }
             }
         }
         if rejected.is_empty() {
-            return Ok(());
+            return PartSent::Ok;
         }
-        let message = format!(
-            "ClickHouse refused {} row(s) of table {:?}",
-            rejected.len(),
-            self.cfg.table
-        );
-        Err(FlushError::Partial(PartialWrite {
-            retry: Vec::new(),
-            rejected,
-            message,
-        }))
+        undone(rejected, &[], Undelivered::Retry(String::new()))
     }
 
     /// The table's schema, read once.
@@ -312,7 +352,13 @@ impl Inner {
             )
             .await?;
         if !answer.status.is_success() {
-            return Err(self.judge(&answer).1);
+            return Err(match self.judge(answer).await {
+                Judged::Reject(why) => FlushError::Permanent(why),
+                Judged::Row(_, why) | Judged::TooLarge(why) | Judged::Retry(why) => {
+                    FlushError::Retry(why)
+                }
+                Judged::Ok => FlushError::Retry("DESCRIBE TABLE: no answer".into()),
+            });
         }
         let text = String::from_utf8_lossy(&answer.body);
         let all: BTreeMap<String, Kind> = text
@@ -366,9 +412,16 @@ impl Inner {
 
     /// The rows of the chunk, less the `skip` ones, as JSONEachRow; and
     /// the index in the chunk of each row written.
-    fn body(&self, s: &Schema, chunk: &Chunk, skip: &[(u32, String)]) -> (Vec<u8>, Vec<u32>) {
-        let mut out = Vec::with_capacity(chunk.len * 2);
-        let mut rows = Vec::with_capacity(chunk.count as usize);
+    fn body(
+        &self,
+        s: &Schema,
+        chunk: &Chunk,
+        range: std::ops::Range<usize>,
+        skip: &[(u32, String)],
+    ) -> (Vec<u8>, Vec<u32>) {
+        let mut out =
+            Vec::with_capacity(chunk.len * 2 * range.len() / (chunk.count as usize).max(1));
+        let mut rows = Vec::with_capacity(range.len());
         let id = hex::encode(chunk.id);
         let mut scratch = Vec::new();
         let mut i = 0u32;
@@ -376,7 +429,7 @@ impl Inner {
             for (time, rec, _) in entries(seg) {
                 let at = i;
                 i += 1;
-                if skip.iter().any(|(r, _)| *r == at) {
+                if !range.contains(&(at as usize)) || skip.iter().any(|(r, _)| *r == at) {
                     continue;
                 }
                 rows.push(at);
@@ -510,25 +563,28 @@ impl Inner {
     }
 
     /// POSTs one insert; judges the answer.
-    async fn insert(&self, body: Vec<u8>) -> Result<(), Failure> {
-        let answer = self
-            .sender
-            .post(&self.insert_path, body, &self.extra)
-            .await
-            .map_err(Failure::Chunk)?;
-        if answer.status.is_success() {
-            return Ok(());
-        }
-        let (row, e) = self.judge(&answer);
-        match row {
-            Some(r) => Err(Failure::Row(r, e.to_string())),
-            None => Err(Failure::Chunk(e)),
+    async fn insert(&self, body: Vec<u8>) -> Judged {
+        match self.sender.post(&self.insert_path, body, &self.extra).await {
+            Ok(answer) => self.judge(answer).await,
+            Err(FlushError::Retry(e)) => Judged::Retry(e),
+            Err(e) => Judged::Reject(format!("clickhouse_refused: {e}")),
         }
     }
 
-    /// What an error answer means: the row it names (0-based) with the
-    /// reason, or the chunk's outcome.
-    fn judge(&self, a: &Answer) -> (Option<u32>, FlushError) {
+    /// What an answer means: ClickHouse's own error text first (the row
+    /// it names; the codes that say more than 18.16's status 500), then
+    /// the shared rules of every HTTP output (`Client::judge`).
+    async fn judge(&self, a: Answer) -> Judged {
+        if a.status.is_success() {
+            return Judged::Ok;
+        }
+        let client = self.sender.client();
+        if a.status == hyper::StatusCode::PAYLOAD_TOO_LARGE {
+            return Judged::TooLarge(format!(
+                "too_large: {} answered 413",
+                client.endpoint().authority
+            ));
+        }
         let text = String::from_utf8_lossy(&a.body);
         let text = text.trim();
         let code = text
@@ -547,19 +603,32 @@ impl Inner {
         // Row errors: the value of one row does not parse as its column.
         if let Some(row) = at_row(&message) {
             let name = code.map_or("clickhouse_error", code_name);
-            return (
-                Some(row - 1),
-                FlushError::Permanent(format!("{name}: {message}")),
-            );
+            return Judged::Row(row - 1, format!("{name}: {message}"));
         }
-        match code {
+        let answer = match code {
             // UNKNOWN_TABLE, UNKNOWN_DATABASE, NO_SUCH_COLUMN_IN_TABLE,
-            // UNKNOWN_IDENTIFIER, SYNTAX_ERROR, READONLY, ACCESS_DENIED,
-            // NOT_ENOUGH_PRIVILEGES: the chunk can never be written so.
-            Some(60 | 81 | 16 | 47 | 62 | 164 | 497 | 291) => (None, FlushError::Permanent(what)),
-            // Wrong user or password (192, 193, 516), too many parts,
-            // memory, a server shutting down, and the rest: later.
-            _ => (None, FlushError::Retry(what)),
+            // UNKNOWN_IDENTIFIER, SYNTAX_ERROR: the chunk can never be
+            // written so, whatever the status (18.16 says 500).
+            Some(60 | 81 | 16 | 47 | 62) => {
+                return Judged::Reject(format!("clickhouse_refused: {what}"))
+            }
+            // UNKNOWN_USER, WRONG_PASSWORD, READONLY, DATABASE_ACCESS_DENIED,
+            // ACCESS_DENIED, AUTHENTICATION_FAILED: the credentials or the
+            // user's rights, answered 500 by 18.16 and 401/403 by later
+            // servers: the shared rule of a 403 (kept and retried).
+            Some(192 | 193 | 164 | 291 | 497 | 516) => Answer {
+                status: hyper::StatusCode::FORBIDDEN,
+                ..a
+            },
+            _ => a,
+        };
+        match client.judge(answer).await {
+            Ok(_) => Judged::Ok,
+            Err(FlushError::Retry(e)) => Judged::Retry(format!("table {:?}: {e}", self.cfg.table)),
+            Err(e) => Judged::Reject(format!(
+                "clickhouse_refused: table {:?}: {e}",
+                self.cfg.table
+            )),
         }
     }
 }

@@ -1,14 +1,18 @@
 //! `postgresql`: writes each chunk into a PostgreSQL table with `COPY …
-//! FROM STDIN` (text format), in one transaction per chunk.
+//! FROM STDIN` (text format), in one transaction per chunk, the rows
+//! streamed to the server as they are rendered.
 //!
-//! Stored once: with `chunk_id_column` and `position_column` (the
-//! default), each row carries the chunk's id (stable across retries and,
-//! with a file buffer, restarts) and the entry's position in the chunk.
-//! The chunk is copied into a temporary table of the session and moved
-//! with `INSERT … SELECT … ON CONFLICT DO NOTHING`: with a unique key on
-//! (chunk_id, position) in the target table, a chunk sent again (a retry
-//! after a lost answer, a re-send after kill -9) adds nothing. Without
-//! the two columns the chunk is copied straight into the table.
+//! Stored once: with `ledger_table` (default "nagare_chunks") each
+//! transaction first inserts the chunk's key (its id, stable across
+//! retries and, with a file buffer, restarts; and the position of its
+//! first row copied) into that ledger with `ON CONFLICT DO NOTHING`, then
+//! COPYs the rows straight into the target. A key already there means the
+//! chunk was committed before (a retry after a lost answer, a re-send
+//! after kill -9): the transaction is rolled back and the chunk counts as
+//! written. A second transaction with the same key (another flush worker
+//! or process re-sending the chunk at once) waits on the first one's key
+//! and then finds it (skips) or not (copies). One ledger row a chunk, no
+//! index entry and no second pass a row.
 //!
 //! A row PostgreSQL refuses (a value that is not of its column's type)
 //! fails the whole COPY; the error's context names the line, so that row
@@ -23,6 +27,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -41,6 +46,7 @@ use tokio::sync::Mutex;
 use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::tls::{ChannelBinding, NoTls, TlsConnect};
+use tokio_postgres::SimpleQueryMessage;
 
 use crate::buffer::Chunk;
 use crate::net::tls::{Buffered, TlsClient, TlsOptions};
@@ -79,16 +85,24 @@ pub struct PostgresqlOutputConfig {
     /// The column (text) that takes the tag (default: none).
     #[serde(default)]
     pub tag_column: Option<String>,
-    /// The column (text or uuid) that takes the chunk's id, 32 hex digits
-    /// (default "chunk_id"); with `position_column` and a unique key on
-    /// the two, a chunk sent twice is stored once. "" turns that off (a
-    /// plain COPY).
-    #[serde_inline_default("chunk_id".into())]
-    pub chunk_id_column: String,
-    /// The column (integer) that takes the entry's position in its chunk
-    /// (default "position"); "" turns stored-once off.
-    #[serde_inline_default("position".into())]
-    pub position_column: String,
+    /// The ledger that makes a chunk stored once: a table of one row per
+    /// chunk written (its id and first position, the target table, the
+    /// rows, when), inserted in the same transaction as the chunk's COPY;
+    /// a chunk already in it is not copied again. "name" or
+    /// "schema.name", created when missing (default "nagare_chunks"); ""
+    /// turns stored-once off (a plain COPY: a chunk sent twice is stored
+    /// twice).
+    #[serde_inline_default("nagare_chunks".into())]
+    pub ledger_table: String,
+    /// A column (text or uuid) that takes the chunk's id, 32 hex digits
+    /// (default: none). Not needed for stored-once (the ledger does it):
+    /// it tells which chunk a row came in.
+    #[serde(default)]
+    pub chunk_id_column: Option<String>,
+    /// A column (integer) that takes the entry's position in its chunk
+    /// (default: none).
+    #[serde(default)]
+    pub position_column: Option<String>,
     /// Connecting, and writing a chunk, may take this long before the chunk
     /// is retried (default "30s").
     #[serde_inline_default(Dur::secs(30))]
@@ -102,7 +116,7 @@ pub struct PostgresqlOutputConfig {
 
 impl OutputPlugin for PostgresqlOutputConfig {
     const TYPE: &'static str = "postgresql";
-    const DOC: &'static str = "Writes each chunk into a PostgreSQL table with COPY in one transaction; columns from record fields or the record as jsonb; a chunk sent twice is stored once through a unique (chunk_id, position) key (see [Outputs to storage](outputs-storage-sql.md)).";
+    const DOC: &'static str = "Writes each chunk into a PostgreSQL table with COPY in one transaction; columns from record fields or the record as jsonb; a chunk sent twice is stored once through a ledger table of the chunks written (see [Outputs to storage](outputs-storage-sql.md)).";
 
     fn build(self, cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
         let mut pg = pg_config(&self.connection, &|k| std::env::var(k).ok())?;
@@ -129,12 +143,11 @@ impl OutputPlugin for PostgresqlOutputConfig {
         if self.table.is_empty() {
             return Err(OptionError::new("table", "must name a table"));
         }
-        let stored_once = !self.chunk_id_column.is_empty() && !self.position_column.is_empty();
-        if !stored_once && (self.chunk_id_column.is_empty() != self.position_column.is_empty()) {
-            cx.warn(
-                "chunk_id_column",
-                "stored-once needs both chunk_id_column and position_column; with one of them \"\" chunks sent twice are stored twice",
-            );
+        if self.ledger_table == self.table {
+            return Err(OptionError::new(
+                "ledger_table",
+                "must be a table of its own, not `table`",
+            ));
         }
         let mut cols: Vec<(String, Column)> = Vec::new();
         for (col, field) in &self.columns {
@@ -148,10 +161,8 @@ impl OutputPlugin for PostgresqlOutputConfig {
         add(&self.record_column, Column::Record);
         add(&Some(self.time_column.clone()), Column::Time);
         add(&self.tag_column, Column::Tag);
-        if stored_once {
-            add(&Some(self.chunk_id_column.clone()), Column::ChunkId);
-            add(&Some(self.position_column.clone()), Column::Position);
-        }
+        add(&self.chunk_id_column, Column::ChunkId);
+        add(&self.position_column, Column::Position);
         if !cols
             .iter()
             .any(|(_, c)| matches!(c, Column::Field(_) | Column::Record))
@@ -176,21 +187,15 @@ impl OutputPlugin for PostgresqlOutputConfig {
             .map(|(c, _)| quote_ident(c))
             .collect::<Vec<_>>()
             .join(", ");
+        let ledger = (!self.ledger_table.is_empty()).then(|| Ledger::new(&self.ledger_table));
         Ok(Arc::new(PostgresqlOutput {
             name: cx.name.clone(),
-            sql: Sql {
-                copy_direct: format!("COPY {table} ({list}) FROM STDIN"),
-                copy_stage: format!("COPY pg_temp.{STAGE} ({list}) FROM STDIN"),
-                create_stage: format!(
-                    "CREATE TEMP TABLE IF NOT EXISTS {STAGE} ON COMMIT DELETE ROWS AS SELECT {list} FROM {table} WITH NO DATA"
-                ),
-                insert: format!(
-                    "INSERT INTO {table} ({list}) SELECT {list} FROM pg_temp.{STAGE} ON CONFLICT DO NOTHING"
-                ),
-                check: format!("SELECT {list} FROM {table} LIMIT 0"),
-            },
+            copy: format!("COPY {table} ({list}) FROM STDIN"),
+            check: format!("SELECT {list} FROM {table} LIMIT 0"),
+            target: literal(&self.table),
             cols,
-            stored_once,
+            ledger,
+            ledger_ready: AtomicBool::new(false),
             pg,
             tls,
             timeout: self.timeout.0,
@@ -199,10 +204,6 @@ impl OutputPlugin for PostgresqlOutputConfig {
         }))
     }
 }
-
-/// The session's staging table (a temporary table: each connection has
-/// its own, gone with the connection).
-const STAGE: &str = "nagare_stage";
 
 /// What a column is filled from.
 #[derive(Debug, Clone)]
@@ -215,20 +216,51 @@ enum Column {
     Position,
 }
 
-struct Sql {
-    copy_direct: String,
-    copy_stage: String,
-    create_stage: String,
-    insert: String,
-    check: String,
+/// The ledger table's statements.
+struct Ledger {
+    /// The name as written in the options (for messages).
+    name: String,
+    /// Quoted for SQL.
+    quoted: String,
+    /// `CREATE TABLE IF NOT EXISTS …`.
+    create: String,
+    /// Whether it exists: `SELECT to_regclass(…) IS NOT NULL`.
+    exists: String,
 }
+
+impl Ledger {
+    fn new(name: &str) -> Ledger {
+        let quoted = quote_table(name);
+        Ledger {
+            name: name.to_string(),
+            create: format!(
+                "CREATE TABLE IF NOT EXISTS {quoted} (chunk_id text NOT NULL, position integer NOT NULL, \
+                 target text NOT NULL, rows integer NOT NULL, stored_at timestamptz NOT NULL DEFAULT now(), \
+                 PRIMARY KEY (chunk_id, position))"
+            ),
+            exists: format!("SELECT to_regclass({}) IS NOT NULL", literal(&quoted)),
+            quoted,
+        }
+    }
+}
+
+/// Rows rendered before a piece of the COPY goes to the server: the
+/// server parses a piece while the next one is rendered.
+const PIECE: usize = 256 << 10;
 
 struct PostgresqlOutput {
     name: String,
     cfg: PostgresqlOutputConfig,
     cols: Vec<(String, Column)>,
-    stored_once: bool,
-    sql: Sql,
+    /// `COPY <table> (<columns>) FROM STDIN`.
+    copy: String,
+    /// `SELECT <columns> FROM <table> LIMIT 0` (the check at start).
+    check: String,
+    /// The table's name as an SQL literal (the ledger's `target`).
+    target: String,
+    ledger: Option<Ledger>,
+    /// The ledger was found or made (checked again after an error).
+    ledger_ready: AtomicBool,
     pg: tokio_postgres::Config,
     tls: Option<Arc<TlsClient>>,
     timeout: Duration,
@@ -238,40 +270,37 @@ struct PostgresqlOutput {
 
 /// Why a write failed.
 enum Failure {
-    /// Rows the server names as bad: (index in the chunk, reason).
+    /// Rows the server names as bad: (index in the rows sent, reason).
     Row(u32, String),
     /// The chunk as a whole.
     Chunk(FlushError),
 }
 
+/// Where in a transaction an error came.
+enum Step {
+    /// Finding, making or writing the ledger.
+    Ledger(tokio_postgres::Error),
+    /// The COPY and the rest of the transaction.
+    Copy(tokio_postgres::Error),
+}
+
 #[async_trait]
 impl Output for PostgresqlOutput {
     fn start(&self) {
-        // Checks the table and columns at start, so a typo shows in the
-        // log at once and not at the first flush; the daemon does not wait
-        // for it (the server may be down now and up later).
+        // Checks the table and columns (and finds or makes the ledger) at
+        // start, so a typo shows in the log at once and not at the first
+        // flush; the daemon does not wait for it (the server may be down
+        // now and up later).
         let pg = self.pg.clone();
         let tls = self.tls.clone();
-        let check = self.sql.check.clone();
+        let check = self.check.clone();
         let name = self.name.clone();
         let table = self.cfg.table.clone();
         let timeout = self.timeout;
-        let (chunk_id, position) = (
-            self.cfg.chunk_id_column.clone(),
-            self.cfg.position_column.clone(),
-        );
-        let unique_check = self.stored_once.then(|| {
-            let mut two = [chunk_id.replace('\'', "''"), position.replace('\'', "''")];
-            two.sort();
-            format!(
-                "SELECT count(*) FROM pg_index i WHERE i.indrelid = '{}'::regclass AND i.indisunique AND i.indnatts = 2 \
-                 AND (SELECT array_agg(a.attname::text ORDER BY a.attname::text) FROM pg_attribute a \
-                 WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)) = ARRAY['{}', '{}']",
-                quote_table(&table).replace('\'', "''"),
-                two[0],
-                two[1]
-            )
-        });
+        let ledger = self
+            .ledger
+            .as_ref()
+            .map(|l| (l.name.clone(), l.exists.clone(), l.create.clone()));
         tokio::spawn(async move {
             let client = match connect(&pg, &tls, timeout).await {
                 Ok(c) => c,
@@ -282,17 +311,10 @@ impl Output for PostgresqlOutput {
             };
             if let Err(e) = client.batch_execute(&check).await {
                 tracing::error!(output = %name, "table {table:?}: {}", describe(&e));
-                return;
             }
-            if let Some(unique) = unique_check {
-                let found = client.simple_query(&unique).await.ok().and_then(|m| {
-                    m.iter().find_map(|m| match m {
-                        tokio_postgres::SimpleQueryMessage::Row(r) => r.get(0).map(|v| v != "0"),
-                        _ => None,
-                    })
-                });
-                if found == Some(false) {
-                    tracing::warn!(output = %name, "table {table:?} has no unique key on ({chunk_id}, {position}): a chunk sent twice is stored twice");
+            if let Some((ledger, exists, create)) = ledger {
+                if let Err(e) = ensure_ledger(&client, &exists, &create).await {
+                    tracing::error!(output = %name, "{}", ledger_error(&ledger, &create, &e));
                 }
             }
         });
@@ -300,23 +322,19 @@ impl Output for PostgresqlOutput {
 
     async fn write(&self, chunk: &Chunk) -> Result<(), FlushError> {
         let mut rejected: Vec<(u32, String)> = Vec::new();
-        loop {
-            let body = self.body(chunk, &rejected);
-            if body.is_empty() {
-                break;
-            }
-            let rows: Vec<u32> = (0..chunk.count)
-                .filter(|i| !rejected.iter().any(|(r, _)| r == i))
-                .collect();
-            match self.write_once(body).await {
+        // The chunk's entries to copy, ascending.
+        let mut rows: Vec<u32> = (0..chunk.count).collect();
+        while !rows.is_empty() {
+            match self.write_once(chunk, &rows).await {
                 Ok(()) => break,
-                Err(Failure::Row(line, reason)) => match rows.get(line as usize) {
-                    Some(&i) if rejected.len() < chunk.count as usize => {
-                        rejected.push((i, reason));
+                Err(Failure::Row(line, reason)) => {
+                    if (line as usize) < rows.len() {
+                        rejected.push((rows.remove(line as usize), reason));
+                    } else {
+                        // A line we did not send: the chunk as a whole.
+                        return Err(FlushError::Permanent(reason));
                     }
-                    // A line we did not send: the chunk as a whole.
-                    _ => return Err(FlushError::Permanent(reason)),
-                },
+                }
                 Err(Failure::Chunk(e)) => {
                     if rejected.is_empty() {
                         return Err(e);
@@ -347,83 +365,127 @@ impl Output for PostgresqlOutput {
 }
 
 impl PostgresqlOutput {
-    /// The rows of the chunk in COPY's text format, without the `skip`
-    /// entries.
-    fn body(&self, chunk: &Chunk, skip: &[(u32, String)]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(chunk.len * 2);
-        let id = hex::encode(chunk.id);
-        let mut scratch = Vec::new();
-        let mut i = 0u32;
-        for seg in &chunk.segments {
-            for (time, rec, _) in entries(seg) {
-                let at = i;
-                i += 1;
-                if skip.iter().any(|(r, _)| *r == at) {
-                    continue;
+    /// One row of entry `at` in COPY's text format.
+    #[allow(clippy::too_many_arguments)]
+    fn row(
+        &self,
+        out: &mut Vec<u8>,
+        scratch: &mut Vec<u8>,
+        chunk: &Chunk,
+        id: &str,
+        at: u32,
+        time: nagare_forward::EventTime,
+        rec: &[u8],
+    ) {
+        for (n, (_, col)) in self.cols.iter().enumerate() {
+            if n > 0 {
+                out.push(b'\t');
+            }
+            match col {
+                Column::Field(f) => match field_text(rec, f.as_bytes()) {
+                    Some(v) => escape(out, &v),
+                    None => out.extend_from_slice(b"\\N"),
+                },
+                Column::Record => {
+                    scratch.clear();
+                    nagare_core::json::write_value(scratch, rec);
+                    escape(out, scratch);
                 }
-                for (n, (_, col)) in self.cols.iter().enumerate() {
-                    if n > 0 {
-                        out.push(b'\t');
-                    }
-                    match col {
-                        Column::Field(f) => match field_text(rec, f.as_bytes()) {
-                            Some(v) => escape(&mut out, &v),
-                            None => out.extend_from_slice(b"\\N"),
-                        },
-                        Column::Record => {
-                            scratch.clear();
-                            nagare_core::json::write_value(&mut scratch, rec);
-                            escape(&mut out, &scratch);
-                        }
-                        Column::Time => nagare_core::event::write_rfc3339(&mut out, time),
-                        Column::Tag => escape(&mut out, chunk.tag.as_bytes()),
-                        Column::ChunkId => out.extend_from_slice(id.as_bytes()),
-                        Column::Position => out.extend_from_slice(
-                            itoa::Buffer::new().format(chunk.position(at)).as_bytes(),
-                        ),
-                    }
+                Column::Time => nagare_core::event::write_rfc3339(out, time),
+                Column::Tag => escape(out, chunk.tag.as_bytes()),
+                Column::ChunkId => out.extend_from_slice(id.as_bytes()),
+                Column::Position => {
+                    out.extend_from_slice(itoa::Buffer::new().format(chunk.position(at)).as_bytes())
                 }
-                out.push(b'\n');
             }
         }
-        out
+        out.push(b'\n');
     }
 
-    /// One transaction: the body copied (into the stage, then moved).
-    async fn write_once(&self, body: Vec<u8>) -> Result<(), Failure> {
-        let (client, fresh) = match self.idle.lock().await.pop() {
-            Some(c) if !c.is_closed() => (c, false),
-            _ => (
-                connect(&self.pg, &self.tls, self.timeout)
-                    .await
-                    .map_err(|e| Failure::Chunk(FlushError::Retry(e)))?,
-                true,
-            ),
+    /// One transaction: the ledger's row (when there is a ledger), then the
+    /// chunk's `rows` (indexes in the chunk, ascending, not empty) copied
+    /// into the table, streamed in pieces as they are rendered.
+    async fn write_once(&self, chunk: &Chunk, rows: &[u32]) -> Result<(), Failure> {
+        let client = match self.idle.lock().await.pop() {
+            Some(c) if !c.is_closed() => c,
+            _ => connect(&self.pg, &self.tls, self.timeout)
+                .await
+                .map_err(|e| Failure::Chunk(FlushError::Retry(e)))?,
         };
+        let id = hex::encode(chunk.id);
         let run = async {
-            if self.stored_once && fresh {
-                // Once per connection: the stage lives as long as it.
-                client.batch_execute(&self.sql.create_stage).await?;
-            }
-            client.batch_execute("BEGIN").await?;
-            let copy = if self.stored_once {
-                &self.sql.copy_stage
+            if let Some(l) = &self.ledger {
+                if !self.ledger_ready.load(Relaxed) {
+                    ensure_ledger(&client, &l.exists, &l.create)
+                        .await
+                        .map_err(Step::Ledger)?;
+                    self.ledger_ready.store(true, Relaxed);
+                }
+                // The key: the chunk's id and the position of the first row
+                // copied. A part of a chunk sent again after a partial write
+                // has its own first position (the parts of a chunk never
+                // share rows); the same part sent again, the same key.
+                let first = chunk.position(rows[0]);
+                let insert = format!(
+                    "BEGIN; INSERT INTO {} (chunk_id, position, target, rows) VALUES ('{id}', {first}, {}, {}) ON CONFLICT DO NOTHING",
+                    l.quoted,
+                    self.target,
+                    rows.len()
+                );
+                // Waits while another transaction holds the same key.
+                let answer = client.simple_query(&insert).await.map_err(Step::Ledger)?;
+                let inserted = answer.iter().rev().find_map(|m| match m {
+                    SimpleQueryMessage::CommandComplete(n) => Some(*n),
+                    _ => None,
+                });
+                if inserted == Some(0) {
+                    client.batch_execute("ROLLBACK").await.map_err(Step::Copy)?;
+                    tracing::info!(output = %self.name, chunk = %id, first,
+                        "chunk already stored (in the ledger {:?}): not copied again", l.name);
+                    return Ok(());
+                }
             } else {
-                &self.sql.copy_direct
-            };
-            let sink = client.copy_in::<_, Bytes>(copy.as_str()).await?;
-            futures_util::pin_mut!(sink);
-            sink.send(Bytes::from(body)).await?;
-            sink.finish().await?;
-            if self.stored_once {
-                client.batch_execute(&self.sql.insert).await?;
+                client.batch_execute("BEGIN").await.map_err(Step::Copy)?;
             }
-            client.batch_execute("COMMIT").await
+            let sink = client
+                .copy_in::<_, Bytes>(self.copy.as_str())
+                .await
+                .map_err(Step::Copy)?;
+            futures_util::pin_mut!(sink);
+            let mut out = Vec::with_capacity(PIECE + (PIECE >> 2));
+            let mut scratch = Vec::new();
+            let mut want = rows.iter().copied().peekable();
+            let mut i = 0u32;
+            'segments: for seg in &chunk.segments {
+                for (time, rec, _) in entries(seg) {
+                    let at = i;
+                    i += 1;
+                    match want.peek() {
+                        None => break 'segments,
+                        Some(&w) if w != at => continue,
+                        Some(_) => {
+                            want.next();
+                        }
+                    }
+                    self.row(&mut out, &mut scratch, chunk, &id, at, time, rec);
+                    if out.len() >= PIECE {
+                        let piece =
+                            std::mem::replace(&mut out, Vec::with_capacity(PIECE + (PIECE >> 2)));
+                        sink.send(Bytes::from(piece)).await.map_err(Step::Copy)?;
+                    }
+                }
+            }
+            if !out.is_empty() {
+                sink.send(Bytes::from(out)).await.map_err(Step::Copy)?;
+            }
+            sink.finish().await.map_err(Step::Copy)?;
+            client.batch_execute("COMMIT").await.map_err(Step::Copy)
         };
         let result = match tokio::time::timeout(self.timeout, run).await {
             Ok(r) => r,
             Err(_) => {
-                // The connection is in an unknown state: dropped.
+                // The connection is in an unknown state: dropped (the
+                // server rolls back what it had not committed).
                 return Err(Failure::Chunk(FlushError::Retry(format!(
                     "PostgreSQL: no answer within {}s",
                     self.timeout.as_secs()
@@ -435,10 +497,17 @@ impl PostgresqlOutput {
                 self.idle.lock().await.push(client);
                 Ok(())
             }
-            Err(e) => {
-                let failure = self.judge(&e);
-                // A fresh connection whose stage was not made is not kept.
-                if !fresh && !client.is_closed() && client.batch_execute("ROLLBACK").await.is_ok() {
+            Err(step) => {
+                let failure = match &step {
+                    Step::Ledger(e) => {
+                        // Found or made again on the next write.
+                        self.ledger_ready.store(false, Relaxed);
+                        let l = self.ledger.as_ref().expect("a ledger step has a ledger");
+                        Failure::Chunk(FlushError::Retry(ledger_error(&l.name, &l.create, e)))
+                    }
+                    Step::Copy(e) => self.judge(e),
+                };
+                if !client.is_closed() && client.batch_execute("ROLLBACK").await.is_ok() {
                     self.idle.lock().await.push(client);
                 }
                 Err(failure)
@@ -483,6 +552,44 @@ impl PostgresqlOutput {
         // rest: the server may take the chunk later; it stays in the buffer.
         Failure::Chunk(FlushError::Retry(text))
     }
+}
+
+/// Finds the ledger table, or makes it. `to_regclass` first: `CREATE
+/// TABLE IF NOT EXISTS` wants the right to create in the schema even when
+/// the table is there.
+async fn ensure_ledger(
+    client: &tokio_postgres::Client,
+    exists: &str,
+    create: &str,
+) -> Result<(), tokio_postgres::Error> {
+    let found = client
+        .simple_query(exists)
+        .await?
+        .iter()
+        .any(|m| matches!(m, SimpleQueryMessage::Row(r) if r.get(0) == Some("t")));
+    if !found {
+        if let Err(e) = client.batch_execute(create).await {
+            // Two connections making it at once: one of them loses the
+            // race on the catalog's unique key, and the table is there.
+            if e.code() != Some(&SqlState::UNIQUE_VIOLATION) {
+                return Err(e);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A ledger error as one line, with the statement that makes the ledger.
+fn ledger_error(ledger: &str, create: &str, e: &tokio_postgres::Error) -> String {
+    format!(
+        "ledger table {ledger:?} (stored once; chunks wait): {}; make it with `{create}` or set ledger_table = \"\"",
+        describe(e)
+    )
+}
+
+/// `s` as an SQL string literal.
+fn literal(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
 }
 
 /// The line number in a COPY error's context ("COPY t, line 3, column n: …").
@@ -534,17 +641,23 @@ fn describe(e: &tokio_postgres::Error) -> String {
     }
 }
 
-/// COPY's text format: backslash, tab, newline and carriage return escaped.
+/// COPY's text format: backslash, tab, newline and carriage return
+/// escaped; the runs between them copied whole.
 fn escape(out: &mut Vec<u8>, v: &[u8]) {
-    for &b in v {
-        match b {
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            b'\t' => out.extend_from_slice(b"\\t"),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            _ => out.push(b),
-        }
+    let mut from = 0;
+    for (i, &b) in v.iter().enumerate() {
+        let with: &[u8] = match b {
+            b'\\' => b"\\\\",
+            b'\t' => b"\\t",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            _ => continue,
+        };
+        out.extend_from_slice(&v[from..i]);
+        out.extend_from_slice(with);
+        from = i + 1;
     }
+    out.extend_from_slice(&v[from..]);
 }
 
 /// `"name"`, with `"` doubled.

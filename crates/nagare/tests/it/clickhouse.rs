@@ -4,15 +4,12 @@
 //! content and count; a row of a wrong type rejected with its reason while
 //! the others are stored; a chunk re-sent from a file buffer merged into
 //! one by a ReplacingMergeTree; a wrong password and a server that closes
-//! mid-body keep the events.
-
-use std::io::Read;
-use std::net::TcpListener;
-use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use std::sync::Arc;
+//! mid-body keep the events; a 413 cuts the chunk in halves (a scripted
+//! server: ClickHouse itself does not answer 413).
 
 use crate::common::ch_server::{shared_clickhouse, ChServer, PASSWORD, USER};
+use crate::common::scripted_http::{Reply, ScriptedHttp};
+use crate::common::sql::*;
 use crate::common::*;
 
 fn create_table(ch: &ChServer, table: &str, engine: &str) {
@@ -52,31 +49,6 @@ fn seqs(ch: &ChServer, table: &str) -> Vec<u64> {
         .lines()
         .map(|l| l.parse().unwrap())
         .collect()
-}
-
-/// One PackedForward frame of the given msgpack records.
-fn frame(tag: &str, records: &[Vec<u8>], t: nagare_forward::EventTime) -> Vec<u8> {
-    let mut e = Vec::new();
-    for r in records {
-        nagare_forward::write_entry(&mut e, t, r);
-    }
-    let mut f = Vec::new();
-    nagare_forward::encode_packed_forward(
-        &mut f,
-        tag,
-        &e,
-        records.len() as u32,
-        Some(b"ch-frame"),
-        nagare_forward::Compression::None,
-    )
-    .unwrap();
-    f
-}
-
-fn mp(v: serde_json::Value) -> Vec<u8> {
-    let mut o = Vec::new();
-    nagare_core::json::msgpack_from_json(&v, &mut o);
-    o
 }
 
 #[test]
@@ -156,19 +128,6 @@ flush_interval = "50ms"
     ch.query(&format!("DROP TABLE {table}"));
 }
 
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
-}
-
 /// A value ClickHouse refuses (text in a UInt64) fails the insert with an
 /// error naming the row: that row goes to the dead letters with the reason,
 /// the others are stored.
@@ -190,41 +149,23 @@ fn a_row_of_a_wrong_type_is_rejected_with_its_reason_and_the_rest_stored() {
             &format!("type = \"file\"\npath = \"{}\"\n", buf.display()),
         ),
     );
-    let records: Vec<Vec<u8>> = (0..10u64)
-        .map(|i| {
-            let seq = if i == 3 || i == 7 {
-                serde_json::json!(format!("not-a-number-{i}"))
-            } else {
-                serde_json::json!(i)
-            };
-            mp(serde_json::json!({"seq": seq, "message": message_for(i)}))
-        })
-        .collect();
     let mut s = Sender::tcp(port);
     s.raw(&frame(
         "app.bad",
-        &records,
+        &records_with_two_of_a_wrong_type(),
         nagare_forward::EventTime::now(),
     ));
     let _ = s.read_ack();
     wait_until(WAIT, "the good rows", || ch.count(table) == 8);
     assert_eq!(seqs(ch, table), vec![0, 1, 2, 4, 5, 6, 8, 9]);
-    let letters = buf.join("dead-letters");
-    let reasons = || {
-        walk(&letters)
-            .into_iter()
-            .find(|p| p.extension().is_some_and(|e| e == "reasons"))
-    };
-    wait_until(WAIT, "the dead letters' reasons", || reasons().is_some());
-    let text = std::fs::read_to_string(reasons().unwrap()).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 2, "{text}");
-    assert!(lines[0].starts_with("3\t"), "{text}");
+    let lines = wait_reasons(&buf.join("dead-letters"));
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].starts_with("3\t"), "{lines:?}");
     assert!(
         lines[0].contains("(at row 4)") && lines[0].contains("seq"),
-        "{text}"
+        "{lines:?}"
     );
-    assert!(lines[1].starts_with("7\t"), "{text}");
+    assert!(lines[1].starts_with("7\t"), "{lines:?}");
     drop(d);
     ch.query(&format!("DROP TABLE {table}"));
 }
@@ -246,20 +187,13 @@ fn a_chunk_resent_from_a_file_buffer_is_stored_once_in_a_replacing_merge_tree() 
         &format!("127.0.0.1:{}", ch.http_port),
         &format!("127.0.0.1:{}", free_port()),
     );
-    let (mut d, port) = start_forward_daemon(dir.path(), &down);
     let n = 2000;
-    send_acked_to(port, "app.once", 0..n);
-    d.signal(libc::SIGKILL);
-    let _ = d.wait_exit(WAIT);
-    drop(d);
-    let saved = dir.path().join("saved");
-    copy_dir(&buf, &saved);
+    let saved = buffer_before_any_flush(dir.path(), &down, &buf, "app.once", n);
     let up = ch_output(ch, table, "", &file_buffer);
     let (d, _) = start_forward_daemon(dir.path(), &up);
     wait_until(WAIT, "the buffered rows", || ch.count(table) == n);
     drop(d);
-    std::fs::remove_dir_all(&buf).unwrap();
-    copy_dir(&saved, &buf);
+    restore_buffer(&saved, &buf);
     let (d, _) = start_forward_daemon(dir.path(), &up);
     d.wait_metric("events_out_total", "clickhouse#0", n);
     let once: Vec<u64> = ch
@@ -270,18 +204,6 @@ fn a_chunk_resent_from_a_file_buffer_is_stored_once_in_a_replacing_merge_tree() 
     assert_exact_seqs(&once, n);
     drop(d);
     ch.query(&format!("DROP TABLE {table}"));
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            copy_dir(&p, &to.join(e.file_name()));
-        } else {
-            std::fs::copy(&p, to.join(e.file_name())).unwrap();
-        }
-    }
 }
 
 /// A wrong password and a missing table: named in the log, the events kept
@@ -320,19 +242,7 @@ fn a_wrong_password_and_a_missing_table_are_named_in_the_log() {
 #[test]
 fn a_server_closing_mid_body_gets_the_chunk_again() {
     let Some(_) = shared_clickhouse() else { return };
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let lport = listener.local_addr().unwrap().port();
-    let conns = Arc::new(AtomicUsize::new(0));
-    let c = conns.clone();
-    std::thread::spawn(move || {
-        for s in listener.incoming() {
-            let Ok(mut s) = s else { return };
-            c.fetch_add(1, SeqCst);
-            let mut b = [0u8; 300];
-            let _ = s.read(&mut b);
-            drop(s);
-        }
-    });
+    let (lport, conns) = closing_server(300);
     let dir = tempfile::tempdir().unwrap();
     let cfg = format!(
         r#"[[output]]
@@ -349,7 +259,7 @@ retry_max_interval = "200ms"
     );
     let (d, port) = start_forward_daemon(dir.path(), &cfg);
     send_acked_to(port, "app.cut", 0..200);
-    wait_until(WAIT, "the chunk tried again", || conns.load(SeqCst) >= 4);
+    wait_connections(&conns, 4);
     d.wait_log(&format!("127.0.0.1:{lport}"));
     assert_eq!(d.metric("secondary_events_total", "clickhouse#0"), 0);
     assert_eq!(d.metric("events_out_total", "clickhouse#0"), 0);
@@ -362,21 +272,9 @@ fn the_documented_example_config_inserts_rows() {
     let Some(ch) = shared_clickhouse() else {
         return;
     };
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let example = std::fs::read_to_string(format!("{root}/examples/clickhouse.toml")).unwrap();
-    let doc = std::fs::read_to_string(format!("{root}/docs/outputs-storage-sql.md")).unwrap();
-    assert!(
-        doc.contains(&example),
-        "the docs show examples/clickhouse.toml as it is"
-    );
-    let create: String = example
-        .lines()
-        .skip_while(|l| !l.contains("CREATE TABLE"))
-        .take_while(|l| l.starts_with("#  "))
-        .map(|l| l.trim_start_matches('#'))
-        .collect();
+    let (example, create) = documented_example("clickhouse.toml");
     ch.query("DROP TABLE IF EXISTS logs");
-    ch.query(create.trim().trim_end_matches(';'));
+    ch.query(&create);
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let config = example
@@ -401,4 +299,75 @@ fn the_documented_example_config_inserts_rows() {
     assert_eq!(wrong.trim(), "0");
     drop(d);
     ch.query("DROP TABLE logs");
+}
+
+/// A 413 (from a proxy in front of ClickHouse; the server itself does not
+/// answer it) cuts the chunk in halves sent apart (two at once,
+/// `request_concurrency = 2`), the shared path of every HTTP output, down
+/// to bodies the "server" takes: every row is inserted once.
+#[test]
+fn a_413_cuts_the_chunk_in_halves_each_row_inserted_once() {
+    let server = ScriptedHttp::start(|_, r| {
+        let body = String::from_utf8_lossy(&r.body);
+        if body.starts_with("DESCRIBE TABLE") {
+            return Reply::Status(200, "seq\tUInt64\t\t\nmessage\tString\t\t\n".into());
+        }
+        if body.lines().count() > 50 {
+            Reply::Status(413, "Request Entity Too Large".into())
+        } else {
+            Reply::Status(200, String::new())
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = format!(
+        r#"[[output]]
+type = "clickhouse"
+match = "**"
+endpoint = "http://127.0.0.1:{}"
+table = "t"
+request_concurrency = 2
+[output.buffer]
+flush_interval = "200ms"
+"#,
+        server.port
+    );
+    let (d, port) = start_forward_daemon(dir.path(), &cfg);
+    let records: Vec<Vec<u8>> = (0..200u64)
+        .map(|i| mp(serde_json::json!({"seq": i, "message": message_for(i)})))
+        .collect();
+    let mut s = Sender::tcp(port);
+    s.raw(&frame(
+        "app.big",
+        &records,
+        nagare_forward::EventTime::now(),
+    ));
+    let _ = s.read_ack();
+    d.wait_metric("events_out_total", "clickhouse#0", 200);
+    let inserts: Vec<_> = server
+        .requests()
+        .into_iter()
+        .filter(|r| !r.body.starts_with(b"DESCRIBE"))
+        .collect();
+    // 200 rows: 413; two halves of 100: 413; four quarters of 50: taken.
+    assert_eq!(inserts.len(), 7, "{} inserts", inserts.len());
+    let mut stored: Vec<u64> = inserts
+        .iter()
+        .filter(|r| {
+            r.body
+                .split(|&b| b == b'\n')
+                .filter(|l| !l.is_empty())
+                .count()
+                <= 50
+        })
+        .flat_map(|r| {
+            String::from_utf8_lossy(&r.body)
+                .lines()
+                .map(|l| json_value(l.as_bytes())["seq"].as_u64().unwrap())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    stored.sort();
+    assert_exact_seqs(&stored, 200);
+    d.wait_log("request too large: sending it in two halves");
+    assert_eq!(d.metric("secondary_events_total", "clickhouse#0"), 0);
 }

@@ -1,27 +1,32 @@
 //! The postgresql output against a real PostgreSQL 15 (one server per test
 //! run, common/pg_server.rs), rows read back with psql: columns and jsonb
-//! by content and count; a chunk re-sent from a file buffer stored once; a
-//! restart of PostgreSQL mid-load (nothing lost, nothing doubled); a row of
-//! a wrong type rejected with its reason while the others are stored; a
-//! missing table and a wrong password named in the log.
+//! by content and count; stored once through the ledger: a chunk re-sent
+//! from a file buffer, by two processes at once, and nagare killed with
+//! SIGKILL under acked load (every acked event once); a restart of
+//! PostgreSQL mid-load (nothing lost, nothing doubled); a row of a wrong
+//! type rejected with its reason while the others are stored; a missing
+//! table, a ledger that cannot be made and a wrong password named in the
+//! log.
 
-use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::pg_server::{shared_postgres, PgServer, PASSWORD, TLS_USER, USER};
+use crate::common::sql::*;
 use crate::common::*;
 
-/// A table with the stored-once key, and the columns the tests fill.
+/// A table with the columns the tests fill (no unique key: the ledger
+/// makes a chunk stored once).
 fn create_table(pg: &PgServer, table: &str) {
     pg.psql(&format!(
         "CREATE TABLE {table} (id bigserial, chunk_id text NOT NULL, position integer NOT NULL, \
-         time timestamptz, tag text, seq bigint, message text, rec jsonb, \
-         UNIQUE (chunk_id, position)); GRANT ALL ON {table} TO {USER}; \
-         GRANT ALL ON SEQUENCE {table}_id_seq TO {USER};"
+         time timestamptz, tag text, seq bigint, message text, rec jsonb); \
+         GRANT ALL ON {table} TO {USER}; GRANT ALL ON SEQUENCE {table}_id_seq TO {USER};"
     ));
 }
 
-/// A postgresql output of `tag.**` into `table`.
+/// A postgresql output of `**` into `table`, with the chunk id and
+/// position in their columns.
 fn pg_output(pg: &PgServer, table: &str, extra: &str, buffer: &str) -> String {
     format!(
         r#"[[output]]
@@ -33,6 +38,8 @@ table = "{table}"
 columns = {{ seq = "seq", message = "message" }}
 record_column = "rec"
 tag_column = "tag"
+chunk_id_column = "chunk_id"
+position_column = "position"
 timeout = "5s"
 {extra}
 [output.buffer]
@@ -53,6 +60,15 @@ fn seqs(pg: &PgServer, table: &str) -> Vec<u64> {
         .collect()
 }
 
+/// The ledger's rows for `table`: (chunks, rows).
+fn ledger_of(pg: &PgServer, table: &str) -> (u64, u64) {
+    let r = pg.psql(&format!(
+        "SELECT count(*), coalesce(sum(rows), 0) FROM nagare_chunks WHERE target = '{table}'"
+    ));
+    let (a, b) = r.trim().split_once('|').unwrap();
+    (a.parse().unwrap(), b.parse().unwrap())
+}
+
 #[test]
 fn output_copies_columns_and_jsonb_rows_by_content() {
     let Some(pg) = shared_postgres() else { return };
@@ -65,7 +81,7 @@ fn output_copies_columns_and_jsonb_rows_by_content() {
     let mut s = Sender::tcp(port);
     s.send_seqs("app.web", n, 250);
     // Awkward text survives COPY's escaping: tab, newline, backslash, quote, UTF-8.
-    let odd = "tab\there\nnew line \\ back \"quoted\" 日本語";
+    let odd = "tab\there\nnew line \\ back \"quoted\" 日本語\r";
     let mut e = Vec::new();
     nagare_forward::write_entry(
         &mut e,
@@ -103,14 +119,19 @@ fn output_copies_columns_and_jsonb_rows_by_content() {
         "SELECT count(*) FROM (SELECT chunk_id, count(*) c, max(position) m FROM {table} GROUP BY chunk_id) x WHERE m <> c - 1"
     ));
     assert_eq!(bad_positions.trim(), "0");
+    // The ledger holds one row a chunk: the chunk ids of the table, their rows.
+    let (chunks, rows) = ledger_of(&pg, table);
+    let table_chunks = pg.psql(&format!("SELECT count(DISTINCT chunk_id) FROM {table}"));
+    assert_eq!(chunks.to_string(), table_chunks.trim());
+    assert_eq!(rows, n + 1);
     drop(d);
     pg.psql(&format!("DROP TABLE {table}"));
 }
 
-/// A chunk sent twice (the same chunk file of a file buffer flushed again,
-/// as after a kill -9 between the COMMIT and the chunk's removal) is
-/// stored once: the rows carry (chunk_id, position) and the unique key
-/// drops the second copy.
+/// A chunk sent twice (the same chunk files of a file buffer flushed
+/// again, as after a kill -9 between the COMMIT and the chunk's removal),
+/// first by two processes at once (one transaction waits on the other's
+/// ledger key, then skips), then once more: stored once.
 #[test]
 fn a_chunk_resent_from_a_file_buffer_is_stored_once() {
     let Some(pg) = shared_postgres() else { return };
@@ -119,60 +140,121 @@ fn a_chunk_resent_from_a_file_buffer_is_stored_once() {
     create_table(&pg, table);
     let dir = tempfile::tempdir().unwrap();
     let buf = dir.path().join("buf");
-    let file_buffer = format!("type = \"file\"\npath = \"{}\"\n", buf.display());
-    // 1. PostgreSQL unreachable (a closed port): the chunks wait in the file buffer.
-    let dead = free_port();
-    let down = pg_output(&pg, table, "", &file_buffer)
-        .replace(&format!("port={}", pg.port), &format!("port={dead}"));
-    let (mut d, port) = start_forward_daemon(dir.path(), &down);
+    let file_buffer = |b: &std::path::Path| {
+        format!(
+            "type = \"file\"\npath = \"{}\"\nchunk_limit_records = 100\n",
+            b.display()
+        )
+    };
+    // PostgreSQL unreachable (a closed port): the chunks wait in the
+    // file buffer, kept aside before any flush.
+    let down = pg_output(&pg, table, "", &file_buffer(&buf)).replace(
+        &format!("port={}", pg.port),
+        &format!("port={}", free_port()),
+    );
     let n = 2000;
-    send_acked_to(port, "app.once", 0..n);
-    d.wait_log("PostgreSQL at 127.0.0.1");
-    d.signal(libc::SIGKILL);
-    let _ = d.wait_exit(WAIT);
-    drop(d);
-    // 2. The buffer as it was before any flush, kept aside.
-    let saved = dir.path().join("saved");
-    copy_dir(&buf, &saved);
-    // 3. Flushed for real.
-    let (d, _) = start_forward_daemon(dir.path(), &pg_output(&pg, table, "", &file_buffer));
-    wait_until(WAIT, "the buffered rows in PostgreSQL", || {
-        pg.count(table) == n
-    });
-    drop(d);
-    // 4. The same chunk files once more: nothing is added.
-    std::fs::remove_dir_all(&buf).unwrap();
-    copy_dir(&saved, &buf);
-    let (d, _) = start_forward_daemon(dir.path(), &pg_output(&pg, table, "", &file_buffer));
+    let saved = buffer_before_any_flush(dir.path(), &down, &buf, "app.once", n);
+    // Two processes with the same chunk files flush them at once.
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (buf_a, buf_b) = (dir_a.path().join("buf"), dir_b.path().join("buf"));
+    restore_buffer(&saved, &buf_a);
+    restore_buffer(&saved, &buf_b);
+    let (a, _) = start_forward_daemon(
+        dir_a.path(),
+        &pg_output(&pg, table, "", &file_buffer(&buf_a)),
+    );
+    let (b, _) = start_forward_daemon(
+        dir_b.path(),
+        &pg_output(&pg, table, "", &file_buffer(&buf_b)),
+    );
+    a.wait_metric("events_out_total", "postgresql#0", n);
+    b.wait_metric("events_out_total", "postgresql#0", n);
+    assert_exact_seqs(&seqs(&pg, table), n);
+    let skipped = |d: &Daemon| d.stderr().matches("chunk already stored").count();
+    assert_eq!(
+        skipped(&a) + skipped(&b),
+        20,
+        "each of the 20 chunks copied by one process and skipped by the other"
+    );
+    drop((a, b));
+    // The same chunk files once more: nothing is added.
+    restore_buffer(&saved, &buf);
+    let (d, _) = start_forward_daemon(dir.path(), &pg_output(&pg, table, "", &file_buffer(&buf)));
     d.wait_metric("events_out_total", "postgresql#0", n);
     assert_exact_seqs(&seqs(&pg, table), n);
+    assert_eq!(ledger_of(&pg, table), (20, n));
     drop(d);
     pg.psql(&format!("DROP TABLE {table}"));
 }
 
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
+/// nagare killed with SIGKILL under acked load, with a file buffer and
+/// four flush workers: after a restart every acked event is in the table
+/// once (chunks committed before the kill but still in the buffer are
+/// found in the ledger and not copied again).
+#[test]
+fn kill_9_under_acked_load_stores_every_acked_event_once() {
+    let Some(pg) = shared_postgres() else { return };
+    let pg = pg.read().unwrap();
+    let table = "pg_kill";
+    create_table(&pg, table);
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cfg = format!(
+        "{}{}",
+        forward_input(port),
+        pg_output(
+            &pg,
+            table,
+            "",
+            &format!(
+                "type = \"file\"\npath = \"{}\"\nchunk_limit_records = 300\nflush_thread_count = 4\n",
+                dir.path().join("buf").display()
+            )
+        )
+    );
+    let mut d = Daemon::start(dir.path(), "nagare", &cfg, None);
+    d.wait_port(port);
+    let acked = Arc::new(Mutex::new(0u64));
+    let acked2 = acked.clone();
+    let load = std::thread::spawn(move || {
+        let mut s = Sender::tcp(port);
+        for f in 0u64.. {
+            let (a, b) = (f * 50, f * 50 + 50);
+            s.packed("app.kill", a..b, Some(format!("k{f}").as_bytes()));
+            match s.read_msg() {
+                Ok(_) => *acked2.lock().unwrap() = b,
+                Err(_) => return, // nagare died: unacked frames are the sender's
+            }
         }
-    }
-    out
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            copy_dir(&p, &to.join(e.file_name()));
-        } else {
-            std::fs::copy(&p, to.join(e.file_name())).unwrap();
-        }
-    }
+    });
+    wait_until(WAIT, "acked events, some of them stored", || {
+        *acked.lock().unwrap() >= 8000 && pg.count(table) > 0
+    });
+    d.signal(libc::SIGKILL);
+    d.wait_exit(WAIT);
+    load.join().unwrap();
+    let acked = *acked.lock().unwrap();
+    let at_kill = pg.count(table);
+    let mut d = Daemon::start(dir.path(), "nagare", &cfg, None);
+    d.wait_port(port);
+    wait_until(Duration::from_secs(60), "every acked event stored", || {
+        pg.count(table) >= acked
+    });
+    let all = seqs(&pg, table);
+    let (lost, dups) = lost_and_duplicated(&all, acked);
+    assert!(
+        lost.is_empty(),
+        "acked events lost: {:?}",
+        &lost[..lost.len().min(20)]
+    );
+    assert_eq!(dups, 0, "duplicates ({at_kill} rows at the kill)");
+    eprintln!(
+        "kill -9: {acked} acked, {at_kill} stored at the kill, {} after, 0 lost, 0 duplicated, {} chunk(s) found in the ledger",
+        all.len(),
+        d.stderr().matches("chunk already stored").count()
+    );
+    drop(d);
+    pg.psql(&format!("DROP TABLE {table}"));
 }
 
 /// PostgreSQL restarted while events stream in: the chunks that failed are
@@ -210,7 +292,7 @@ fn a_restart_of_postgresql_mid_load_loses_and_doubles_nothing() {
 
 /// A value PostgreSQL refuses (text in a bigint column) rejects that row
 /// alone, with the server's reason in the dead letters' `.reasons`; the
-/// other rows of its chunk are stored.
+/// other rows of its chunk are stored, and the ledger counts them.
 #[test]
 fn a_row_of_a_wrong_type_is_rejected_with_its_reason_and_the_rest_stored() {
     let Some(pg) = shared_postgres() else { return };
@@ -219,7 +301,6 @@ fn a_row_of_a_wrong_type_is_rejected_with_its_reason_and_the_rest_stored() {
     create_table(&pg, table);
     let dir = tempfile::tempdir().unwrap();
     let buf = dir.path().join("buf");
-    // The bad rows' seq is text: one chunk of 10 with rows 3 and 7 bad.
     let (d, port) = start_forward_daemon(
         dir.path(),
         &pg_output(
@@ -229,55 +310,24 @@ fn a_row_of_a_wrong_type_is_rejected_with_its_reason_and_the_rest_stored() {
             &format!("type = \"file\"\npath = \"{}\"\n", buf.display()),
         ),
     );
-    let mut e = Vec::new();
-    let t = nagare_forward::EventTime::now();
-    for i in 0..10u64 {
-        let mut r = Vec::new();
-        nagare_forward::msgpack::write_map_len(&mut r, 2);
-        nagare_forward::msgpack::write_str(&mut r, b"seq");
-        if i == 3 || i == 7 {
-            nagare_forward::msgpack::write_str(&mut r, format!("not-a-number-{i}").as_bytes());
-        } else {
-            nagare_forward::msgpack::write_uint(&mut r, i);
-        }
-        nagare_forward::msgpack::write_str(&mut r, b"message");
-        nagare_forward::msgpack::write_str(&mut r, message_for(i).as_bytes());
-        nagare_forward::write_entry(&mut e, t, &r);
-    }
-    let mut f = Vec::new();
-    nagare_forward::encode_packed_forward(
-        &mut f,
-        "app.bad",
-        &e,
-        10,
-        Some(b"bad-1"),
-        nagare_forward::Compression::None,
-    )
-    .unwrap();
     let mut s = Sender::tcp(port);
-    s.raw(&f);
+    s.raw(&frame(
+        "app.bad",
+        &records_with_two_of_a_wrong_type(),
+        nagare_forward::EventTime::now(),
+    ));
     let _ = s.read_ack();
     wait_until(WAIT, "the good rows", || pg.count(table) == 8);
     assert_eq!(seqs(&pg, table), vec![0, 1, 2, 4, 5, 6, 8, 9]);
-    let letters = buf.join("dead-letters");
-    wait_until(WAIT, "the dead letters' reasons", || {
-        walk(&letters)
-            .iter()
-            .any(|p| p.extension().is_some_and(|e| e == "reasons"))
-    });
-    let reasons = walk(&letters)
-        .into_iter()
-        .find(|p| p.extension().is_some_and(|e| e == "reasons"))
-        .unwrap();
-    let text = std::fs::read_to_string(reasons).unwrap();
-    let lines: Vec<&str> = text.lines().collect();
-    assert_eq!(lines.len(), 2, "{text}");
+    let lines = wait_reasons(&buf.join("dead-letters"));
+    assert_eq!(lines.len(), 2, "{lines:?}");
     assert!(
         lines[0].starts_with("3\tinvalid_text_representation: "),
-        "{text}"
+        "{lines:?}"
     );
-    assert!(lines[0].contains("not-a-number-3"), "{text}");
-    assert!(lines[1].starts_with("7\t"), "{text}");
+    assert!(lines[0].contains("not-a-number-3"), "{lines:?}");
+    assert!(lines[1].starts_with("7\t"), "{lines:?}");
+    assert_eq!(ledger_of(&pg, table), (1, 8));
     drop(d);
     pg.psql(&format!("DROP TABLE {table}"));
 }
@@ -301,6 +351,41 @@ fn a_missing_table_is_named_in_the_log() {
             .count()
             >= 2
     });
+}
+
+/// A ledger that cannot be made (its schema does not exist) is named in
+/// the log with the statement that makes it; the events wait in the
+/// buffer and are stored once the schema is there.
+#[test]
+fn a_ledger_that_cannot_be_made_is_named_and_the_events_kept() {
+    let Some(pg) = shared_postgres() else { return };
+    let pg = pg.read().unwrap();
+    let table = "pg_ledger";
+    create_table(&pg, table);
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = pg_output(&pg, table, "ledger_table = \"ledger_s.chunks\"", "");
+    let (d, port) = start_forward_daemon(dir.path(), &cfg);
+    send_acked_to(port, "app.ledger", 0..100);
+    let line = d.wait_log("ledger table \"ledger_s.chunks\"");
+    assert!(
+        line.contains("schema \"ledger_s\" does not exist")
+            && line.contains("CREATE TABLE IF NOT EXISTS \"ledger_s\".\"chunks\""),
+        "{line}"
+    );
+    wait_until(WAIT, "the flush retried", || {
+        d.metric("retries_total", "postgresql#0") >= 2
+    });
+    assert_eq!(pg.count(table), 0);
+    assert_eq!(d.metric("secondary_events_total", "postgresql#0"), 0);
+    pg.psql(&format!(
+        "CREATE SCHEMA ledger_s; GRANT ALL ON SCHEMA ledger_s TO {USER};"
+    ));
+    wait_until(WAIT, "the kept events stored", || pg.count(table) == 100);
+    assert_exact_seqs(&seqs(&pg, table), 100);
+    let ledger = pg.psql("SELECT count(*), sum(rows) FROM ledger_s.chunks");
+    assert_eq!(ledger.trim(), "1|100");
+    drop(d);
+    pg.psql(&format!("DROP TABLE {table}; DROP SCHEMA ledger_s CASCADE"));
 }
 
 /// A wrong password: the log says so, the events stay in the buffer and
@@ -330,25 +415,13 @@ fn a_wrong_password_is_logged_and_the_events_kept() {
 
 /// examples/postgresql.toml, as docs/outputs-storage-sql.md shows it, runs:
 /// pointed at the test server (the password from PGPASSWORD), its rows
-/// arrive with their columns and the record as jsonb.
+/// arrive with their columns and the record as jsonb, and its ledger
+/// (made by the output) holds the chunk.
 #[test]
 fn the_documented_example_config_stores_rows() {
     let Some(pg) = shared_postgres() else { return };
     let pg = pg.read().unwrap();
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let example = std::fs::read_to_string(format!("{root}/examples/postgresql.toml")).unwrap();
-    let doc = std::fs::read_to_string(format!("{root}/docs/outputs-storage-sql.md")).unwrap();
-    assert!(
-        doc.contains(&example),
-        "the docs show examples/postgresql.toml as it is"
-    );
-    // The table of the example's comment.
-    let create: String = example
-        .lines()
-        .skip_while(|l| !l.contains("CREATE TABLE"))
-        .take_while(|l| l.starts_with("#  "))
-        .map(|l| l.trim_start_matches('#'))
-        .collect();
+    let (example, create) = documented_example("postgresql.toml");
     pg.psql(&format!(
         "DROP TABLE IF EXISTS logs; {create}; GRANT ALL ON logs TO {USER};"
     ));
@@ -369,36 +442,18 @@ fn the_documented_example_config_stores_rows() {
         &[("PGPASSWORD", PASSWORD)],
     );
     d.wait_port(port);
+    let records: Vec<Vec<u8>> = (0..100u64)
+        .map(|i| mp(serde_json::json!({"host": "web-1", "message": message_for(i), "seq": i})))
+        .collect();
     let mut s = Sender::tcp(port);
-    let rec = |i: u64| {
-        let mut o = Vec::new();
-        nagare_core::json::msgpack_from_json(
-            &serde_json::json!({"host": "web-1", "message": message_for(i), "seq": i}),
-            &mut o,
-        );
-        o
-    };
-    let mut e = Vec::new();
-    for i in 0..100 {
-        nagare_forward::write_entry(&mut e, nagare_forward::EventTime::now(), &rec(i));
-    }
-    let mut f = Vec::new();
-    nagare_forward::encode_packed_forward(
-        &mut f,
-        "app",
-        &e,
-        100,
-        None,
-        nagare_forward::Compression::None,
-    )
-    .unwrap();
-    s.raw(&f);
+    s.raw(&frame("app", &records, nagare_forward::EventTime::now()));
     wait_until(WAIT, "the example's rows", || pg.count("logs") == 100);
     let wrong = pg.psql(
         "SELECT count(*) FROM logs WHERE host <> 'web-1' OR tag <> 'app' \
          OR message <> 'event number ' || (record->>'seq') OR record->>'host' <> 'web-1'",
     );
     assert_eq!(wrong.trim(), "0");
+    assert_eq!(ledger_of(&pg, "logs"), (1, 100));
     drop(d);
     pg.psql("DROP TABLE logs");
 }
@@ -416,7 +471,8 @@ fn output_writes_over_tls_checking_the_server_certificate() {
         "GRANT ALL ON {table} TO {TLS_USER}; GRANT ALL ON SEQUENCE {table}_id_seq TO {TLS_USER};"
     ));
     let dir = tempfile::tempdir().unwrap();
-    let cfg = pg_output(&pg, table, "", "")
+    // A ledger of its own: the role may not write the others' ledger.
+    let cfg = pg_output(&pg, table, "ledger_table = \"pg_tls_chunks\"", "")
         .replace(&format!("user={USER}"), &format!("user={TLS_USER}"))
         + &format!("[output.tls]\nca = {:?}\n", pg.ca);
     let (d, port) = start_forward_daemon(dir.path(), &cfg);
@@ -441,18 +497,7 @@ fn a_server_closing_mid_startup_gets_the_chunk_again() {
     if crate::common::pg_server::skip_without_postgres() {
         return;
     }
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let lport = listener.local_addr().unwrap().port();
-    let conns = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let c = conns.clone();
-    std::thread::spawn(move || {
-        for s in listener.incoming() {
-            let Ok(mut s) = s else { return };
-            c.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-            let mut b = [0u8; 16];
-            let _ = std::io::Read::read(&mut s, &mut b);
-        }
-    });
+    let (lport, conns) = closing_server(16);
     let dir = tempfile::tempdir().unwrap();
     let cfg = format!(
         r#"[[output]]
@@ -470,9 +515,7 @@ retry_max_interval = "200ms"
     );
     let (d, port) = start_forward_daemon(dir.path(), &cfg);
     send_acked_to(port, "app.cut", 0..50);
-    wait_until(WAIT, "the chunk tried again", || {
-        conns.load(std::sync::atomic::Ordering::SeqCst) >= 4
-    });
+    wait_connections(&conns, 4);
     d.wait_log(&format!("PostgreSQL at 127.0.0.1:{lport}"));
     assert_eq!(d.metric("secondary_events_total", "postgresql#0"), 0);
     assert_eq!(d.metric("events_out_total", "postgresql#0"), 0);

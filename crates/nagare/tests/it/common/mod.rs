@@ -14,6 +14,7 @@ pub mod opensearch;
 pub mod pg_server;
 pub mod redis_server;
 pub mod scripted_http;
+pub mod sql;
 pub mod tls;
 pub mod victoria_logs;
 
