@@ -204,7 +204,7 @@ impl ObjectHttp {
         let at = at.clone();
         tokio::spawn(async move {
             if let Err(e) = conn.await {
-                tracing::debug!(address = %at, error = %e, "s3 connection ended");
+                tracing::debug!(address = %at, error = %e, "object storage connection ended");
             }
         });
         Ok(send)
