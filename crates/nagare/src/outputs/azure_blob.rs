@@ -148,17 +148,14 @@ struct AzureBlobOutput {
 const RETRIED_400: &[&str] = &["InvalidAuthenticationInfo", "Md5Mismatch"];
 
 impl AzureBlobOutput {
-    fn new(cfg: AzureBlobOutputConfig, cx: &mut BuildContext) -> Result<AzureBlobOutput, OptionError> {
+    fn new(
+        cfg: AzureBlobOutputConfig,
+        cx: &mut BuildContext,
+    ) -> Result<AzureBlobOutput, OptionError> {
         if cfg.container.is_empty() {
             return Err(OptionError::new("container", "must not be empty"));
         }
-        let layout = Layout::new(
-            &cfg.key,
-            cfg.format,
-            &cfg.message_key,
-            cfg.compression,
-            cx,
-        )?;
+        let layout = Layout::new(&cfg.key, cfg.format, &cfg.message_key, cfg.compression, cx)?;
         if cfg.part_size.0 < MIN_PART || cfg.part_size.0 > MAX_PART {
             return Err(OptionError::new(
                 "part_size",

@@ -175,13 +175,7 @@ impl S3Output {
         if cfg.bucket.is_empty() {
             return Err(OptionError::new("bucket", "must not be empty"));
         }
-        let layout = Layout::new(
-            &cfg.key,
-            cfg.format,
-            &cfg.message_key,
-            cfg.compression,
-            cx,
-        )?;
+        let layout = Layout::new(&cfg.key, cfg.format, &cfg.message_key, cfg.compression, cx)?;
         if cfg.part_size.0 < MIN_PART {
             return Err(OptionError::new(
                 "part_size",

@@ -167,7 +167,12 @@ fn every_event_is_stored_once_under_names_from_the_template() {
     );
     // Put whole (no blocks), in the tier asked for.
     for o in &st.objects {
-        assert_eq!((o.storage_class.as_str(), o.blocks), ("Cool", 0), "{}", o.key);
+        assert_eq!(
+            (o.storage_class.as_str(), o.blocks),
+            ("Cool", 0),
+            "{}",
+            o.key
+        );
     }
 }
 
@@ -266,7 +271,10 @@ fn the_documented_example_runs() {
         "logs",
         &[
             ("http://127.0.0.1:10000/devstoreaccount1", a.endpoint()),
-            ("account = \"devstoreaccount1\"", format!("account = \"{ACCOUNT}\"")),
+            (
+                "account = \"devstoreaccount1\"",
+                format!("account = \"{ACCOUNT}\""),
+            ),
         ],
         &[("AZURE_STORAGE_ACCOUNT_KEY", KEY)],
     );

@@ -32,7 +32,11 @@ pub fn cache_dir() -> Option<PathBuf> {
 /// [`Stored`].
 pub fn read_with(script: &str, args: &[&str]) -> Stored {
     let out = Command::new(python())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/objects").join(script))
+        .arg(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/objects")
+                .join(script),
+        )
         .args(args)
         .output()
         .unwrap_or_else(|e| panic!("run {script}: {e}"));
@@ -652,7 +656,9 @@ pub fn the_server_stopped_and_restarted_under_load(s: &mut dyn Store, dir: &Path
     s.kill();
     d.wait_log("will retry");
     s.restart();
-    wait_until(WAIT * 2, "objects again", || s.read(&bucket).objects.len() > 2);
+    wait_until(WAIT * 2, "objects again", || {
+        s.read(&bucket).objects.len() > 2
+    });
     *stop.lock().unwrap() = true;
     let acked = load.join().unwrap();
     let st = wait_events_of(&d, s, &bucket, acked.len());

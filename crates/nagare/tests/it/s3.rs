@@ -162,9 +162,7 @@ fn a_chunk_over_the_part_size_goes_up_in_parts() {
 #[test]
 fn a_wrong_secret_is_a_clear_error_and_a_reload_with_the_right_one_delivers() {
     let Some(v) = shared() else { return };
-    let wrong = v
-        .target("secret")
-        .replace(SECRET, "not-the-secret");
+    let wrong = v.target("secret").replace(SECRET, "not-the-secret");
     objects::wrong_keys_then_a_reload(
         v,
         "secret",

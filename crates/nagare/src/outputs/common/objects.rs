@@ -394,7 +394,15 @@ mod tests {
 
     #[test]
     fn keys_from_the_template() {
-        let k = render_key(DEFAULT_KEY, "app.web", "00ff", "h", ".json.gz", 1_700_000_000).unwrap();
+        let k = render_key(
+            DEFAULT_KEY,
+            "app.web",
+            "00ff",
+            "h",
+            ".json.gz",
+            1_700_000_000,
+        )
+        .unwrap();
         assert_eq!(k, "logs/app.web/2023/11/14/221320-00ff.json.gz");
         // A % in a tag is the tag's, not a strftime field.
         assert_eq!(
