@@ -205,6 +205,60 @@ fn a_wrong_key_is_a_clear_error_and_a_reload_with_the_right_one_delivers() {
     );
 }
 
+/// A shared access signature instead of the account's key: one with
+/// write and create permissions stores every event once; one with read
+/// permission only is refused (403, access denied, events kept).
+#[test]
+fn a_sas_token_signs_instead_of_the_key() {
+    let Some(a) = shared() else { return };
+    let container = a.bucket("sas");
+    let sas = |perms: &str| {
+        let out = Command::new(objects::python())
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/objects/read_azure.py"
+            ))
+            .args([&a.endpoint(), ACCOUNT, KEY, "sas", &container, perms])
+            .output()
+            .expect("run read_azure.py");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap().trim().to_string()
+    };
+    let target = |token: &str| {
+        format!(
+            "container = \"{container}\"\naccount = \"{ACCOUNT}\"\nendpoint = \"{}\"\nsas_token = \"?{token}\"\n",
+            a.endpoint()
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let cfg = objects::config(port, "azure_blob", &target(&sas("r")), "", "");
+    let mut d = Daemon::start(dir.path(), "sas", &cfg, None);
+    d.wait_port(port);
+    send_acked_to(port, "sas", 0..300);
+    let line = d.wait_log("access denied");
+    assert!(
+        line.contains("will retry") && line.contains("sas_token"),
+        "{line}"
+    );
+    assert!(a.read(&container).objects.is_empty());
+    std::fs::write(
+        &d.config,
+        objects::config(port, "azure_blob", &target(&sas("wc")), "", ""),
+    )
+    .unwrap();
+    d.signal(libc::SIGHUP);
+    d.wait_log("configuration reloaded");
+    let st = wait_events_of(&d, a, &container, 300);
+    assert_exact_seqs(&st.seqs(), 300);
+    st.assert_one_object_per_chunk();
+    assert!(d.terminate().success(), "{}", d.stderr());
+}
+
 #[test]
 fn a_container_that_does_not_exist_is_a_clear_error_and_events_wait_for_it() {
     let Some(a) = shared() else { return };

@@ -3,6 +3,7 @@
 
 Usage: read_azure.py ENDPOINT ACCOUNT KEY read CONTAINER
        read_azure.py ENDPOINT ACCOUNT KEY create CONTAINER
+       read_azure.py ENDPOINT ACCOUNT KEY sas CONTAINER PERMISSIONS
 
 ENDPOINT is the account's Blob service URL (Azurite's path-style
 http://127.0.0.1:PORT/ACCOUNT). `read` prints one JSON document:
@@ -11,15 +12,18 @@ http://127.0.0.1:PORT/ACCOUNT). `read` prints one JSON document:
 base64-encoded, decompressed when the name ends in .gz (gzip module) or
 .zst (zstandard), storage_class is the blob's access tier, blocks counts
 its committed blocks (0 for a blob put whole), and uploads counts the blobs
-that hold uncommitted blocks (blocks put and never committed).
+that hold uncommitted blocks (blocks put and never committed). `sas`
+prints a container SAS (query string) with PERMISSIONS ("wc": write and
+create), valid for an hour.
 """
 import base64
+import datetime
 import gzip
 import io
 import json
 import sys
 
-from azure.storage.blob import BlobServiceClient
+from azure.storage.blob import BlobServiceClient, generate_container_sas
 import zstandard
 
 endpoint, account, key, what, container = sys.argv[1:6]
@@ -29,6 +33,18 @@ service = BlobServiceClient(
 c = service.get_container_client(container)
 if what == "create":
     c.create_container()
+    sys.exit(0)
+if what == "sas":
+    print(
+        generate_container_sas(
+            account,
+            container,
+            account_key=key,
+            permission=sys.argv[6],
+            expiry=datetime.datetime.now(datetime.timezone.utc)
+            + datetime.timedelta(hours=1),
+        )
+    )
     sys.exit(0)
 
 objects = []
