@@ -4,6 +4,7 @@
 Usage: read_azure.py ENDPOINT ACCOUNT KEY read CONTAINER
        read_azure.py ENDPOINT ACCOUNT KEY create CONTAINER
        read_azure.py ENDPOINT ACCOUNT KEY sas CONTAINER PERMISSIONS
+       read_azure.py ENDPOINT ACCOUNT KEY list CONTAINER
 
 ENDPOINT is the account's Blob service URL (Azurite's path-style
 http://127.0.0.1:PORT/ACCOUNT). `read` prints one JSON document:
@@ -14,7 +15,8 @@ base64-encoded, decompressed when the name ends in .gz (gzip module) or
 its committed blocks (0 for a blob put whole), and uploads counts the blobs
 that hold uncommitted blocks (blocks put and never committed). `sas`
 prints a container SAS (query string) with PERMISSIONS ("wc": write and
-create), valid for an hour.
+create), valid for an hour. `list` prints {"objects": N, "bytes": SIZE}
+of the container's blobs, reading no body (benches/azure_blob.sh).
 """
 import base64
 import datetime
@@ -45,6 +47,11 @@ if what == "sas":
             + datetime.timedelta(hours=1),
         )
     )
+    sys.exit(0)
+
+if what == "list":
+    sizes = [b.size for b in c.list_blobs()]
+    print(json.dumps({"objects": len(sizes), "bytes": sum(sizes)}))
     sys.exit(0)
 
 objects = []
