@@ -142,17 +142,24 @@ fi
 (cd "$receivers/lumber" && go build -o lumber .) || echo "cannot build the go-lumber sender; the beats tests will fail" >&2
 
 # versitygw (an S3 server, Apache-2.0) for tests/it/s3.rs, once, into a
-# cache outside the repository (the tests look there), and boto3 (a client
-# that is not nagare's) to read the objects back.
+# cache outside the repository (the tests look there).
 gobin="${XDG_CACHE_HOME:-$HOME/.cache}/nagare-go/bin"
 if [ ! -x "$gobin/versitygw" ]; then
   GOBIN="$gobin" go install github.com/versity/versitygw/cmd/versitygw@v1.8.0 \
     || echo "cannot install versitygw; the s3 tests will fail" >&2
 fi
-s3=crates/nagare/tests/s3
-if [ ! -x "$s3/.venv/bin/python" ]; then
-  python3 -m venv "$s3/.venv" && "$s3/.venv/bin/python" -m pip install --quiet \
-    --disable-pip-version-check -r "$s3/requirements.txt"
+# Azurite (Microsoft's Azure Storage emulator, npm) for tests/it/azure_blob.rs,
+# once, into a cache outside the repository; the venv below reads with boto3 (s3) and
+# azure-storage-blob (azure_blob), clients that are not nagare's.
+azurite="${XDG_CACHE_HOME:-$HOME/.cache}/nagare-test/azurite"
+if [ ! -x "$azurite/node_modules/.bin/azurite-blob" ]; then
+  mkdir -p "$azurite" && (cd "$azurite" && npm install --no-audit --no-fund --silent azurite@3.37.0) \
+    || echo "cannot install Azurite; the azure_blob tests will fail" >&2
+fi
+objects=crates/nagare/tests/objects
+if [ ! -x "$objects/.venv/bin/python" ]; then
+  python3 -m venv "$objects/.venv" && "$objects/.venv/bin/python" -m pip install --quiet \
+    --disable-pip-version-check -r "$objects/requirements.txt"
 fi
 
 # VictoriaLogs (Loki push API and Splunk HEC) for tests/it/loki.rs and

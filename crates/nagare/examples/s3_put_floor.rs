@@ -13,6 +13,12 @@
 //! Prints one JSON line: objects, events, bytes (PUT, after compression),
 //! raw (before compression), wall_s and cpu_s (this process, user + system). Used by benches/s3.sh;
 //! see docs/benchmarks/s3.md.
+//!
+//! The floor of the azure_blob output too (benches/azure_blob.sh): an
+//! ENDPOINT of `azure+URL` (the account's Blob service URL, e.g.
+//! `azure+http://127.0.0.1:10000/ACCOUNT`) puts blobs with object_store's
+//! Azure client instead, KEY being the account's name, SECRET its key and
+//! BUCKET the container.
 
 use std::io::Write;
 use std::sync::Arc;
@@ -20,6 +26,7 @@ use std::time::{Duration, Instant};
 
 use nagare::net::object_http::ObjectConnector;
 use object_store::aws::AmazonS3Builder;
+use object_store::azure::MicrosoftAzureBuilder;
 use object_store::path::Path;
 use object_store::{ObjectStore, PutPayload};
 
@@ -64,18 +71,32 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let store = Arc::new(
-        AmazonS3Builder::new()
-            .with_endpoint(&a[0])
-            .with_allow_http(true)
-            .with_access_key_id(&a[1])
-            .with_secret_access_key(&a[2])
-            .with_bucket_name(&a[3])
-            .with_region("us-east-1")
-            .with_http_connector(ObjectConnector::new(None, Duration::from_secs(30)))
-            .build()
-            .expect("the store"),
-    );
+    let connector = ObjectConnector::new(None, Duration::from_secs(30));
+    let store: Arc<dyn ObjectStore> = match a[0].strip_prefix("azure+") {
+        Some(url) => Arc::new(
+            MicrosoftAzureBuilder::new()
+                .with_endpoint(url.to_string())
+                .with_allow_http(true)
+                .with_account(&a[1])
+                .with_access_key(&a[2])
+                .with_container_name(&a[3])
+                .with_http_connector(connector)
+                .build()
+                .expect("the store"),
+        ),
+        None => Arc::new(
+            AmazonS3Builder::new()
+                .with_endpoint(&a[0])
+                .with_allow_http(true)
+                .with_access_key_id(&a[1])
+                .with_secret_access_key(&a[2])
+                .with_bucket_name(&a[3])
+                .with_region("us-east-1")
+                .with_http_connector(connector)
+                .build()
+                .expect("the store"),
+        ),
+    };
     let cpu0 = cpu_seconds();
     let start = Instant::now();
     let sent = rt.block_on(async {

@@ -1,4 +1,5 @@
-//! The HTTP client object_store (the s3 output's S3 protocol) sends its
+//! The HTTP client object_store (the S3 protocol of the s3 output, the Blob
+//! service protocol of the azure_blob output) sends its
 //! requests with: hyper's HTTP/1.1 client over our TCP and rustls code
 //! (tls.rs), so an `https://` endpoint takes the output's `tls` table (a
 //! private CA, a client certificate) like every other TLS client of
@@ -204,7 +205,7 @@ impl ObjectHttp {
         let at = at.clone();
         tokio::spawn(async move {
             if let Err(e) = conn.await {
-                tracing::debug!(address = %at, error = %e, "s3 connection ended");
+                tracing::debug!(address = %at, error = %e, "object storage connection ended");
             }
         });
         Ok(send)

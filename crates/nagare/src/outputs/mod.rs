@@ -3,6 +3,8 @@
 //! Each output type lives in its own file and is registered below (see
 //! nagare-core's plugin.rs).
 
+pub mod common;
+
 use nagare_core::output::{output, OutputRegistration};
 use nagare_core::registry;
 
@@ -22,6 +24,7 @@ registry! {
     clickhouse => output::<clickhouse::ClickhouseOutputConfig>(),
     postgresql => output::<postgresql::PostgresqlOutputConfig>(),
     s3 => output::<s3::S3OutputConfig>(),
+    azure_blob => output::<azure_blob::AzureBlobOutputConfig>(),
     loki => output::<loki::LokiOutputConfig>(),
     splunk_hec => output::<splunk_hec::SplunkHecOutputConfig>(),
     elasticsearch => output::<elasticsearch::ElasticsearchConfig>(),

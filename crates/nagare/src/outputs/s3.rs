@@ -13,48 +13,29 @@
 //!
 //! The S3 protocol (SigV4, PUT, multipart uploads, the error documents)
 //! is object_store's (the Apache Arrow project); its requests go over
-//! net/object_http.rs (our hyper client and rustls). An object larger
-//! than `part_size` is sent as a multipart upload: parts go
-//! `upload_concurrency` at a time, each retried alone by object_store
-//! (`request_retries`), and an upload that fails is aborted so its parts
-//! do not stay stored; the retry of the chunk starts a new upload.
+//! net/object_http.rs (our hyper client and rustls). What the object
+//! outputs share (key, gathering, body, the upload whole or in parts) is
+//! in outputs/common/objects.rs; this file holds the options, the
+//! credentials and the reading of S3's errors.
 
-use std::io::Write;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use nagare_core::output::{FlushError, Output, OutputPlugin};
 use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use nagare_core::units::{Dur, Size};
-use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::aws::AmazonS3Builder;
 use object_store::path::Path as ObjectPath;
-use object_store::{
-    Attribute, Attributes, BackoffConfig, ObjectStore, PutMultipartOptions, PutOptions, PutPayload,
-    RetryConfig,
-};
 use serde::Deserialize;
 
 use crate::buffer::Chunk;
-use crate::formats::{render, Format, DEFAULT_MESSAGE_KEY};
+use crate::formats::{Format, DEFAULT_MESSAGE_KEY};
 use crate::net::http_client::Endpoint;
 use crate::net::object_http::ObjectConnector;
 use crate::net::tls::TlsOptions;
-
-/// How an object's bytes are compressed.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "snake_case")]
-pub enum S3Compression {
-    /// Not compressed.
-    #[default]
-    None,
-    /// One gzip member (`${ext}` ends in ".gz").
-    Gzip,
-    /// One zstd frame (`${ext}` ends in ".zst").
-    Zstd,
-}
+use crate::outputs::common::objects::{
+    gather, retry_config, Layout, ObjectCompression, Said, Uploader, DEFAULT_KEY,
+};
 
 /// The smallest part S3 takes (every part but the last).
 const MIN_PART: u64 = 5 << 20;
@@ -75,7 +56,7 @@ pub struct S3OutputConfig {
     /// (`%Y %m %d %H %M %S` …): the chunk's first event time, UTC. Keep
     /// `${chunk_id}` in it: it makes a retried or re-sent chunk overwrite
     /// its own object instead of adding one (stored once).
-    #[serde_inline_default("logs/${tag}/%Y/%m/%d/%H%M%S-${chunk_id}${ext}".into())]
+    #[serde_inline_default(DEFAULT_KEY.into())]
     pub key: String,
     /// The server's URL for S3-compatible servers, e.g.
     /// "http://127.0.0.1:7070" or "https://minio.example:9000" (default:
@@ -123,7 +104,7 @@ pub struct S3OutputConfig {
     pub message_key: String,
     /// "none" (default), "gzip" or "zstd".
     #[serde(default)]
-    pub compression: S3Compression,
+    pub compression: ObjectCompression,
     /// Gathers events into objects of about this size (Fluent Bit's
     /// name): it sets the buffer's `chunk_limit_size`, so one buffer chunk
     /// of this size (the events as the buffer holds them, msgpack, before
@@ -173,20 +154,28 @@ impl OutputPlugin for S3OutputConfig {
 }
 
 struct S3Output {
-    cfg: S3OutputConfig,
-    store: AmazonS3,
-    /// For error messages: "bucket \"b\" at http://…".
-    place: String,
-    hostname: String,
-    ext: String,
+    layout: Layout,
+    uploader: Uploader,
 }
+
+/// The 400s that are about time or credentials: retried.
+const RETRIED_400: &[&str] = &[
+    "RequestTimeout",
+    "ExpiredToken",
+    "TokenRefreshRequired",
+    "InvalidToken",
+    "AuthorizationHeaderMalformed",
+    "RequestTimeTooSkewed",
+    "IncompleteBody",
+    "SlowDown",
+];
 
 impl S3Output {
     fn new(cfg: S3OutputConfig, cx: &mut BuildContext) -> Result<S3Output, OptionError> {
         if cfg.bucket.is_empty() {
             return Err(OptionError::new("bucket", "must not be empty"));
         }
-        check_key(&cfg.key, cx)?;
+        let layout = Layout::new(&cfg.key, cfg.format, &cfg.message_key, cfg.compression, cx)?;
         if cfg.part_size.0 < MIN_PART {
             return Err(OptionError::new(
                 "part_size",
@@ -196,24 +185,7 @@ impl S3Output {
                 ),
             ));
         }
-        if let Some(size) = cfg.total_file_size {
-            if size.0 == 0 {
-                return Err(OptionError::new(
-                    "total_file_size",
-                    "must be more than 0, e.g. \"100MiB\"",
-                ));
-            }
-            cx.chunk_shape.chunk_limit_size = Some(("total_file_size".into(), size));
-        }
-        if let Some(every) = cfg.upload_timeout {
-            if every.0.is_zero() {
-                return Err(OptionError::new(
-                    "upload_timeout",
-                    "must be more than 0, e.g. \"10m\"",
-                ));
-            }
-            cx.chunk_shape.flush_interval = Some(("upload_timeout".into(), every));
-        }
+        gather(cx, cfg.total_file_size, cfg.upload_timeout)?;
         if cfg.upload_concurrency == 0 {
             return Err(OptionError::new("upload_concurrency", "must be at least 1"));
         }
@@ -251,15 +223,7 @@ impl S3Output {
             .with_bucket_name(&cfg.bucket)
             .with_region(&region)
             .with_virtual_hosted_style_request(!path_style)
-            .with_retry(RetryConfig {
-                backoff: BackoffConfig {
-                    init_backoff: Duration::from_millis(100),
-                    max_backoff: Duration::from_secs(5),
-                    base: 2.0,
-                },
-                max_retries: cfg.request_retries,
-                retry_timeout: cfg.timeout.0 * (cfg.request_retries as u32 + 1),
-            });
+            .with_retry(retry_config(cfg.request_retries, cfg.timeout.0));
         let tls = match &endpoint {
             Some(url) => {
                 let e = Endpoint::parse("endpoint", url)?;
@@ -305,157 +269,39 @@ impl S3Output {
             .with_http_connector(ObjectConnector::new(tls, cfg.timeout.0))
             .build()
             .map_err(|e| OptionError::new("bucket", format!("{place}: {e}")))?;
-        let ext = ext(cfg.format, cfg.compression);
+        let attributes = Uploader::attributes(&layout, cfg.storage_class.as_deref());
         Ok(S3Output {
-            store,
-            place,
-            hostname: gethostname::gethostname().to_string_lossy().into_owned(),
-            ext,
-            cfg,
-        })
-    }
-
-    /// The object key of `chunk`.
-    fn key(&self, chunk: &Chunk) -> Result<String, FlushError> {
-        let secs = chunk.entries().next().map_or(0, |(t, _, _)| t.secs);
-        render_key(
-            &self.cfg.key,
-            &chunk.tag,
-            &chunk.id_hex(),
-            &self.hostname,
-            &self.ext,
-            secs,
-        )
-        .map_err(FlushError::Permanent)
-    }
-
-    /// The chunk's events in the format, compressed.
-    fn body(&self, chunk: &Chunk) -> Result<Vec<u8>, FlushError> {
-        let mut text = Vec::with_capacity(chunk.len + chunk.len / 2);
-        render(self.cfg.format, &self.cfg.message_key, chunk, &mut text);
-        let compressed = match self.cfg.compression {
-            S3Compression::None => return Ok(text),
-            S3Compression::Gzip => {
-                let mut gz = flate2::write::GzEncoder::new(
-                    Vec::with_capacity(text.len() / 4),
-                    flate2::Compression::default(),
-                );
-                gz.write_all(&text).and_then(|()| gz.finish())
-            }
-            S3Compression::Zstd => zstd::bulk::compress(&text, 3),
-        };
-        compressed.map_err(|e| FlushError::Retry(format!("{:?}: {e}", self.cfg.compression)))
-    }
-
-    fn attributes(&self) -> Attributes {
-        let mut a = Attributes::new();
-        let content_type = match self.cfg.compression {
-            S3Compression::Gzip => "application/gzip",
-            S3Compression::Zstd => "application/zstd",
-            S3Compression::None => match self.cfg.format {
-                Format::Json => "application/x-ndjson",
-                Format::Msgpack => "application/msgpack",
-                Format::Ltsv | Format::SingleValue => "text/plain; charset=utf-8",
+            layout,
+            uploader: Uploader {
+                store: Arc::new(store),
+                part_size: cfg.part_size.0 as usize,
+                max_parts: MAX_PARTS,
+                concurrency: cfg.upload_concurrency,
+                attributes,
+                output: "s3",
+                place,
             },
-        };
-        a.insert(Attribute::ContentType, content_type.into());
-        if let Some(c) = &self.cfg.storage_class {
-            a.insert(Attribute::StorageClass, c.clone().into());
-        }
-        a
-    }
-
-    async fn put(&self, path: &ObjectPath, body: Vec<u8>) -> Result<(), FlushError> {
-        let part = self.cfg.part_size.0 as usize;
-        if body.len() <= part {
-            let opts = PutOptions {
-                attributes: self.attributes(),
-                ..Default::default()
-            };
-            self.store
-                .put_opts(path, PutPayload::from(body), opts)
-                .await
-                .map(|_| ())
-                .map_err(|e| self.judge(path, e))
-        } else {
-            self.put_multipart(path, body).await
-        }
-    }
-
-    /// Sends `body` in parts, `upload_concurrency` at a time; aborts the
-    /// upload when a part or the completion fails.
-    async fn put_multipart(&self, path: &ObjectPath, body: Vec<u8>) -> Result<(), FlushError> {
-        let body = bytes::Bytes::from(body);
-        // Parts grow past part_size only for objects over 10,000 parts.
-        let part = (self.cfg.part_size.0 as usize).max(body.len().div_ceil(MAX_PARTS));
-        let opts = PutMultipartOptions {
-            attributes: self.attributes(),
-            ..Default::default()
-        };
-        let mut upload = self
-            .store
-            .put_multipart_opts(path, opts)
-            .await
-            .map_err(|e| self.judge(path, e))?;
-        let mut running = tokio::task::JoinSet::new();
-        let mut failed = None;
-        for start in (0..body.len()).step_by(part) {
-            let piece = body.slice(start..(start + part).min(body.len()));
-            running.spawn(upload.put_part(PutPayload::from(piece)));
-            while running.len() >= self.cfg.upload_concurrency {
-                if let Some(Ok(Err(e))) = running.join_next().await {
-                    failed.get_or_insert(e);
-                }
-            }
-            if failed.is_some() {
-                break;
-            }
-        }
-        while let Some(r) = running.join_next().await {
-            if let Ok(Err(e)) = r {
-                failed.get_or_insert(e);
-            }
-        }
-        let result = match failed {
-            Some(e) => Err(e),
-            None => upload.complete().await.map(|_| ()),
-        };
-        if let Err(e) = result {
-            let why = self.judge(path, e);
-            // The parts sent so far are stored (and billed) until aborted.
-            if let Err(a) = upload.abort().await {
-                tracing::warn!(output = "s3", place = %self.place, key = %path, error = %a,
-                    "cannot abort the failed multipart upload; its parts stay stored until a lifecycle rule removes them");
-            }
-            return Err(why);
-        }
-        Ok(())
+        })
     }
 
     /// Retry or Permanent, and a message naming the bucket, the server
     /// and what it said.
     fn judge(&self, path: &ObjectPath, e: object_store::Error) -> FlushError {
         let text = e.to_string();
-        let code = between(&text, "<Code>", "</Code>");
-        let message = between(&text, "<Message>", "</Message>");
-        let status = status_of(&text);
-        let said = match (code, message) {
-            (Some(c), Some(m)) => format!("{c}: {m}"),
-            (Some(c), None) => c.to_string(),
-            _ => text.clone(),
-        };
-        let place = &self.place;
-        let what = match (code, &e) {
+        let said = Said::read(&text);
+        let place = &self.uploader.place;
+        let what = match (said.code, &e) {
             (Some("NoSuchBucket"), _) => format!(
                 "{place}: the bucket does not exist (NoSuchBucket); events are kept and retried until it is created"
             ),
             (_, object_store::Error::PermissionDenied { .. })
             | (_, object_store::Error::Unauthenticated { .. }) => format!(
-                "{place}: access denied writing {path} ({said}): check access_key_id and secret_access_key (or the environment's or the credentials file's keys) and the bucket's policy; events are kept and retried"
+                "{place}: access denied writing {path} ({}): check access_key_id and secret_access_key (or the environment's or the credentials file's keys) and the bucket's policy; events are kept and retried",
+                said.text
             ),
-            _ => format!("{place}: writing {path}: {said}"),
+            _ => format!("{place}: writing {path}: {}", said.text),
         };
-        if permanent(status, code) {
+        if said.permanent(RETRIED_400) {
             FlushError::Permanent(what)
         } else {
             FlushError::Retry(what)
@@ -466,122 +312,14 @@ impl S3Output {
 #[async_trait]
 impl Output for S3Output {
     async fn write(&self, chunk: &Chunk) -> Result<(), FlushError> {
-        let key = self.key(chunk)?;
+        let key = self.layout.key(chunk)?;
         let path = ObjectPath::from(key.as_str());
-        let body = self.body(chunk)?;
-        self.put(&path, body).await
+        let body = self.layout.body(chunk)?;
+        self.uploader
+            .put(&path, body)
+            .await
+            .map_err(|e| self.judge(&path, e))
     }
-}
-
-/// Whether an answer means the chunk can never be stored as it is: a 400
-/// (or 411, 413, 414) about the request itself. Everything else is
-/// retried: connection errors, timeouts, 5xx (a full disk is 507 or 500),
-/// 429, 403 and 401 (wrong keys, fixed by a reload), 404 (no such bucket)
-/// and the 400s that are about time or credentials.
-fn permanent(status: Option<u16>, code: Option<&str>) -> bool {
-    const RETRIED_400: &[&str] = &[
-        "RequestTimeout",
-        "ExpiredToken",
-        "TokenRefreshRequired",
-        "InvalidToken",
-        "AuthorizationHeaderMalformed",
-        "RequestTimeTooSkewed",
-        "IncompleteBody",
-        "SlowDown",
-    ];
-    match status {
-        Some(400) => !code.is_some_and(|c| RETRIED_400.contains(&c)),
-        Some(411 | 413 | 414) => true,
-        _ => false,
-    }
-}
-
-/// The HTTP status object_store's error text gives ("… status code: 403 …").
-fn status_of(text: &str) -> Option<u16> {
-    let at = text.find("status code: ")? + "status code: ".len();
-    text.get(at..at + 3)?.parse().ok()
-}
-
-fn between<'a>(text: &'a str, open: &str, close: &str) -> Option<&'a str> {
-    let start = text.find(open)? + open.len();
-    let len = text[start..].find(close)?;
-    Some(&text[start..start + len])
-}
-
-/// The `${ext}` of a format and compression.
-fn ext(format: Format, compression: S3Compression) -> String {
-    let f = match format {
-        Format::Json => ".json",
-        Format::Msgpack => ".msgpack",
-        Format::Ltsv => ".ltsv",
-        Format::SingleValue => ".log",
-    };
-    let c = match compression {
-        S3Compression::None => "",
-        S3Compression::Gzip => ".gz",
-        S3Compression::Zstd => ".zst",
-    };
-    format!("{f}{c}")
-}
-
-const PLACEHOLDERS: &[&str] = &["${tag}", "${chunk_id}", "${hostname}", "${ext}"];
-
-/// Checks the key template: known `${…}`, strftime fields chrono knows,
-/// and a warning without `${chunk_id}`.
-fn check_key(key: &str, cx: &mut BuildContext) -> Result<(), OptionError> {
-    let mut rest = key;
-    while let Some(i) = rest.find("${") {
-        let tail = &rest[i..];
-        let Some(p) = PLACEHOLDERS.iter().find(|p| tail.starts_with(**p)) else {
-            let end = tail.find('}').map_or(tail.len(), |e| e + 1);
-            return Err(OptionError::new(
-                "key",
-                format!(
-                    "{:?} is not a placeholder (known: {})",
-                    &tail[..end],
-                    PLACEHOLDERS.join(" ")
-                ),
-            ));
-        };
-        rest = &tail[p.len()..];
-    }
-    render_key(key, "tag", &"0".repeat(32), "host", ".json", 0)
-        .map_err(|e| OptionError::new("key", e))?;
-    if render_key(key, "tag", "", "host", ".json", 0).is_ok_and(|k| k.is_empty()) {
-        return Err(OptionError::new("key", "names no object (empty)"));
-    }
-    if !key.contains("${chunk_id}") {
-        cx.warn(
-            "key",
-            "has no ${chunk_id}: chunks with the same tag and time overwrite each other's objects, and a retry after a partial failure cannot be told from a new chunk; keep ${chunk_id} for one object per chunk, stored once",
-        );
-    }
-    Ok(())
-}
-
-/// The key for a chunk: placeholders first (a `%` in a tag escaped), then
-/// strftime of `secs` (UTC).
-fn render_key(
-    template: &str,
-    tag: &str,
-    chunk_id: &str,
-    hostname: &str,
-    ext: &str,
-    secs: u32,
-) -> Result<String, String> {
-    let esc = |s: &str| s.replace('%', "%%");
-    let filled = template
-        .replace("${tag}", &esc(tag))
-        .replace("${chunk_id}", chunk_id)
-        .replace("${hostname}", &esc(hostname))
-        .replace("${ext}", &esc(ext));
-    let dt = chrono::DateTime::from_timestamp(secs as i64, 0).unwrap_or_default();
-    let mut out = String::new();
-    // fmt::Write returns a bad field's error; io::Write would panic.
-    std::fmt::Write::write_fmt(&mut out, format_args!("{}", dt.format(&filled))).map_err(|_| {
-        format!("{template:?} has a %-field strftime does not know (known: %Y %m %d %H %M %S …; write %% for a %)")
-    })?;
-    Ok(out.trim_start_matches('/').to_string())
 }
 
 /// Access keys.
@@ -721,37 +459,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keys_from_the_template() {
-        let k = render_key(
-            "logs/${tag}/%Y/%m/%d/%H%M%S-${chunk_id}${ext}",
-            "app.web",
-            "00ff",
-            "h",
-            ".json.gz",
-            1_700_000_000,
-        )
-        .unwrap();
-        assert_eq!(k, "logs/app.web/2023/11/14/221320-00ff.json.gz");
-        // A % in a tag is the tag's, not a strftime field.
-        assert_eq!(
-            render_key("/${tag}-${hostname}", "a%Y", "", "h%d", "", 0).unwrap(),
-            "a%Y-h%d"
-        );
-        assert!(render_key("%Q${chunk_id}", "t", "", "", "", 0).is_err());
-    }
-
-    #[test]
-    fn key_checks() {
-        let mut cx = BuildContext::new("s3#0");
-        assert!(check_key("a/${tag}-${chunk_id}", &mut cx).is_ok());
-        assert!(cx.warnings.is_empty());
-        assert!(check_key("a/${tag}", &mut cx).is_ok());
-        assert_eq!(cx.warnings.len(), 1);
-        let e = check_key("a/${tga}", &mut cx).unwrap_err().to_string();
-        assert!(e.contains("${tga}"), "{e}");
-    }
-
-    #[test]
     fn credentials_file_profiles() {
         let text = "# c\n[default]\naws_access_key_id = A\naws_secret_access_key=S\n\n[other]\naws_access_key_id = B\naws_secret_access_key = T\naws_session_token = X\n";
         assert_eq!(
@@ -771,20 +478,5 @@ mod tests {
         );
         assert_eq!(profile_keys(text, "none").unwrap(), None);
         assert!(profile_keys("[x\n", "x").unwrap_err().contains("line 1"));
-    }
-
-    #[test]
-    fn what_is_permanent() {
-        assert!(!permanent(Some(403), Some("SignatureDoesNotMatch")));
-        assert!(!permanent(Some(404), Some("NoSuchBucket")));
-        assert!(!permanent(Some(500), None));
-        assert!(!permanent(None, None));
-        assert!(!permanent(Some(400), Some("RequestTimeout")));
-        assert!(permanent(Some(400), Some("InvalidStorageClass")));
-        assert!(permanent(Some(413), None));
-        assert_eq!(
-            status_of("Server returned non-2xx status code: 403 Forbidden: <Error>"),
-            Some(403)
-        );
     }
 }

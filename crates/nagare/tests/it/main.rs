@@ -10,6 +10,7 @@
 mod common;
 
 mod auth;
+mod azure_blob;
 mod bad_input;
 mod balance;
 mod buffer;
@@ -39,6 +40,7 @@ mod lines;
 mod loki;
 mod lua_filter;
 mod memory;
+mod objects;
 mod opentelemetry;
 mod parsers;
 mod postgresql;

@@ -1,6 +1,6 @@
 """Reads back what the s3 output stored, with boto3 (not nagare's code).
 
-Usage: read_objects.py ENDPOINT ACCESS_KEY SECRET_KEY BUCKET
+Usage: read_s3.py ENDPOINT ACCESS_KEY SECRET_KEY BUCKET
 
 Prints one JSON document: {"objects": [{"key", "size", "etag",
 "content_type", "storage_class", "body"}...], "uploads": N}, where body is
