@@ -100,6 +100,34 @@ impl GelfInputConfig {
         })
     }
 
+    fn settings(&self, tls: Option<Arc<TlsServer>>) -> Settings {
+        let udp = self.protocol == Protocol::Udp;
+        Settings {
+            // Over TCP each message ends with a NUL byte.
+            framing: Framing::Lines { delimiter: vec![0] },
+            // A datagram is at most 64 KiB; the whole message is bounded
+            // by the decoder once joined and decompressed.
+            max_message: if udp {
+                65536
+            } else {
+                self.max_message_size.0 as usize
+            },
+            max_connections: self.max_connections,
+            idle_timeout: self.idle_timeout.0,
+            datagram_is_message: true,
+            tls,
+        }
+    }
+
+    /// What this input makes of `feed` (datagrams over UDP, a connection's
+    /// bytes over TCP), without sockets: for the fuzz target `gelf` and
+    /// the test that replays its seeds (fuzz/, docs/fuzzing.md).
+    #[doc(hidden)]
+    pub fn replay(&self, feed: sockets::Feed<'_>) -> sockets::Replayed {
+        let d = self.decoder("replay", Arc::new(PluginStats::default()));
+        sockets::replay(&self.settings(None), &d, feed)
+    }
+
     fn decoder(&self, name: &str, stats: Arc<PluginStats>) -> GelfDecoder {
         GelfDecoder {
             name: name.to_string(),
@@ -479,22 +507,7 @@ impl Input for GelfInput {
         let endpoint = cfg
             .endpoint()
             .map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
-        let udp = cfg.protocol == Protocol::Udp;
-        let settings = Settings {
-            // Over TCP each message ends with a NUL byte.
-            framing: Framing::Lines { delimiter: vec![0] },
-            // A datagram is at most 64 KiB; the whole message is bounded
-            // by the decoder once joined and decompressed.
-            max_message: if udp {
-                65536
-            } else {
-                cfg.max_message_size.0 as usize
-            },
-            max_connections: cfg.max_connections,
-            idle_timeout: cfg.idle_timeout.0,
-            datagram_is_message: true,
-            tls: self.tls.clone(),
-        };
+        let settings = cfg.settings(self.tls.clone());
         let decoder = cfg.decoder(&cx.name, cx.stats.clone());
         sockets::start(endpoint, settings, Box::new(decoder), cx).await
     }
