@@ -1607,7 +1607,7 @@ fn inject_note(ctx: &mut Ctx, d: &Directive) {
 }
 
 /// Fluentd's out_file names: the chunk's time in the name by the timekey.
-fn timekey_format(secs: u64) -> &'static str {
+pub(crate) fn timekey_format(secs: u64) -> &'static str {
     match secs {
         0..60 => "%Y%m%d%H%M%S",
         60..3600 => "%Y%m%d%H%M",
