@@ -19,8 +19,11 @@ use nagare_forward::{
     bytes_needed, count_entries, normalize_entries, scan_frame, EventTime, Limits,
 };
 
-/// The targets, each with the folder of its seeds (relative to fuzz/).
-pub const TARGETS: &[(&str, fn(&[u8]), &str)] = &[
+/// A target: its name, its check, the folder of its seeds (relative to fuzz/).
+pub type Target = (&'static str, fn(&[u8]), &'static str);
+
+/// Every target.
+pub const TARGETS: &[Target] = &[
     ("frame_decoder", frame_decoder, "seeds"),
     ("es_bulk", es_bulk, "seeds-receivers/es_bulk"),
     ("hec_events", hec_events, "seeds-receivers/hec_events"),
