@@ -1078,6 +1078,13 @@ fn store_mappings_follow_the_peers_sources() {
   bind 127.0.0.1
   port 24301
 </source>
+<source>
+  @type beats
+  bind 127.0.0.1
+  port 5045
+  tag filebeat
+  max_connections 100
+</source>
 <match hec.**>
   @type splunk_hec
   full_url https://hec.example:8088/
@@ -1117,6 +1124,10 @@ fn store_mappings_follow_the_peers_sources() {
         fluentd,
         0,
         &[
+            "type = 'beats'",
+            "bind = '127.0.0.1:5045'",
+            "tag = 'filebeat'",
+            "max_connections = 100",
             "endpoint = 'https://hec.example:8088/services/collector/event'",
             "X-Team = 'web'",
             "key = 'day/%Y%m%d_${chunk_id}${ext}'",
@@ -1131,15 +1142,20 @@ fn store_mappings_follow_the_peers_sources() {
 
     // fluent-plugin-clickhouse: database "default" unless set; `fields`
     // are positional CSV columns, which nagare does not have.
+    // fluent-plugin-beats: `metadata_as_tag` has no equivalent option.
     let (toml, stderr) = convert_and_check(
         dir.path(),
         "clickhouse.conf",
-        "<source>\n  @type forward\n  port 24302\n</source>\n<match **>\n  @type clickhouse\n  host 127.0.0.1\n  table events\n  fields tag,_DATETIME,message\n</match>\n",
+        "<source>\n  @type beats\n  port 5046\n  metadata_as_tag true\n</source>\n<match **>\n  @type clickhouse\n  host 127.0.0.1\n  table events\n  fields tag,_DATETIME,message\n</match>\n",
         3,
         &["database = 'default'", "table = 'events'"],
     );
     assert!(
-        stderr.contains(":9: not converted: fields tag,_DATETIME,message"),
+        stderr.contains(":10: not converted: fields tag,_DATETIME,message"),
+        "{stderr}\n{toml}"
+    );
+    assert!(
+        stderr.contains(":4: not converted: metadata_as_tag true"),
         "{stderr}\n{toml}"
     );
 
