@@ -250,7 +250,10 @@ impl GelfDecoder {
             );
         }
         let m = p.messages.get_mut(&key).expect("inserted");
-        if m.dropped || m.parts[seq as usize].is_some() {
+        // `seq < count` was checked against this chunk's count; `parts` has
+        // the first chunk's: a chunk that says another count (and a number
+        // past the first's) must be refused before `parts` is indexed.
+        if m.dropped || (m.count == count && m.parts[seq as usize].is_some()) {
             // A repeated chunk adds nothing; those of a dropped message are ignored.
             return Ok(None);
         }
@@ -689,6 +692,29 @@ mod tests {
         )[0];
         assert_eq!(*t, EventTime::new(1_700_000_000, 0));
         assert_eq!(r["timestamp"], "soon");
+    }
+
+    /// Found by the `gelf` fuzz target: a chunk saying more chunks than an
+    /// earlier one of its message, numbered past the earlier count, indexed
+    /// the earlier one's parts out of bounds (a panic from one datagram).
+    /// Now the message is dropped, and the next message comes through.
+    #[test]
+    fn a_chunk_with_another_count_past_the_first_is_refused() {
+        let d = decoder("");
+        let mut first = chunks(9, MSG.as_bytes(), MSG.len() / 5 + 1);
+        assert_eq!(first.len(), 5);
+        let mut odd = first[0].clone();
+        odd[10] = 15; // chunk 15 …
+        odd[11] = 16; // … of 16
+        let mut out = Batches::default();
+        let now = EventTime::new(1, 0);
+        assert!(d.decode(&first.remove(0), &peer(), now, &mut out));
+        assert!(!d.decode(&odd, &peer(), now, &mut out));
+        for c in &first {
+            d.decode(c, &peer(), now, &mut out);
+        }
+        assert!(out.take().is_empty(), "the message was dropped");
+        assert_eq!(events(&d, &[MSG.as_bytes().to_vec()]).len(), 1);
     }
 
     /// Any bytes, chunked or not, compressed or not: no panic, and a good
