@@ -1,23 +1,9 @@
-//! The `splunk_hec` input's decoders: an arbitrary body as an
-//! `/services/collector/event` body (concatenated JSON objects) and as a
-//! `/raw` body. Asserts: no panic; what is taken is well-formed entries of
-//! the count given.
+//! The `splunk_hec` input's event and raw decoders.
+//! What it feeds and asserts: `checks::hec_events` (fuzz/checks.rs), which the
+//! seed replay test (crates/nagare/tests/it/fuzz_seeds.rs) also runs.
 #![no_main]
 
-use libfuzzer_sys::fuzz_target;
-use nagare::inputs::splunk_hec::{HecDecode, SplunkHecInputConfig};
+#[path = "../checks.rs"]
+mod checks;
 
-fuzz_target!(|data: &[u8]| {
-    let cfg: SplunkHecInputConfig = toml::from_str("bind = \"127.0.0.1:0\"").unwrap();
-    let d = HecDecode::new(&cfg).unwrap();
-    for e in [d.events(data), d.raw(Some("host=h&source=s"), data)]
-        .into_iter()
-        .flatten()
-    {
-        assert!(e.count > 0);
-        assert_eq!(
-            nagare_core::record::entries(&e.entries).count(),
-            e.count as usize
-        );
-    }
-});
+libfuzzer_sys::fuzz_target!(|data: &[u8]| checks::hec_events(data));

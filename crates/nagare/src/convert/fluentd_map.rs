@@ -47,6 +47,7 @@ const SOURCES: &[(&str, &str, Mapper)] = &[
     ("kafka_group", "kafka", Mapper::Fn(src_kafka)),
     ("systemd", "journald", Mapper::Fn(stores::src_systemd)),
     ("exec", "exec", Mapper::Fn(stores::src_exec)),
+    ("beats", "beats", Mapper::Fn(src_beats)),
 ];
 
 /// `<filter>` types → `[[filter]]`.
@@ -1192,6 +1193,58 @@ fn src_tcp(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
     tls_server(ctx, d, t);
 }
 
+/// fluent-plugin-beats's `beats` (lib/fluent/plugin/in_beats.rb: `port`
+/// 5044, `bind`, `tag`, `metadata_as_tag`, `max_connections`, `use_ssl`,
+/// `ssl_certificate`, `ssl_key`, `format`/`<parse>`): the events are the
+/// Beats' maps with `@timestamp` as their time, as nagare's beats input
+/// takes them.
+fn src_beats(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
+    bind(o, t, 5044);
+    o.map_all(
+        ctx,
+        t,
+        &[
+            ("tag", "tag", Conv::Str),
+            ("max_connections", "max_connections", Conv::Int),
+        ],
+    );
+    if let Some(p) = o.get("metadata_as_tag") {
+        if common::boolean(&p.value) == Some(true) {
+            ctx.notes.unmapped_on(
+                t,
+                &p.file,
+                p.line,
+                "metadata_as_tag true",
+                "the tag is the input's `tag`: retag on `$.@metadata.beat` with a rewrite_tag filter",
+            );
+        }
+    }
+    if o.val("use_ssl").and_then(common::boolean) == Some(true) {
+        let mut tls = Table::new("tls", false);
+        o.map(ctx, &mut tls, "ssl_certificate", "cert", Conv::Str);
+        o.map(ctx, &mut tls, "ssl_key", "key", Conv::Str);
+        t.children.push(tls);
+    }
+    if let Some(p) = o.get("format") {
+        ctx.notes.unmapped_on(
+            t,
+            &p.file,
+            p.line,
+            format!("format {}", p.value),
+            "nagare's beats input keeps `message` as sent: parse it with a parser filter",
+        );
+    }
+    if let Some(c) = d.children.iter().find(|c| c.name == "parse") {
+        ctx.notes.unmapped_on(
+            t,
+            &c.file,
+            c.line,
+            "<parse>",
+            "nagare's beats input keeps `message` as sent: parse it with a parser filter",
+        );
+    }
+}
+
 fn src_udp(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
     bind(o, t, 5160);
     o.map_all(
@@ -1607,7 +1660,7 @@ fn inject_note(ctx: &mut Ctx, d: &Directive) {
 }
 
 /// Fluentd's out_file names: the chunk's time in the name by the timekey.
-fn timekey_format(secs: u64) -> &'static str {
+pub(crate) fn timekey_format(secs: u64) -> &'static str {
     match secs {
         0..60 => "%Y%m%d%H%M%S",
         60..3600 => "%Y%m%d%H%M",

@@ -100,6 +100,34 @@ impl GelfInputConfig {
         })
     }
 
+    fn settings(&self, tls: Option<Arc<TlsServer>>) -> Settings {
+        let udp = self.protocol == Protocol::Udp;
+        Settings {
+            // Over TCP each message ends with a NUL byte.
+            framing: Framing::Lines { delimiter: vec![0] },
+            // A datagram is at most 64 KiB; the whole message is bounded
+            // by the decoder once joined and decompressed.
+            max_message: if udp {
+                65536
+            } else {
+                self.max_message_size.0 as usize
+            },
+            max_connections: self.max_connections,
+            idle_timeout: self.idle_timeout.0,
+            datagram_is_message: true,
+            tls,
+        }
+    }
+
+    /// What this input makes of `feed` (datagrams over UDP, a connection's
+    /// bytes over TCP), without sockets: for the fuzz target `gelf` and
+    /// the test that replays its seeds (fuzz/, docs/fuzzing.md).
+    #[doc(hidden)]
+    pub fn replay(&self, feed: sockets::Feed<'_>) -> sockets::Replayed {
+        let d = self.decoder("replay", Arc::new(PluginStats::default()));
+        sockets::replay(&self.settings(None), &d, feed)
+    }
+
     fn decoder(&self, name: &str, stats: Arc<PluginStats>) -> GelfDecoder {
         GelfDecoder {
             name: name.to_string(),
@@ -222,7 +250,10 @@ impl GelfDecoder {
             );
         }
         let m = p.messages.get_mut(&key).expect("inserted");
-        if m.dropped || m.parts[seq as usize].is_some() {
+        // `seq < count` was checked against this chunk's count; `parts` has
+        // the first chunk's: a chunk that says another count (and a number
+        // past the first's) must be refused before `parts` is indexed.
+        if m.dropped || (m.count == count && m.parts[seq as usize].is_some()) {
             // A repeated chunk adds nothing; those of a dropped message are ignored.
             return Ok(None);
         }
@@ -479,22 +510,7 @@ impl Input for GelfInput {
         let endpoint = cfg
             .endpoint()
             .map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
-        let udp = cfg.protocol == Protocol::Udp;
-        let settings = Settings {
-            // Over TCP each message ends with a NUL byte.
-            framing: Framing::Lines { delimiter: vec![0] },
-            // A datagram is at most 64 KiB; the whole message is bounded
-            // by the decoder once joined and decompressed.
-            max_message: if udp {
-                65536
-            } else {
-                cfg.max_message_size.0 as usize
-            },
-            max_connections: cfg.max_connections,
-            idle_timeout: cfg.idle_timeout.0,
-            datagram_is_message: true,
-            tls: self.tls.clone(),
-        };
+        let settings = cfg.settings(self.tls.clone());
         let decoder = cfg.decoder(&cx.name, cx.stats.clone());
         sockets::start(endpoint, settings, Box::new(decoder), cx).await
     }
@@ -676,6 +692,29 @@ mod tests {
         )[0];
         assert_eq!(*t, EventTime::new(1_700_000_000, 0));
         assert_eq!(r["timestamp"], "soon");
+    }
+
+    /// Found by the `gelf` fuzz target: a chunk saying more chunks than an
+    /// earlier one of its message, numbered past the earlier count, indexed
+    /// the earlier one's parts out of bounds (a panic from one datagram).
+    /// Now the message is dropped, and the next message comes through.
+    #[test]
+    fn a_chunk_with_another_count_past_the_first_is_refused() {
+        let d = decoder("");
+        let mut first = chunks(9, MSG.as_bytes(), MSG.len() / 5 + 1);
+        assert_eq!(first.len(), 5);
+        let mut odd = first[0].clone();
+        odd[10] = 15; // chunk 15 …
+        odd[11] = 16; // … of 16
+        let mut out = Batches::default();
+        let now = EventTime::new(1, 0);
+        assert!(d.decode(&first.remove(0), &peer(), now, &mut out));
+        assert!(!d.decode(&odd, &peer(), now, &mut out));
+        for c in &first {
+            d.decode(c, &peer(), now, &mut out);
+        }
+        assert!(out.take().is_empty(), "the message was dropped");
+        assert_eq!(events(&d, &[MSG.as_bytes().to_vec()]).len(), 1);
     }
 
     /// Any bytes, chunked or not, compressed or not: no panic, and a good

@@ -132,6 +132,26 @@ impl SyslogInputConfig {
         }
     }
 
+    fn settings(&self, tls: Option<Arc<TlsServer>>) -> Settings {
+        Settings {
+            framing: Framing::Syslog,
+            max_message: self.max_message_size.0 as usize,
+            max_connections: self.max_connections,
+            idle_timeout: self.idle_timeout.0,
+            datagram_is_message: true,
+            tls,
+        }
+    }
+
+    /// What this input makes of `feed` (datagrams, or a stream
+    /// connection's bytes: octet counting or lines), without sockets: for
+    /// the fuzz target `syslog` and the test that replays its seeds
+    /// (fuzz/, docs/fuzzing.md).
+    #[doc(hidden)]
+    pub fn replay(&self, feed: sockets::Feed<'_>) -> anyhow::Result<sockets::Replayed> {
+        Ok(sockets::replay(&self.settings(None), &self.decoder()?, feed))
+    }
+
     fn decoder(&self) -> anyhow::Result<SyslogDecoder> {
         let parser = |format| {
             Parser::new(&ParserConfig {
@@ -347,14 +367,7 @@ impl Input for SyslogInput {
         let endpoint = cfg
             .endpoint()
             .map_err(|e| anyhow::anyhow!("{}: {e}", cx.name))?;
-        let settings = Settings {
-            framing: Framing::Syslog,
-            max_message: cfg.max_message_size.0 as usize,
-            max_connections: cfg.max_connections,
-            idle_timeout: cfg.idle_timeout.0,
-            datagram_is_message: true,
-            tls: self.tls.clone(),
-        };
+        let settings = cfg.settings(self.tls.clone());
         sockets::start(endpoint, settings, Box::new(cfg.decoder()?), cx).await
     }
 }

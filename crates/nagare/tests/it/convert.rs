@@ -740,28 +740,7 @@ fn common_plugins_of_both_peers_convert() {
             ][..],
         ),
     ] {
-        let path = dir.path().join(name);
-        std::fs::write(&path, text).unwrap();
-        let toml_path = dir.path().join(format!("{name}.toml"));
-        let out = Command::new(BIN)
-            .arg("convert")
-            .arg("-o")
-            .arg(&toml_path)
-            .arg(&path)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "{name}: {stderr}");
-        let toml = std::fs::read_to_string(&toml_path).unwrap();
-        for w in want {
-            assert!(toml.contains(w), "{name}: no `{w}` in\n{toml}");
-        }
-        let check = common::run_check(&toml_path);
-        assert!(
-            check.status.success(),
-            "{name}: {}\n{toml}",
-            String::from_utf8_lossy(&check.stderr)
-        );
+        convert_and_check(dir.path(), name, &text, 0, want);
     }
 }
 
@@ -1035,7 +1014,6 @@ fn store_and_service_plugins_of_both_peers_convert() {
                 "endpoint = 'https://127.0.0.1:9200'",
                 "namespace_name = '${record.kubernetes.namespace_name}'",
                 "stream = '${record.stream}'",
-                "keep_label_fields = true",
                 "endpoint = 'https://127.0.0.1:8088/services/collector/event'",
                 "event_key = 'log'",
                 "service = '${record.service}'",
@@ -1044,29 +1022,199 @@ fn store_and_service_plugins_of_both_peers_convert() {
             ][..],
         ),
     ] {
-        let path = dir.path().join(name);
-        std::fs::write(&path, text).unwrap();
-        let toml_path = dir.path().join(format!("{name}.toml"));
-        let out = Command::new(BIN)
-            .arg("convert")
-            .arg("-o")
-            .arg(&toml_path)
-            .arg(&path)
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let toml = std::fs::read_to_string(&toml_path).unwrap_or_default();
-        assert_eq!(out.status.code(), Some(0), "{name}: {stderr}\n{toml}");
-        for w in want {
-            assert!(toml.contains(w), "{name}: no `{w}` in\n{toml}");
-        }
-        let check = common::run_check(&toml_path);
-        assert!(
-            check.status.success(),
-            "{name}: {}\n{toml}",
-            String::from_utf8_lossy(&check.stderr)
-        );
+        convert_and_check(dir.path(), name, &text, 0, want);
     }
+}
+
+/// Converts `text` (a peer config) written to `dir/name`: the exit status
+/// is `exit` (0 complete, 3 with things not converted), the TOML holds
+/// every line of `want`, and `nagare check` passes it. Returns the TOML
+/// and what `nagare convert` printed.
+fn convert_and_check(
+    dir: &Path,
+    name: &str,
+    text: &str,
+    exit: i32,
+    want: &[&str],
+) -> (String, String) {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    let toml_path = dir.join(format!("{name}.toml"));
+    let out = Command::new(BIN)
+        .arg("convert")
+        .arg("-o")
+        .arg(&toml_path)
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let toml = std::fs::read_to_string(&toml_path).unwrap_or_default();
+    assert_eq!(out.status.code(), Some(exit), "{name}: {stderr}\n{toml}");
+    for w in want {
+        assert!(toml.contains(w), "{name}: no `{w}` in\n{toml}");
+    }
+    let check = common::run_check(&toml_path);
+    assert!(
+        check.status.success(),
+        "{name}: {}\n{toml}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    (toml, stderr)
+}
+
+/// The store mappings checked against the peers' own sources (see
+/// docs/migration.md, "How the mappings were checked"): each case is a
+/// mapping that was wrong before the check.
+#[test]
+fn store_mappings_follow_the_peers_sources() {
+    let dir = tempfile::tempdir().unwrap();
+    // fluent-plugin-splunk-hec: full_url + "/" + hec_endpoint;
+    // custom_headers. fluent-plugin-s3: without time_slice_format the slice
+    // follows <buffer> timekey (default 1d). fluent-plugin-grafana-loki:
+    // <label> names with "." "-" "/" become "_", extra_labels win, compress
+    // needs no note, custom_headers.
+    let fluentd = r#"<source>
+  @type forward
+  bind 127.0.0.1
+  port 24301
+</source>
+<source>
+  @type beats
+  bind 127.0.0.1
+  port 5045
+  tag filebeat
+  max_connections 100
+</source>
+<match hec.**>
+  @type splunk_hec
+  full_url https://hec.example:8088/
+  hec_token t0
+  custom_headers {"X-Team":"web"}
+</match>
+<match s3.day.**>
+  @type s3
+  s3_bucket logs
+  s3_region eu-west-1
+  path day/
+</match>
+<match s3.hour.**>
+  @type s3
+  s3_bucket logs
+  s3_region eu-west-1
+  path hour/
+  <buffer tag,time>
+    timekey 1h
+  </buffer>
+</match>
+<match loki.**>
+  @type loki
+  url http://127.0.0.1:3100
+  extra_labels {"env":"prod"}
+  compress gzip
+  custom_headers X-Org:a,X-Env:b
+  <label>
+    k8s.ns $.kubernetes.namespace
+    env
+  </label>
+</match>
+"#;
+    let (toml, _) = convert_and_check(
+        dir.path(),
+        "fluentd.conf",
+        fluentd,
+        0,
+        &[
+            "type = 'beats'",
+            "bind = '127.0.0.1:5045'",
+            "tag = 'filebeat'",
+            "max_connections = 100",
+            "endpoint = 'https://hec.example:8088/services/collector/event'",
+            "X-Team = 'web'",
+            "key = 'day/%Y%m%d_${chunk_id}${ext}'",
+            "key = 'hour/%Y%m%d%H_${chunk_id}${ext}'",
+            "k8s_ns = '${record.kubernetes.namespace}'",
+            "env = 'prod'",
+            "X-Org = 'a'",
+            "X-Env = 'b'",
+        ],
+    );
+    assert!(!toml.contains("${record.env}"), "extra_labels win:\n{toml}");
+
+    // fluent-plugin-clickhouse: database "default" unless set; `fields`
+    // are positional CSV columns, which nagare does not have.
+    // fluent-plugin-beats: `metadata_as_tag` has no equivalent option.
+    let (toml, stderr) = convert_and_check(
+        dir.path(),
+        "clickhouse.conf",
+        "<source>\n  @type beats\n  port 5046\n  metadata_as_tag true\n</source>\n<match **>\n  @type clickhouse\n  host 127.0.0.1\n  table events\n  fields tag,_DATETIME,message\n</match>\n",
+        3,
+        &["database = 'default'", "table = 'events'"],
+    );
+    assert!(
+        stderr.contains(":10: not converted: fields tag,_DATETIME,message"),
+        "{stderr}\n{toml}"
+    );
+    assert!(
+        stderr.contains(":4: not converted: metadata_as_tag true"),
+        "{stderr}\n{toml}"
+    );
+
+    // Fluent Bit (plugin sources, v4.2.8 and v5.1): out_es's Write_Operation
+    // defaults to create and Tag_Key to "flb-key", HTTP_API_Key; out_loki
+    // takes the label keys out of the line (no keep_label_fields), Header,
+    // compress; in_splunk's Splunk_Token is comma-separated, and the HTTP
+    // server inputs take http_server.buffer_max_size (5.x) and http2.
+    let fluent_bit = r#"[INPUT]
+    Name                         splunk
+    Tag                          hec
+    Listen                       127.0.0.1
+    Port                         8090
+    Splunk_Token                 tok-a, tok-b
+    http_server.buffer_max_size  8M
+    http2                        off
+
+[INPUT]
+    Name             elasticsearch
+    Tag              bulk
+    Listen           127.0.0.1
+    Port             9202
+    Buffer_Max_Size  2M
+
+[OUTPUT]
+    Name             es
+    Match            bulk
+    Host             127.0.0.1
+    Port             9200
+    HTTP_API_Key     a2V5OnNlY3JldA==
+    Include_Tag_Key  On
+
+[OUTPUT]
+    Name         loki
+    Match        hec
+    Host         127.0.0.1
+    Port         3100
+    Labels       job=app, $kubernetes['namespace_name']
+    Label_Keys   $stream
+    Header       X-Scope-OrgID team-a
+    compress     gzip
+"#;
+    let (toml, _) = convert_and_check(
+        dir.path(),
+        "fluent-bit.conf",
+        fluent_bit,
+        0,
+        &[
+            "tokens = ['tok-a', 'tok-b']",
+            "max_body_size = '8MiB'",
+            "max_body_size = '2MiB'",
+            "action = 'create'",
+            "tag_key = 'flb-key'",
+            "api_key = 'a2V5OnNlY3JldA=='",
+            "X-Scope-OrgID = 'team-a'",
+            "# approx: Fluent Bit takes nested label keys out of the line too",
+        ],
+    );
+    assert!(!toml.contains("keep_label_fields"), "{toml}");
 }
 
 /// A pos_file or tail DB that is there when the config is converted is

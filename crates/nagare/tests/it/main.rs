@@ -30,6 +30,7 @@ mod field_filters;
 mod filters;
 mod flow;
 mod fuse;
+mod fuzz_seeds;
 mod gelf;
 mod http;
 mod instances;

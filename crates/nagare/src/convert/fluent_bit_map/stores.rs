@@ -18,6 +18,39 @@ fn base_url(s: &Section, used: &mut Used, port: &str) -> String {
     format!("{scheme}://{host}:{port}")
 }
 
+/// `Header NAME VALUE` (any number) → `[output.headers]`.
+fn headers(s: &Section, used: &mut Used, t: &mut Table) {
+    let mut h = Table::new("headers", false);
+    for e in all(s, used, "header") {
+        if let Some((k, v)) = e.value.trim().split_once(char::is_whitespace) {
+            h.set(k, Val::s(v.trim()));
+        }
+    }
+    if !h.entries.is_empty() {
+        t.children.push(h);
+    }
+}
+
+/// The body size limit of Fluent Bit's HTTP server inputs: `buffer_max_size`,
+/// named `http_server.buffer_max_size` since 5.0 (the old name is an alias).
+fn http_server_limits(s: &Section, used: &mut Used, t: &mut Table) {
+    for k in ["http_server.buffer_max_size", "buffer_max_size"] {
+        if let Some(sz) = val(s, used, k).and_then(common::size) {
+            t.set("max_body_size", Val::s(sz));
+        }
+    }
+    // Read sizes and HTTP/2 (nagare's listeners speak HTTP/1.1, which every
+    // client of these APIs speaks): nothing to set.
+    for k in [
+        "buffer_chunk_size",
+        "http_server.buffer_chunk_size",
+        "http2",
+        "http_server.http2",
+    ] {
+        used.mark(k);
+    }
+}
+
 fn basic_auth(s: &Section, used: &mut Used, t: &mut Table) {
     if let Some(u) = val(s, used, "http_user") {
         t.set("username", Val::s(u));
@@ -49,6 +82,9 @@ pub fn out_es(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
     let path = val(s, used, "path").unwrap_or("").trim_end_matches('/');
     t.set("endpoint", Val::s(format!("{base}{path}")));
     basic_auth(s, used, t);
+    if let Some(k) = val(s, used, "http_api_key") {
+        t.set("api_key", Val::s(k));
+    }
     let logstash = val(s, used, "logstash_format").and_then(common::boolean) == Some(true);
     let index = val(s, used, "index").unwrap_or("fluent-bit").to_string();
     if logstash {
@@ -78,7 +114,8 @@ pub fn out_es(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
     if val(s, used, "include_tag_key").and_then(common::boolean) == Some(true) {
         t.set(
             "tag_key",
-            Val::s(val(s, used, "tag_key").unwrap_or("_flb-key")),
+            // FLB_ES_DEFAULT_TAG_KEY (plugins/out_es/es.h); the docs say "_flb-key".
+            Val::s(val(s, used, "tag_key").unwrap_or("flb-key")),
         );
     } else {
         used.mark("tag_key");
@@ -98,8 +135,10 @@ pub fn out_es(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
     if let Some(p) = val(s, used, "pipeline") {
         t.set("pipeline", Val::s(p));
     }
-    if let Some(w) = val(s, used, "write_operation") {
-        match w.to_ascii_lowercase().as_str() {
+    // Fluent Bit's Write_Operation defaults to "create"; nagare's action to "index".
+    match val(s, used, "write_operation").map(str::to_ascii_lowercase) {
+        None => t.set("action", Val::s("create")),
+        Some(w) => match w.as_str() {
             op @ ("index" | "create") => t.set("action", Val::s(op)),
             other => ctx.notes.unmapped_on(
                 t,
@@ -108,7 +147,7 @@ pub fn out_es(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
                 format!("Write_Operation {other}"),
                 "nagare's elasticsearch output indexes or creates documents",
             ),
-        }
+        },
     }
     if val(s, used, "compress") == Some("gzip") {
         t.set("compress", Val::s("gzip"));
@@ -177,6 +216,14 @@ pub fn out_loki(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
         // Fluent Bit's default.
         labels.set("job", Val::s("fluent-bit"));
     }
+    if labels.entries.iter().any(|e| {
+        matches!(&e.val, Val::Str(v) if v.strip_prefix("${record.").is_some_and(|f| f.contains('.')))
+    }) {
+        labels.comments.push(
+            "approx: Fluent Bit takes nested label keys out of the line too; nagare only top-level ones"
+                .into(),
+        );
+    }
     t.children.push(labels);
     let mut meta = Table::new("structured_metadata", false);
     if let Some(m) = val(s, used, "structured_metadata") {
@@ -191,8 +238,12 @@ pub fn out_loki(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
     if !meta.entries.is_empty() {
         t.children.push(meta);
     }
-    // Fluent Bit leaves the label fields in the line (remove_keys takes them out).
-    t.set("keep_label_fields", Val::Bool(true));
+    // Fluent Bit takes the record keys that labels read (`$key` in Labels,
+    // Label_Keys) out of the line, as nagare does (keep_label_fields false).
+    headers(s, used, t);
+    // Fluent Bit gzips its JSON push with `compress gzip`; nagare's
+    // protobuf push is snappy-compressed always.
+    used.mark("compress");
     if let Some(r) = val(s, used, "remove_keys") {
         ctx.notes.unmapped_on(
             t,
@@ -439,7 +490,7 @@ pub fn out_pgsql(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
         &s.file,
         s.line,
         "[OUTPUT] pgsql",
-        "nagare does not create the table: CREATE TABLE it (tag varchar, time timestamptz, data jsonb) first",
+        "nagare does not create the table as Fluent Bit does: CREATE TABLE it (tag varchar, time timestamp, data jsonb) first",
     );
     if let Some(k) = val(s, used, "timestamp_key") {
         ctx.notes.unmapped_on(
@@ -543,10 +594,7 @@ pub fn in_exec(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
 /// `elasticsearch` (the input) → the `elasticsearch` input.
 pub fn in_elasticsearch(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
     bind(s, used, t, 9200);
-    if let Some(sz) = val(s, used, "buffer_max_size").and_then(common::size) {
-        t.set("max_body_size", Val::s(sz));
-    }
-    used.mark("buffer_chunk_size");
+    http_server_limits(s, used, t);
     if let Some(v) = val(s, used, "version") {
         t.set("version", Val::s(v));
     }
@@ -575,14 +623,18 @@ pub fn in_elasticsearch(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Tab
 /// `splunk` (the input) → the `splunk_hec` input.
 pub fn in_splunk(ctx: &mut Ctx, s: &Section, used: &mut Used, t: &mut Table) {
     bind(s, used, t, 8088);
-    if let Some(sz) = val(s, used, "buffer_max_size").and_then(common::size) {
-        t.set("max_body_size", Val::s(sz));
-    }
-    used.mark("buffer_chunk_size");
+    http_server_limits(s, used, t);
     if let Some(tok) = val(s, used, "splunk_token") {
+        // Comma-separated, each trimmed (in_splunk's setup_hec_tokens).
         t.set(
             "tokens",
-            Val::Arr(tok.split_whitespace().map(Val::s).collect()),
+            Val::Arr(
+                tok.split(',')
+                    .map(str::trim)
+                    .filter(|x| !x.is_empty())
+                    .map(Val::s)
+                    .collect(),
+            ),
         );
     }
     used.mark("store_token_in_metadata");

@@ -30,6 +30,48 @@ const CLIENT_TUNING: &[&str] = &[
     "open_timeout",
 ];
 
+/// A `custom_headers` hash (JSON, or Fluentd's `k1:v1,k2:v2`) →
+/// `[output.headers]`.
+fn custom_headers(ctx: &mut Ctx, o: &mut Opts, t: &mut Table) {
+    let Some(p) = o.get("custom_headers") else {
+        return;
+    };
+    let v = p.value.trim();
+    let pairs: Option<Vec<(String, String)>> = if v.starts_with('{') {
+        serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(v)
+            .ok()
+            .map(|m| {
+                m.into_iter()
+                    .map(|(k, v)| (k, v.as_str().map(str::to_string).unwrap_or(v.to_string())))
+                    .collect()
+            })
+    } else {
+        v.split(',')
+            .filter(|x| !x.trim().is_empty())
+            .map(|kv| {
+                kv.split_once(':')
+                    .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            })
+            .collect()
+    };
+    match pairs {
+        Some(pairs) if !pairs.is_empty() => {
+            let mut h = Table::new("headers", false);
+            for (k, v) in pairs {
+                h.set(&k, Val::s(v));
+            }
+            t.children.push(h);
+        }
+        _ => ctx.notes.unmapped_on(
+            t,
+            &p.file,
+            p.line,
+            format!("custom_headers {v}"),
+            "not a hash (JSON object or key:value,…)",
+        ),
+    }
+}
+
 fn tuning(o: &mut Opts) {
     for k in CLIENT_TUNING {
         o.get(k);
@@ -204,22 +246,6 @@ pub fn out_loki(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
         ],
     );
     let mut labels = Table::new("labels", false);
-    if let Some(p) = o.get("extra_labels") {
-        match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&p.value) {
-            Ok(m) => {
-                for (k, v) in m {
-                    let v = v
-                        .as_str()
-                        .map(str::to_string)
-                        .unwrap_or_else(|| v.to_string());
-                    labels.set(&k, Val::s(v));
-                }
-            }
-            Err(_) => ctx
-                .notes
-                .unmapped(&p.file, p.line, "extra_labels", "not a JSON object"),
-        }
-    }
     for l in d.children.iter().filter(|c| c.name == "label") {
         // `name` (the record's field of that name) or `name $.a.b`.
         for p in &l.params {
@@ -239,7 +265,26 @@ pub fn out_loki(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
                     }
                 }
             };
-            labels.set(&p.key, Val::s(format!("${{record.{field}}}")));
+            // out_loki.rb: `name.gsub(/[.\-\/]/, '_')`.
+            let name = p.key.replace(['.', '-', '/'], "_");
+            labels.set(&name, Val::s(format!("${{record.{field}}}")));
+        }
+    }
+    // extra_labels win over <label> ones of the same name (format_labels).
+    if let Some(p) = o.get("extra_labels") {
+        match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(&p.value) {
+            Ok(m) => {
+                for (k, v) in m {
+                    let v = v
+                        .as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| v.to_string());
+                    labels.set(&k, Val::s(v));
+                }
+            }
+            Err(_) => ctx
+                .notes
+                .unmapped(&p.file, p.line, "extra_labels", "not a JSON object"),
         }
     }
     if labels.entries.is_empty() {
@@ -291,6 +336,10 @@ pub fn out_loki(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
             "write the token as `bearer_token` (e.g. \"${LOKI_TOKEN}\" from the environment)",
         );
     }
+    custom_headers(ctx, o, t);
+    // `compress gzip` gzips Fluentd's JSON push; nagare's protobuf push is
+    // snappy-compressed always.
+    o.get("compress");
     client_tls(
         ctx,
         o,
@@ -304,25 +353,30 @@ pub fn out_loki(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
 /// fluent-plugin-splunk-hec's `splunk_hec` → the `splunk_hec` output.
 pub fn out_splunk_hec(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
     tuning(o);
-    if let Some(url) = o.val("full_url") {
-        t.set("endpoint", Val::s(url));
-        for k in ["protocol", "hec_host", "hec_port", "hec_endpoint"] {
+    // construct_api: `full_url` + "/" + `hec_endpoint`, or
+    // `protocol://hec_host:hec_port/hec_endpoint`.
+    let path = o
+        .val("hec_endpoint")
+        .unwrap_or("services/collector")
+        .trim_matches('/');
+    // /services/collector is the event endpoint too.
+    let path = if path == "services/collector" {
+        "services/collector/event"
+    } else {
+        path
+    };
+    if let Some(url) = o.val("full_url").filter(|u| !u.trim().is_empty()) {
+        t.set(
+            "endpoint",
+            Val::s(format!("{}/{path}", url.trim().trim_end_matches('/'))),
+        );
+        for k in ["protocol", "hec_host", "hec_port"] {
             o.get(k);
         }
     } else {
         let proto = o.val("protocol").unwrap_or("https");
         let host = o.val("hec_host").unwrap_or("localhost");
         let port = o.val("hec_port").unwrap_or("8088");
-        let path = o
-            .val("hec_endpoint")
-            .unwrap_or("services/collector")
-            .trim_matches('/');
-        // /services/collector is the event endpoint too.
-        let path = if path == "services/collector" {
-            "services/collector/event"
-        } else {
-            path
-        };
         t.set(
             "endpoint",
             Val::s(format!("{proto}://{}/{path}", super::host_port(host, port))),
@@ -365,6 +419,9 @@ pub fn out_splunk_hec(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table)
         }
     }
     if !fields.entries.is_empty() {
+        fields
+            .comments
+            .push("approx: Fluentd also removes these fields from the event".into());
         t.children.push(fields);
     }
     if let Some(p) = o.get("data_type") {
@@ -397,6 +454,7 @@ pub fn out_splunk_hec(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table)
         }
     }
     o.map(ctx, t, "read_timeout", "timeout", Conv::Dur);
+    custom_headers(ctx, o, t);
     if let Some(g) = o.flag("gzip_compression") {
         if g {
             t.set("compress", Val::s("gzip"));
@@ -429,7 +487,21 @@ pub fn out_s3(ctx: &mut Ctx, d: &Directive, o: &mut Opts, t: &mut Table) {
         ],
     );
     let path = o.val("path").unwrap_or("").to_string();
-    let slice = o.val("time_slice_format").unwrap_or("%Y%m%d%H").to_string();
+    // Without time_slice_format, the slice follows the buffer's timekey
+    // (default 1 day: %Y%m%d), as out_s3's timekey_to_timeformat does.
+    let timekey = d
+        .children
+        .iter()
+        .find(|c| c.name == "buffer")
+        .and_then(|b| b.value("timekey"))
+        .and_then(common::duration)
+        .and_then(|d| humantime::parse_duration(&d).ok())
+        .map(|d| d.as_secs())
+        .unwrap_or(86400);
+    let slice = o
+        .val("time_slice_format")
+        .unwrap_or(super::timekey_format(timekey))
+        .to_string();
     let format = o
         .val("s3_object_key_format")
         .unwrap_or("%{path}%{time_slice}_%{index}.%{file_extension}")
@@ -590,6 +662,19 @@ pub fn out_clickhouse(ctx: &mut Ctx, _d: &Directive, o: &mut Opts, t: &mut Table
         "endpoint",
         Val::s(format!("{scheme}://{}", super::host_port(host, port))),
     );
+    // fluent-plugin-clickhouse queries with database=default unless told.
+    if o.val("database").is_none() {
+        t.set("database", Val::s("default"));
+    }
+    if let Some(p) = o.get("fields") {
+        ctx.notes.unmapped_on(
+            t,
+            &p.file,
+            p.line,
+            format!("fields {}", p.value),
+            "Fluentd inserts these as CSV in the table's column order (tag, _DATETIME and _DATE are the tag and time); nagare fills columns by name: name them in [output.columns] (column = \"field\"), tag_column and time_column",
+        );
+    }
     o.map_all(
         ctx,
         t,

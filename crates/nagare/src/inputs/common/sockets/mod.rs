@@ -265,6 +265,119 @@ fn after(d: Duration) -> Instant {
         .unwrap_or_else(|| now + Duration::from_secs(100 * 365 * 86_400))
 }
 
+/// A server's decoding part, without sockets or router: what
+/// [`Server`] runs on each message and datagram, and what [`replay`] runs.
+struct Decoding<'a> {
+    name: &'a str,
+    stats: &'a PluginStats,
+    settings: &'a Settings,
+    decoder: &'a dyn Decoder,
+}
+
+impl Decoding<'_> {
+    /// Decodes one message into `batches`, counting what went wrong.
+    fn one(&self, m: Message<'_>, peer: &Peer, now: EventTime, batches: &mut Batches) {
+        if let Some(len) = m.truncated {
+            PluginStats::add(&self.stats.errors, 1);
+            tracing::warn!(input = %self.name, peer = %peer.label, bytes = len,
+                limit = self.settings.max_message, "message longer than the limit: cut to the limit");
+        }
+        if m.bytes.is_empty() {
+            return;
+        }
+        if !self.decoder.decode(m.bytes, peer, now, batches) {
+            PluginStats::add(&self.stats.errors, 1);
+        }
+    }
+
+    /// One datagram: one message (syslog) or lines.
+    fn datagram(&self, data: &[u8], peer: &Peer, now: EventTime, batches: &mut Batches) {
+        if self.settings.datagram_is_message {
+            let mut m = data;
+            // A syslog sender may end its datagram with a newline or NUL;
+            // other messages (gelf's, maybe compressed) are taken whole.
+            if matches!(self.settings.framing, Framing::Syslog) {
+                while let [rest @ .., b'\n' | b'\r' | 0] = m {
+                    m = rest;
+                }
+            }
+            let max = self.settings.max_message;
+            let truncated = (m.len() > max).then_some(m.len());
+            self.one(
+                Message {
+                    bytes: &m[..m.len().min(max)],
+                    truncated,
+                },
+                peer,
+                now,
+                batches,
+            );
+        } else {
+            let mut framer = Framer::new(self.settings.framing.clone(), self.settings.max_message);
+            let mut buf = BytesMut::from(data);
+            framer.split(&mut buf, &mut |m| self.one(m, peer, now, batches));
+            framer.finish(&mut buf, &mut |m| self.one(m, peer, now, batches));
+        }
+    }
+}
+
+/// Bytes for [`replay`]: one connection's stream, read `read_size` bytes at
+/// a time, or datagrams from one sender.
+pub enum Feed<'a> {
+    Stream { data: &'a [u8], read_size: usize },
+    Datagrams(Vec<&'a [u8]>),
+}
+
+/// What came of a [`Feed`]: (tag, entries, count) of each batch, and for a
+/// stream whether it ended inside a message (the server closes such a
+/// connection with an error).
+pub struct Replayed {
+    pub batches: Vec<(String, Vec<u8>, u32)>,
+    pub cut_off: bool,
+}
+
+/// Runs `feed` through the framing and `decoder` as a server does (the
+/// same [`Decoding`] and [`Framer`] calls, in the same order), without
+/// sockets: for the fuzz targets (fuzz/) and the tests that replay their
+/// seeds and crashes.
+pub(crate) fn replay(settings: &Settings, decoder: &dyn Decoder, feed: Feed<'_>) -> Replayed {
+    let stats = PluginStats::default();
+    let d = Decoding {
+        name: "replay",
+        stats: &stats,
+        settings,
+        decoder,
+    };
+    let peer = Peer {
+        label: "192.0.2.1:40000".into(),
+        address: "192.0.2.1".into(),
+    };
+    let now = EventTime::new(1_700_000_000, 0);
+    let mut batches = Batches::default();
+    let mut cut_off = false;
+    match feed {
+        Feed::Datagrams(list) => {
+            for dg in list {
+                d.datagram(dg, &peer, now, &mut batches);
+            }
+        }
+        Feed::Stream { data, read_size } => {
+            let mut framer = Framer::new(settings.framing.clone(), settings.max_message);
+            let mut buf = BytesMut::new();
+            for piece in data.chunks(read_size.max(1)) {
+                buf.extend_from_slice(piece);
+                framer.split(&mut buf, &mut |m| d.one(m, &peer, now, &mut batches));
+            }
+            framer.finish(&mut buf, &mut |m| d.one(m, &peer, now, &mut batches));
+            cut_off = framer.inside_frame() || !buf.is_empty();
+        }
+    }
+    Replayed {
+        batches: batches.list,
+        cut_off,
+    }
+}
+
 enum Dgram {
     Udp(UdpSocket),
     Unix(UnixDatagram, PathBuf),
@@ -450,16 +563,15 @@ impl Server {
 
     /// Decodes one message into `batches`, counting what went wrong.
     fn one(&self, m: Message<'_>, peer: &Peer, now: EventTime, batches: &mut Batches) {
-        if let Some(len) = m.truncated {
-            PluginStats::add(&self.stats.errors, 1);
-            tracing::warn!(input = %self.name, peer = %peer.label, bytes = len,
-                limit = self.settings.max_message, "message longer than the limit: cut to the limit");
-        }
-        if m.bytes.is_empty() {
-            return;
-        }
-        if !self.decoder.decode(m.bytes, peer, now, batches) {
-            PluginStats::add(&self.stats.errors, 1);
+        self.decoding().one(m, peer, now, batches)
+    }
+
+    fn decoding(&self) -> Decoding<'_> {
+        Decoding {
+            name: &self.name,
+            stats: &self.stats,
+            settings: &self.settings,
+            decoder: &*self.decoder,
         }
     }
 
@@ -487,32 +599,7 @@ impl Server {
 
     /// One datagram: one message (syslog) or lines.
     fn datagram(&self, data: &[u8], peer: &Peer, now: EventTime, batches: &mut Batches) {
-        if self.settings.datagram_is_message {
-            let mut m = data;
-            // A syslog sender may end its datagram with a newline or NUL;
-            // other messages (gelf's, maybe compressed) are taken whole.
-            if matches!(self.settings.framing, Framing::Syslog) {
-                while let [rest @ .., b'\n' | b'\r' | 0] = m {
-                    m = rest;
-                }
-            }
-            let max = self.settings.max_message;
-            let truncated = (m.len() > max).then_some(m.len());
-            self.one(
-                Message {
-                    bytes: &m[..m.len().min(max)],
-                    truncated,
-                },
-                peer,
-                now,
-                batches,
-            );
-        } else {
-            let mut framer = Framer::new(self.settings.framing.clone(), self.settings.max_message);
-            let mut buf = BytesMut::from(data);
-            framer.split(&mut buf, &mut |m| self.one(m, peer, now, batches));
-            framer.finish(&mut buf, &mut |m| self.one(m, peer, now, batches));
-        }
+        self.decoding().datagram(data, peer, now, batches)
     }
 
     async fn read_datagrams(self: Arc<Self>, sock: Dgram, mut shutdown: watch::Receiver<bool>) {
