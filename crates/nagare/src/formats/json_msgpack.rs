@@ -88,6 +88,74 @@ pub fn object_to_msgpack<'j>(
     }
 }
 
+/// The pairs of a map that object_to_msgpack wrote: each key's text and
+/// where its value is in `map` (for inputs that rearrange a record, as
+/// the gelf input does).
+pub fn pairs(map: &[u8]) -> Vec<(&[u8], std::ops::Range<usize>)> {
+    let (n, mut pos) = match map.first() {
+        Some(&b @ 0x80..=0x8f) => ((b & 0x0f) as usize, 1),
+        Some(0xde) => (be(map, 1, 2), 3),
+        Some(0xdf) => (be(map, 1, 4), 5),
+        _ => return Vec::new(),
+    };
+    let mut out = Vec::with_capacity(n);
+    for _ in 0..n {
+        let (start, len, _) = head(map, pos);
+        let Some(key) = map.get(start..start.saturating_add(len)) else {
+            break;
+        };
+        let value = start + len;
+        pos = skip(map, value);
+        out.push((key, value..pos));
+    }
+    out
+}
+
+/// The big-endian number of `n` bytes at `at` (0 past the end).
+fn be(b: &[u8], at: usize, n: usize) -> usize {
+    b.get(at..at + n)
+        .map_or(0, |b| b.iter().fold(0, |n, &c| n << 8 | c as usize))
+}
+
+/// A header of what this module writes at `pos`: where its payload starts,
+/// the payload's length, and the values it holds (a map's pairs twice).
+fn head(b: &[u8], pos: usize) -> (usize, usize, usize) {
+    let Some(&c) = b.get(pos) else {
+        return (b.len(), 0, 0);
+    };
+    match c {
+        0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => (pos + 1, 0, 0),
+        0x80..=0x8f => (pos + 1, 0, 2 * (c & 0x0f) as usize),
+        0x90..=0x9f => (pos + 1, 0, (c & 0x0f) as usize),
+        0xa0..=0xbf => (pos + 1, (c & 0x1f) as usize, 0),
+        0xcc | 0xd0 => (pos + 1, 1, 0),
+        0xcd | 0xd1 => (pos + 1, 2, 0),
+        0xce | 0xd2 => (pos + 1, 4, 0),
+        0xcf | 0xd3 | 0xcb => (pos + 1, 8, 0),
+        0xd9 => (pos + 2, be(b, pos + 1, 1), 0),
+        0xda => (pos + 3, be(b, pos + 1, 2), 0),
+        0xdb => (pos + 5, be(b, pos + 1, 4), 0),
+        0xdc => (pos + 3, 0, be(b, pos + 1, 2)),
+        0xdd => (pos + 5, 0, be(b, pos + 1, 4)),
+        0xde => (pos + 3, 0, 2 * be(b, pos + 1, 2)),
+        0xdf => (pos + 5, 0, 2 * be(b, pos + 1, 4)),
+        // Not written here.
+        _ => (b.len(), 0, 0),
+    }
+}
+
+/// Past the value at `pos`: one count of the values still to pass, so no
+/// depth limit.
+fn skip(b: &[u8], mut pos: usize) -> usize {
+    let mut left = 1usize;
+    while left > 0 && pos < b.len() {
+        let (start, len, items) = head(b, pos);
+        pos = start.saturating_add(len);
+        left = left - 1 + items;
+    }
+    pos.min(b.len())
+}
+
 /// The document through serde_json's `Value`: what the fast reader leaves.
 fn tree<'j>(
     json: &'j [u8],
@@ -983,6 +1051,34 @@ mod tests {
                 m.insert(i, c);
                 agrees(&m, &TOPS[2]);
             }
+        }
+    }
+
+    #[test]
+    fn pairs_find_each_value() {
+        let long = "y".repeat(70000);
+        let deep = format!("{}1{}", "[".repeat(90), "]".repeat(90));
+        let many: Vec<String> = (0..20).map(|i| i.to_string()).collect();
+        let doc = format!(
+            r#"{{"a":1,"b":{{"c":[1,-300,2.5,null,true,"s"]}},"long":"{long}","deep":{deep},"arr":[{}],"z":-9223372036854775808}}"#,
+            many.join(",")
+        );
+        let mut out = Vec::new();
+        object_to_msgpack(doc.as_bytes(), &Top::default(), &mut out).unwrap();
+        let v: serde_json::Map<String, Value> = serde_json::from_str(&doc).unwrap();
+        let got = pairs(&out);
+        assert_eq!(got.len(), v.len());
+        for ((k, r), (wk, wv)) in got.iter().zip(&v) {
+            assert_eq!(*k, wk.as_bytes());
+            let mut want = Vec::new();
+            nagare_core::json::msgpack_from_json(wv, &mut want);
+            assert_eq!(&out[r.clone()], &want[..], "{wk}");
+        }
+        assert_eq!(got.last().unwrap().1.end, out.len());
+        // Not a map, or cut: no pairs, no panic.
+        assert!(pairs(b"\x91\x01").is_empty());
+        for cut in 0..out.len().min(200) {
+            let _ = pairs(&out[..cut]);
         }
     }
 
