@@ -3,6 +3,7 @@
 //! are walked straight from msgpack into the output buffer; no value tree
 //! is built.
 
+pub mod json_msgpack;
 pub mod logstash;
 pub mod ltsv;
 pub mod otlp;

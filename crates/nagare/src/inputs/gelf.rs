@@ -30,10 +30,12 @@ use std::time::{Duration, Instant};
 use nagare_core::metrics::PluginStats;
 use nagare_core::plugin::{BuildContext, OptionError};
 use nagare_core::units::{Dur, Size};
+use nagare_forward::msgpack::{write_map_len, write_str};
 use nagare_forward::EventTime;
 use serde::Deserialize;
 use tokio::task::JoinHandle;
 
+use crate::formats::json_msgpack::{self, object_to_msgpack, JsonError, Picked, Top};
 use crate::inputs::common::connection_options;
 use crate::inputs::common::sockets::framing::Framing;
 use crate::inputs::common::sockets::{self, Batches, Decoder, Endpoint, Peer, Settings};
@@ -343,61 +345,83 @@ impl GelfDecoder {
         while let [rest @ .., 0 | b'\n' | b'\r' | b' '] = json {
             json = rest;
         }
-        let fields: serde_json::Map<String, serde_json::Value> = match serde_json::from_slice(json)
-        {
-            Ok(serde_json::Value::Object(m)) => m,
-            Ok(other) => {
-                return Err(format!(
-                    "a JSON {} is not a GELF message (an object)",
-                    kind(&other)
-                ))
+        // The fields are written as msgpack straight from the JSON
+        // (formats::json_msgpack: no tree of values), then rearranged.
+        let mut fields = Vec::with_capacity(json.len() + 16);
+        let top = Top {
+            pick: Some(b"timestamp"),
+            keep_picked: true,
+            extra: &[],
+        };
+        let picked = match object_to_msgpack(json, &top, &mut fields) {
+            Ok(p) => p,
+            Err(JsonError::NotAnObject) => {
+                let what = serde_json::from_slice(json).map_or("value", |v| kind(&v));
+                return Err(format!("a JSON {what} is not a GELF message (an object)"));
             }
-            Err(e) => {
+            Err(JsonError::Syntax(e)) => {
                 let head = String::from_utf8_lossy(&json[..json.len().min(40)]).into_owned();
                 return Err(format!("not GELF JSON ({e}); it starts {head:?}"));
             }
         };
-        let mut time = now;
-        let mut record = serde_json::Map::with_capacity(fields.len() + 1);
+        let time = picked.and_then(|p| match p {
+            Picked::Text(t) => seconds(&serde_json::from_slice(t).unwrap_or_default()),
+            Picked::Value(v) => seconds(&v),
+        });
+        // The record as a map keeps it: a key set twice keeps its first
+        // place and its last value.
+        let mut record: Vec<(&[u8], Field)> = Vec::with_capacity(16);
+        fn insert<'a>(record: &mut Vec<(&'a [u8], Field)>, k: &'a [u8], v: Field) {
+            match record.iter_mut().find(|(rk, _)| *rk == k) {
+                Some(slot) => slot.1 = v,
+                None => record.push((k, v)),
+            }
+        }
         let mut extra = Vec::new();
-        for (k, v) in fields {
-            match k.as_str() {
-                "version" => {}
-                "timestamp" => match seconds(&v) {
-                    Some(t) => time = t,
-                    None => {
-                        record.insert(k, v);
-                    }
-                },
-                "short_message" => {
-                    record.insert(self.short_message_key.clone(), v);
+        for (k, v) in json_msgpack::pairs(&fields) {
+            match k {
+                b"version" => {}
+                b"timestamp" if time.is_some() => {}
+                b"short_message" => {
+                    insert(&mut record, self.short_message_key.as_bytes(), Field::At(v))
                 }
-                _ if self.strip && k.len() > 1 && k.starts_with('_') => extra.push((k, v)),
-                _ => {
-                    record.insert(k, v);
-                }
+                _ if self.strip && k.len() > 1 && k[0] == b'_' => extra.push((k, v)),
+                _ => insert(&mut record, k, Field::At(v)),
             }
         }
         for (k, v) in extra {
             // Kept with its underscore when the name without it is taken.
-            let key = if record.contains_key(&k[1..]) {
+            let key = if record.iter().any(|(rk, _)| *rk == &k[1..]) {
                 k
             } else {
-                k[1..].to_string()
+                &k[1..]
             };
-            record.insert(key, v);
+            insert(&mut record, key, Field::At(v));
         }
         if let Some(k) = &self.source_address_key {
-            record.insert(k.clone(), peer.address.clone().into());
+            insert(&mut record, k.as_bytes(), Field::Peer);
         }
-        let record = serde_json::Value::Object(record);
+        let time = time.unwrap_or(now);
         out.push(&self.tag, |buf| {
             buf.push(0x92);
             buf.extend_from_slice(&time.to_bytes());
-            nagare_core::json::msgpack_from_json(&record, buf);
+            write_map_len(buf, record.len());
+            for (k, v) in &record {
+                write_str(buf, k);
+                match v {
+                    Field::At(r) => buf.extend_from_slice(&fields[r.clone()]),
+                    Field::Peer => write_str(buf, peer.address.as_bytes()),
+                }
+            }
         });
         Ok(())
     }
+}
+
+/// A value of the record: in the message's fields, or the sender's address.
+enum Field {
+    At(std::ops::Range<usize>),
+    Peer,
 }
 
 fn kind(v: &serde_json::Value) -> &'static str {

@@ -1,11 +1,10 @@
 //! `json`: one JSON object per line, written as msgpack with its keys in
 //! order; `time_key` (when set and present) gives the event time.
 //!
-//! The line is converted while serde_json reads it, without building a
-//! tree of its values (a map and strings per object cost more than the
-//! parse). Lines that are not an object, or hold an object with a key twice,
-//! go through a `serde_json::Value` instead, so they get the same answer as
-//! before: an error, or the last value of a repeated key at its first place.
+//! The line is converted by formats::json_msgpack, straight from its bytes
+//! (no tree of values). Lines that are not an object, or hold an object
+//! with a key twice, get the same answer as through a `serde_json::Value`:
+//! an error, or the last value of a repeated key at its first place.
 
 use std::fmt;
 
@@ -15,6 +14,7 @@ use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 
 use super::Parser;
+use crate::formats::json_msgpack::{object_to_msgpack, Picked, Top};
 
 pub fn parse(
     p: &Parser,
@@ -22,33 +22,45 @@ pub fn parse(
     extra: &[(&[u8], &[u8])],
     out: &mut Vec<u8>,
 ) -> Result<Option<EventTime>, String> {
-    let starts_an_object = line
-        .iter()
-        .find(|b| !b.is_ascii_whitespace())
-        .is_some_and(|&b| b == b'{');
-    if !starts_an_object {
-        return parse_tree(p, line, extra, out);
-    }
-    let start = out.len();
-    let mut time = None;
-    let top = TopObject {
-        p,
+    let top = Top {
+        pick: p.time_key.as_deref().map(str::as_bytes),
+        keep_picked: p.keep_time_key,
         extra,
-        out: &mut *out,
-        time: &mut time,
     };
-    let mut de = serde_json::Deserializer::from_slice(line);
-    match top.deserialize(&mut de).and_then(|()| de.end()) {
-        Ok(()) => time.transpose(),
-        Err(e) if e.to_string().starts_with(REPEATED_KEY) => {
-            out.truncate(start);
-            parse_tree(p, line, extra, out)
+    match object_to_msgpack(line, &top, out).map_err(|e| e.to_string())? {
+        None => Ok(None),
+        Some(picked) => {
+            let tk = p.time_key.as_deref().unwrap_or_default();
+            picked_time(p, tk, &picked).map(Some)
         }
-        Err(e) => Err(format!("bad json: {e}")),
     }
 }
 
-/// Parses through a `serde_json::Value`.
+/// The event time from time_key's value: a string without escapes is
+/// read where it is (the usual `"2026-11-21T10:15:30.123Z"`); anything
+/// else through a `Value`.
+fn picked_time(p: &Parser, tk: &str, picked: &Picked) -> Result<EventTime, String> {
+    match picked {
+        Picked::Text(t) => {
+            if let [b'"', s @ .., b'"'] = t {
+                if !s.contains(&b'\\') {
+                    if let Ok(s) = std::str::from_utf8(s) {
+                        if let Some(t) = super::parse_time(s, &p.time) {
+                            return Ok(t);
+                        }
+                    }
+                }
+            }
+            let v: Value = serde_json::from_slice(t).unwrap_or(Value::Null);
+            event_time(p, tk, &v)
+        }
+        Picked::Value(v) => event_time(p, tk, v),
+    }
+}
+
+/// Parses through a `serde_json::Value` (what the transcoder's output is
+/// tested against).
+#[cfg(test)]
 fn parse_tree(
     p: &Parser,
     line: &[u8],
@@ -89,7 +101,7 @@ fn event_time(p: &Parser, tk: &str, t: &Value) -> Result<EventTime, String> {
     parsed.ok_or_else(|| format!("time {t} in field {tk:?} does not match the time format"))
 }
 
-/// The error that sends a line with a repeated key to `parse_tree`.
+/// The error of an object with a key twice (the exec filter's answers).
 pub(crate) const REPEATED_KEY: &str = "nagare: repeated key";
 
 /// Keeps one byte for the msgpack header of a map or array whose items
@@ -117,78 +129,18 @@ fn write_header(out: &mut Vec<u8>, at: usize, n: usize, map: bool) {
     out.splice(at..at + 1, header);
 }
 
-/// The line's top-level object: time_key handled, extra fields appended.
-struct TopObject<'a, 'p> {
-    p: &'p Parser,
-    extra: &'p [(&'p [u8], &'p [u8])],
-    out: &'a mut Vec<u8>,
-    /// The event time when the line has time_key: Err when it does not parse.
-    time: &'a mut Option<Result<EventTime, String>>,
-}
-
-impl<'de> DeserializeSeed<'de> for TopObject<'_, '_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for TopObject<'_, '_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a JSON object")
-    }
-    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
-        let at = reserve_header(self.out);
-        let n = write_pairs(self.out, map, Some((self.p, &mut *self.time)))?;
-        super::write_extra(self.extra, self.out);
-        write_header(self.out, at, n + self.extra.len(), true);
-        Ok(())
-    }
-}
-
 /// Writes an object's pairs (without the map header); returns how many.
-/// With a parser (the top-level object), its time_key field's value becomes
-/// the event time, and stays in the record only with keep_time_key.
-fn write_pairs<'de, A: MapAccess<'de>>(
-    out: &mut Vec<u8>,
-    mut map: A,
-    mut time: Option<(&Parser, &mut Option<Result<EventTime, String>>)>,
-) -> Result<usize, A::Error> {
+fn write_pairs<'de, A: MapAccess<'de>>(out: &mut Vec<u8>, mut map: A) -> Result<usize, A::Error> {
     let mut keys = Keys::default();
     let mut n = 0;
-    loop {
-        let pair_start = out.len();
-        let Some(key) = map.next_key_seed(KeyInto(&mut *out))? else {
-            return Ok(n);
-        };
-        let repeated = || serde::de::Error::custom(REPEATED_KEY);
-        let name = &out[key.0..key.1];
-        match &mut time {
-            Some((p, time)) if p.time_key.as_deref().map(str::as_bytes) == Some(name) => {
-                if time.is_some() {
-                    return Err(repeated());
-                }
-                let name = p.time_key.as_deref().unwrap_or_default();
-                let t: Value = map.next_value()?;
-                **time = Some(event_time(p, name, &t));
-                if !p.keep_time_key {
-                    // Not noted in `keys`: its bytes go, a repeat is caught above.
-                    out.truncate(pair_start);
-                    continue;
-                }
-                keys.note(out, key);
-                nagare_core::json::msgpack_from_json(&t, out);
-            }
-            _ => {
-                if !keys.note(out, key) {
-                    return Err(repeated());
-                }
-                map.next_value_seed(Emit(&mut *out))?
-            }
+    while let Some(key) = map.next_key_seed(KeyInto(&mut *out))? {
+        if !keys.note(out, key) {
+            return Err(serde::de::Error::custom(REPEATED_KEY));
         }
+        map.next_value_seed(Emit(&mut *out))?;
         n += 1;
     }
+    Ok(n)
 }
 
 /// Writes a key as a msgpack string; its text is at `out[start..end]`.
@@ -293,7 +245,7 @@ impl<'de> Visitor<'de> for Emit<'_> {
     }
     fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<(), A::Error> {
         let at = reserve_header(self.0);
-        let n = write_pairs(self.0, map, None)?;
+        let n = write_pairs(self.0, map)?;
         write_header(self.0, at, n, true);
         Ok(())
     }
