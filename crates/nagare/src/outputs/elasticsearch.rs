@@ -286,21 +286,11 @@ struct Bulk {
 }
 
 impl Bulk {
-    /// Entry ranges whose bodies are at most `max` bytes (one entry at least).
+    /// Entry ranges whose bodies are at most `max` bytes (one entry at
+    /// least), of about one size (http_client.rs `even_parts`).
     fn requests(&self, max: usize) -> Vec<std::ops::Range<usize>> {
-        let n = self.starts.len() - 1;
-        let mut out = Vec::new();
-        let mut a = 0;
-        for b in 1..=n {
-            if b - 1 > a && self.starts[b] - self.starts[a] > max {
-                out.push(a..b - 1);
-                a = b - 1;
-            }
-        }
-        if n > a {
-            out.push(a..n);
-        }
-        out
+        let sizes: Vec<usize> = self.starts.windows(2).map(|w| w[1] - w[0]).collect();
+        crate::net::http_client::even_parts(&sizes, max)
     }
 }
 
