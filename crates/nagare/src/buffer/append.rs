@@ -643,7 +643,9 @@ mod tests {
         ];
         let n = (COPY_APART_THRESHOLD + 1000) as u32;
         for (parts, count) in [(std::slice::from_ref(&small), 2), (&mid[..], n)] {
-            b.append("t", parts, count, false, false, &[]).await.unwrap();
+            b.append("t", parts, count, false, false, &[])
+                .await
+                .unwrap();
         }
         b.append("t", std::slice::from_ref(&small), 2, false, false, &[])
             .await
@@ -658,7 +660,10 @@ mod tests {
         let c = &chunks[0];
         // All three in the staged chunk's own copy block(s), in order; none
         // is a segment of its own size, none shares the input's allocation.
-        assert!(c.segments.iter().all(|s| s.len() != COPY_APART_THRESHOLD + 1000));
+        assert!(c
+            .segments
+            .iter()
+            .all(|s| s.len() != COPY_APART_THRESHOLD + 1000));
         assert!(c
             .segments
             .iter()

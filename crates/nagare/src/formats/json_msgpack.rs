@@ -157,11 +157,7 @@ fn skip(b: &[u8], mut pos: usize) -> usize {
 }
 
 /// The document through serde_json's `Value`: what the fast reader leaves.
-fn tree<'j>(
-    json: &'j [u8],
-    top: &Top,
-    out: &mut Vec<u8>,
-) -> Result<Option<Picked<'j>>, JsonError> {
+fn tree<'j>(json: &'j [u8], top: &Top, out: &mut Vec<u8>) -> Result<Option<Picked<'j>>, JsonError> {
     let v: Value = serde_json::from_slice(json).map_err(JsonError::Syntax)?;
     let Value::Object(mut map) = v else {
         return Err(JsonError::NotAnObject);
@@ -219,7 +215,9 @@ fn zero_bytes(w: u64) -> u64 {
 /// first such byte of the 8 is exact); the high bits tell of non-ASCII.
 #[inline]
 fn stops(w: u64) -> u64 {
-    zero_bytes(w ^ (LO * b'"' as u64)) | zero_bytes(w ^ (LO * b'\\' as u64)) | zero_bytes_below_space(w)
+    zero_bytes(w ^ (LO * b'"' as u64))
+        | zero_bytes(w ^ (LO * b'\\' as u64))
+        | zero_bytes_below_space(w)
 }
 
 /// Bytes of `w` below 0x20 (control characters); exact for the lowest.
@@ -887,7 +885,12 @@ mod tests {
         }
         // Escapes decode to the same text as serde_json's.
         let mut out = Vec::new();
-        object_to_msgpack(br#"{"s":"\u00e9\ud834\udd1e\n"}"#, &Top::default(), &mut out).unwrap();
+        object_to_msgpack(
+            br#"{"s":"\u00e9\ud834\udd1e\n"}"#,
+            &Top::default(),
+            &mut out,
+        )
+        .unwrap();
         assert_eq!(out, b"\x81\xa1s\xa7\xc3\xa9\xf0\x9d\x84\x9e\n");
         // Lone surrogates, bad escapes, raw control characters and bad
         // UTF-8 are serde_json's to refuse (or take), as before.
@@ -903,7 +906,11 @@ mod tests {
         ] {
             assert!(!all_agree(d), "{d}");
         }
-        for bad in [&b"{\"s\":\"\xff\"}"[..], b"{\"s\":\"\xc3\"}", b"{\"\xe6\x97\":1}"] {
+        for bad in [
+            &b"{\"s\":\"\xff\"}"[..],
+            b"{\"s\":\"\xc3\"}",
+            b"{\"\xe6\x97\":1}",
+        ] {
             assert!(!agrees(bad, &Top::default()));
         }
     }
@@ -911,13 +918,48 @@ mod tests {
     #[test]
     fn numbers_as_serde_json_reads_them() {
         let taken = [
-            "0", "1", "-1", "127", "128", "-32", "-33", "-128", "-129", "255", "256", "65535",
-            "65536", "-32768", "-32769", "4294967295", "4294967296", "-2147483648",
-            "-2147483649", "9223372036854775807", "-9223372036854775808",
-            "-9223372036854775809", "18446744073709551615", "-18446744073709551615",
-            "9999999999999999999", "-0", "0.0", "-0.0", "1.5", "-1.5", "0.1", "1e3", "1E+3",
-            "1e-3", "2.5e-7", "123.456", "1.7976931348623157e10", "3.141592653589793",
-            "0.30000000000000004", "1e22", "1e-22", "12345678901234567.25",
+            "0",
+            "1",
+            "-1",
+            "127",
+            "128",
+            "-32",
+            "-33",
+            "-128",
+            "-129",
+            "255",
+            "256",
+            "65535",
+            "65536",
+            "-32768",
+            "-32769",
+            "4294967295",
+            "4294967296",
+            "-2147483648",
+            "-2147483649",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "18446744073709551615",
+            "-18446744073709551615",
+            "9999999999999999999",
+            "-0",
+            "0.0",
+            "-0.0",
+            "1.5",
+            "-1.5",
+            "0.1",
+            "1e3",
+            "1E+3",
+            "1e-3",
+            "2.5e-7",
+            "123.456",
+            "1.7976931348623157e10",
+            "3.141592653589793",
+            "0.30000000000000004",
+            "1e22",
+            "1e-22",
+            "12345678901234567.25",
         ];
         for n in taken {
             let d = format!(r#"{{"n":{n},"a":[{n}]}}"#);
@@ -940,7 +982,9 @@ mod tests {
             all_agree(&d);
         }
         // Not numbers: serde_json's errors.
-        for n in ["01", "-", "1.", ".5", "1e", "1e+", "+1", "-a", "1.e3", "0x10", "NaN"] {
+        for n in [
+            "01", "-", "1.", ".5", "1e", "1e+", "+1", "-a", "1.e3", "0x10", "NaN",
+        ] {
             let d = format!(r#"{{"n":{n}}}"#);
             assert!(!all_agree(&d), "{d}");
         }
@@ -971,7 +1015,10 @@ mod tests {
         }
         for n in [31, 32, 255, 256, 65535, 65536] {
             let s = "x".repeat(n);
-            assert!(all_agree(&format!("{{\"s\":\"{s}\",\"e\":\"{s}\\n\"}}")), "{n}");
+            assert!(
+                all_agree(&format!("{{\"s\":\"{s}\",\"e\":\"{s}\\n\"}}")),
+                "{n}"
+            );
         }
     }
 
@@ -1000,26 +1047,43 @@ mod tests {
         let mut out = Vec::new();
         let p = object_to_msgpack(br#"{"m":"x","ts":"2026","z":[1]}"#, &top, &mut out).unwrap();
         assert!(matches!(p, Some(Picked::Text(b"\"2026\""))));
-        assert_eq!(out, b"\x84\xa1m\xa1x\xa1z\x91\x01\xa4host\xa2h1\xa4path\xa2/x");
+        assert_eq!(
+            out,
+            b"\x84\xa1m\xa1x\xa1z\x91\x01\xa4host\xa2h1\xa4path\xa2/x"
+        );
         // Kept.
         out.clear();
         let p = object_to_msgpack(br#"{"ts" : 12.5 }"#, &TOPS[1], &mut out).unwrap();
         assert!(matches!(p, Some(Picked::Text(b"12.5"))));
         assert_eq!(out[..5], *b"\x81\xa2ts\xcb");
         out.clear();
-        assert!(object_to_msgpack(br#"{"m":1}"#, &top, &mut out).unwrap().is_none());
+        assert!(object_to_msgpack(br#"{"m":1}"#, &top, &mut out)
+            .unwrap()
+            .is_none());
     }
 
     #[test]
     fn invalid_json_is_serde_jsons_error_with_line_and_column() {
         let mut out = vec![1, 2];
         for (doc, want) in [
-            (&b"{\"a\":1,}"[..], "bad json: trailing comma at line 1 column 8"),
-            (b"{\"a\":", "bad json: EOF while parsing a value at line 1 column 5"),
-            (b"{\"a\":1} x", "bad json: trailing characters at line 1 column 9"),
+            (
+                &b"{\"a\":1,}"[..],
+                "bad json: trailing comma at line 1 column 8",
+            ),
+            (
+                b"{\"a\":",
+                "bad json: EOF while parsing a value at line 1 column 5",
+            ),
+            (
+                b"{\"a\":1} x",
+                "bad json: trailing characters at line 1 column 9",
+            ),
             (b"{\n\"a\" 1}", "bad json: expected `:` at line 2 column 5"),
             (b"nope", "bad json: expected ident at line 1 column 2"),
-            (b"", "bad json: EOF while parsing a value at line 1 column 0"),
+            (
+                b"",
+                "bad json: EOF while parsing a value at line 1 column 0",
+            ),
             (b"[1,2]", "not a JSON object"),
             (b"\"s\"", "not a JSON object"),
         ] {

@@ -149,7 +149,11 @@ impl SyslogInputConfig {
     /// (fuzz/, docs/fuzzing.md).
     #[doc(hidden)]
     pub fn replay(&self, feed: sockets::Feed<'_>) -> anyhow::Result<sockets::Replayed> {
-        Ok(sockets::replay(&self.settings(None), &self.decoder()?, feed))
+        Ok(sockets::replay(
+            &self.settings(None),
+            &self.decoder()?,
+            feed,
+        ))
     }
 
     fn decoder(&self) -> anyhow::Result<SyslogDecoder> {

@@ -346,7 +346,15 @@ impl LokiOutput {
         for (index, (time, rec, _)) in chunk.entries().enumerate() {
             let stream = match chunk_stream {
                 Some(s) => s,
-                None => self.stream_of(chunk, rec, &mut key, &mut buf, &mut scratch, &mut streams, &mut by_text),
+                None => self.stream_of(
+                    chunk,
+                    rec,
+                    &mut key,
+                    &mut buf,
+                    &mut scratch,
+                    &mut streams,
+                    &mut by_text,
+                ),
             };
             if !per_event {
                 chunk_stream = Some(stream);
