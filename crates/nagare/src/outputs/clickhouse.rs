@@ -265,7 +265,7 @@ impl Inner {
         self.sender
             .send_parts(
                 &self.name,
-                [0..chunk.count as usize],
+                std::iter::once(0..chunk.count as usize),
                 |i| i as u32,
                 |r| {
                     let schema = &schema;
