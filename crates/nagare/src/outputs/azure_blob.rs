@@ -14,21 +14,18 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use nagare_core::output::{FlushError, Output, OutputPlugin};
+use nagare_core::output::{Output, OutputPlugin};
 use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use nagare_core::units::{Dur, Size};
 use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
-use object_store::path::Path as ObjectPath;
 use serde::Deserialize;
 
-use crate::buffer::Chunk;
 use crate::formats::{Format, DEFAULT_MESSAGE_KEY};
 use crate::net::http_client::Endpoint;
 use crate::net::object_http::ObjectConnector;
 use crate::net::tls::TlsOptions;
 use crate::outputs::common::objects::{
-    gather, retry_config, Layout, ObjectCompression, Said, Uploader, DEFAULT_KEY,
+    gather, retry_config, Layout, ObjectCompression, ObjectOutput, Refusals, Uploader, DEFAULT_KEY,
 };
 
 /// The smallest block this output sends (the service takes smaller ones;
@@ -134,186 +131,148 @@ impl OutputPlugin for AzureBlobOutputConfig {
     const DOC: &'static str = "Writes each chunk as one block blob (JSON lines, LTSV, msgpack or raw messages; gzip or zstd) to Azure Blob Storage or Azurite, in blocks for large chunks; a chunk's blob name holds its id, so a retry or a re-send after a restart overwrites its blob (see [Storage outputs](outputs-storage.md)).";
 
     fn build(self, cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
-        AzureBlobOutput::new(self, cx).map(|o| Arc::new(o) as Arc<dyn Output>)
+        object_output(self, cx).map(|o| Arc::new(o) as Arc<dyn Output>)
     }
-}
-
-struct AzureBlobOutput {
-    layout: Layout,
-    uploader: Uploader,
 }
 
 /// The 400s that a reload or a retry can mend: credentials in a form the
 /// service does not take, a body changed on its way.
 const RETRIED_400: &[&str] = &["InvalidAuthenticationInfo", "Md5Mismatch"];
 
-impl AzureBlobOutput {
-    fn new(
-        cfg: AzureBlobOutputConfig,
-        cx: &mut BuildContext,
-    ) -> Result<AzureBlobOutput, OptionError> {
-        if cfg.container.is_empty() {
-            return Err(OptionError::new("container", "must not be empty"));
-        }
-        let layout = Layout::new(&cfg.key, cfg.format, &cfg.message_key, cfg.compression, cx)?;
-        if cfg.part_size.0 < MIN_PART || cfg.part_size.0 > MAX_PART {
+/// The output as configured: layout, uploader and wording for its refusals.
+fn object_output(
+    cfg: AzureBlobOutputConfig,
+    cx: &mut BuildContext,
+) -> Result<ObjectOutput, OptionError> {
+    if cfg.container.is_empty() {
+        return Err(OptionError::new("container", "must not be empty"));
+    }
+    let layout = Layout::new(&cfg.key, cfg.format, &cfg.message_key, cfg.compression, cx)?;
+    if cfg.part_size.0 < MIN_PART || cfg.part_size.0 > MAX_PART {
+        return Err(OptionError::new(
+            "part_size",
+            format!(
+                "{} is out of range: from 1MiB to 4000MiB (the largest block the Blob service takes)",
+                cfg.part_size
+            ),
+        ));
+    }
+    gather(cx, cfg.total_file_size, cfg.upload_timeout)?;
+    if cfg.upload_concurrency == 0 {
+        return Err(OptionError::new("upload_concurrency", "must be at least 1"));
+    }
+    if let Some(t) = &cfg.access_tier {
+        if !["Hot", "Cool", "Cold", "Archive"].contains(&t.as_str()) {
             return Err(OptionError::new(
-                "part_size",
-                format!(
-                    "{} is out of range: from 1MiB to 4000MiB (the largest block the Blob service takes)",
-                    cfg.part_size
-                ),
+                "access_tier",
+                format!("{t:?} is not an access tier (Hot, Cool, Cold or Archive)"),
             ));
         }
-        gather(cx, cfg.total_file_size, cfg.upload_timeout)?;
-        if cfg.upload_concurrency == 0 {
-            return Err(OptionError::new("upload_concurrency", "must be at least 1"));
-        }
-        if let Some(t) = &cfg.access_tier {
-            if !["Hot", "Cool", "Cold", "Archive"].contains(&t.as_str()) {
-                return Err(OptionError::new(
-                    "access_tier",
-                    format!("{t:?} is not an access tier (Hot, Cool, Cold or Archive)"),
-                ));
-            }
-        }
-        if cfg.access_key.is_some() && cfg.sas_token.is_some() {
+    }
+    if cfg.access_key.is_some() && cfg.sas_token.is_some() {
+        return Err(OptionError::new(
+            "sas_token",
+            "set `access_key` or `sas_token`, not both",
+        ));
+    }
+    if let Some(k) = &cfg.access_key {
+        use base64::Engine as _;
+        if base64::engine::general_purpose::STANDARD
+            .decode(k.trim())
+            .is_err()
+        {
             return Err(OptionError::new(
-                "sas_token",
-                "set `access_key` or `sas_token`, not both",
+                "access_key",
+                "is not base64 (an account key is 64 bytes in base64, as the portal shows it)",
             ));
         }
-        if let Some(k) = &cfg.access_key {
-            use base64::Engine as _;
-            if base64::engine::general_purpose::STANDARD
-                .decode(k.trim())
-                .is_err()
-            {
+    }
+    // Keys in the config: nothing from the environment but the
+    // account and the endpoint. Without them, object_store reads the
+    // environment's AZURE_* itself (keys, SAS, a service principal,
+    // workload identity), then asks the managed identity.
+    let own_keys = cfg.access_key.is_some() || cfg.sas_token.is_some();
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let mut b = if own_keys {
+        MicrosoftAzureBuilder::new()
+    } else {
+        MicrosoftAzureBuilder::from_env()
+    };
+    let account = cfg
+        .account
+        .clone()
+        .or_else(|| env("AZURE_STORAGE_ACCOUNT_NAME"))
+        .ok_or_else(|| {
+            OptionError::new(
+                "account",
+                "set the storage account's name here or in AZURE_STORAGE_ACCOUNT_NAME",
+            )
+        })?;
+    let endpoint = cfg
+        .endpoint
+        .clone()
+        .or_else(|| env("AZURE_STORAGE_ENDPOINT"));
+    b = b
+        .with_account(&account)
+        .with_container_name(&cfg.container)
+        // The endpoint is written out (Azurite's too): the emulator
+        // switch would take its address from the environment instead.
+        .with_use_emulator(false)
+        .with_retry(retry_config(cfg.request_retries, cfg.timeout.0));
+    let tls = match &endpoint {
+        Some(url) => {
+            let e = Endpoint::parse("endpoint", url)?;
+            if e.path.contains('?') {
                 return Err(OptionError::new(
-                    "access_key",
-                    "is not base64 (an account key is 64 bytes in base64, as the portal shows it)",
+                    "endpoint",
+                    format!("{url:?}: write the service's URL only (no query); a SAS goes in `sas_token`"),
                 ));
             }
+            let tls = e.tls(cfg.tls.as_ref(), cx)?;
+            b = b
+                .with_endpoint(url.trim_end_matches('/').to_string())
+                .with_allow_http(!e.https);
+            tls
         }
-        // Keys in the config: nothing from the environment but the
-        // account and the endpoint. Without them, object_store reads the
-        // environment's AZURE_* itself (keys, SAS, a service principal,
-        // workload identity), then asks the managed identity.
-        let own_keys = cfg.access_key.is_some() || cfg.sas_token.is_some();
-        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let mut b = if own_keys {
-            MicrosoftAzureBuilder::new()
-        } else {
-            MicrosoftAzureBuilder::from_env()
-        };
-        let account = cfg
-            .account
+        None => crate::net::tls::TlsClient::build(
+            Some(cfg.tls.as_ref().unwrap_or(&TlsOptions::default())),
+            cx,
+        )?,
+    };
+    if let Some(k) = &cfg.access_key {
+        b = b.with_access_key(k.trim());
+    }
+    if let Some(s) = &cfg.sas_token {
+        b = b.with_config(AzureConfigKey::SasKey, s.trim().trim_start_matches('?'));
+    }
+    let place = format!(
+        "container {:?} at {}",
+        cfg.container,
+        endpoint
             .clone()
-            .or_else(|| env("AZURE_STORAGE_ACCOUNT_NAME"))
-            .ok_or_else(|| {
-                OptionError::new(
-                    "account",
-                    "set the storage account's name here or in AZURE_STORAGE_ACCOUNT_NAME",
-                )
-            })?;
-        let endpoint = cfg
-            .endpoint
-            .clone()
-            .or_else(|| env("AZURE_STORAGE_ENDPOINT"));
-        b = b
-            .with_account(&account)
-            .with_container_name(&cfg.container)
-            // The endpoint is written out (Azurite's too): the emulator
-            // switch would take its address from the environment instead.
-            .with_use_emulator(false)
-            .with_retry(retry_config(cfg.request_retries, cfg.timeout.0));
-        let tls = match &endpoint {
-            Some(url) => {
-                let e = Endpoint::parse("endpoint", url)?;
-                if e.path.contains('?') {
-                    return Err(OptionError::new(
-                        "endpoint",
-                        format!("{url:?}: write the service's URL only (no query); a SAS goes in `sas_token`"),
-                    ));
-                }
-                let tls = e.tls(cfg.tls.as_ref(), cx)?;
-                b = b
-                    .with_endpoint(url.trim_end_matches('/').to_string())
-                    .with_allow_http(!e.https);
-                tls
-            }
-            None => crate::net::tls::TlsClient::build(
-                Some(cfg.tls.as_ref().unwrap_or(&TlsOptions::default())),
-                cx,
-            )?,
-        };
-        if let Some(k) = &cfg.access_key {
-            b = b.with_access_key(k.trim());
-        }
-        if let Some(s) = &cfg.sas_token {
-            b = b.with_config(AzureConfigKey::SasKey, s.trim().trim_start_matches('?'));
-        }
-        let place = format!(
-            "container {:?} at {}",
-            cfg.container,
-            endpoint
-                .clone()
-                .unwrap_or_else(|| format!("https://{account}.blob.core.windows.net"))
-        );
-        tracing::debug!(output = %cx.name, %place, "azure_blob output");
-        let store = b
-            .with_http_connector(ObjectConnector::new(tls, cfg.timeout.0))
-            .build()
-            .map_err(|e| OptionError::new("container", format!("{place}: {e}")))?;
-        let attributes = Uploader::attributes(&layout, cfg.access_tier.as_deref());
-        Ok(AzureBlobOutput {
-            layout,
-            uploader: Uploader {
-                store: Arc::new(store),
-                part_size: cfg.part_size.0 as usize,
-                max_parts: MAX_PARTS,
-                concurrency: cfg.upload_concurrency,
-                attributes,
-                output: "azure_blob",
-                place,
-            },
-        })
-    }
-
-    /// Retry or Permanent, and a message naming the container, the
-    /// service and what it said.
-    fn judge(&self, path: &ObjectPath, e: object_store::Error) -> FlushError {
-        let text = e.to_string();
-        let said = Said::read(&text);
-        let place = &self.uploader.place;
-        let what = match (said.code, &e) {
-            (Some("ContainerNotFound"), _) => format!(
-                "{place}: the container does not exist (ContainerNotFound); events are kept and retried until it is created"
-            ),
-            (_, object_store::Error::PermissionDenied { .. })
-            | (_, object_store::Error::Unauthenticated { .. }) => format!(
-                "{place}: access denied writing {path} ({}): check account and access_key or sas_token (or the environment's AZURE_* credentials) and their permissions; events are kept and retried",
-                said.text
-            ),
-            _ => format!("{place}: writing {path}: {}", said.text),
-        };
-        if said.permanent(RETRIED_400) {
-            FlushError::Permanent(what)
-        } else {
-            FlushError::Retry(what)
-        }
-    }
-}
-
-#[async_trait]
-impl Output for AzureBlobOutput {
-    async fn write(&self, chunk: &Chunk) -> Result<(), FlushError> {
-        let key = self.layout.key(chunk)?;
-        let path = ObjectPath::from(key.as_str());
-        let body = self.layout.body(chunk)?;
-        self.uploader
-            .put(&path, body)
-            .await
-            .map_err(|e| self.judge(&path, e))
-    }
+            .unwrap_or_else(|| format!("https://{account}.blob.core.windows.net"))
+    );
+    tracing::debug!(output = %cx.name, %place, "azure_blob output");
+    let store = b
+        .with_http_connector(ObjectConnector::new(tls, cfg.timeout.0))
+        .build()
+        .map_err(|e| OptionError::new("container", format!("{place}: {e}")))?;
+    let attributes = Uploader::attributes(&layout, cfg.access_tier.as_deref());
+    Ok(ObjectOutput {
+        layout,
+        uploader: Uploader {
+            store: Arc::new(store),
+            part_size: cfg.part_size.0 as usize,
+            max_parts: MAX_PARTS,
+            concurrency: cfg.upload_concurrency,
+            attributes,
+            output: "azure_blob",
+            place,
+        },
+        refusals: Refusals {
+            missing: ("ContainerNotFound", "the container does not exist"),
+            credentials: "account and access_key or sas_token (or the environment's AZURE_* credentials) and their permissions",
+            retried_400: RETRIED_400,
+        },
+    })
 }

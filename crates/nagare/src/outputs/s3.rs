@@ -20,21 +20,18 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use nagare_core::output::{FlushError, Output, OutputPlugin};
+use nagare_core::output::{Output, OutputPlugin};
 use nagare_core::plugin::{serde_inline_default, BuildContext, OptionError};
 use nagare_core::units::{Dur, Size};
 use object_store::aws::AmazonS3Builder;
-use object_store::path::Path as ObjectPath;
 use serde::Deserialize;
 
-use crate::buffer::Chunk;
 use crate::formats::{Format, DEFAULT_MESSAGE_KEY};
 use crate::net::http_client::Endpoint;
 use crate::net::object_http::ObjectConnector;
 use crate::net::tls::TlsOptions;
 use crate::outputs::common::objects::{
-    gather, retry_config, Layout, ObjectCompression, Said, Uploader, DEFAULT_KEY,
+    gather, retry_config, Layout, ObjectCompression, ObjectOutput, Refusals, Uploader, DEFAULT_KEY,
 };
 
 /// The smallest part S3 takes (every part but the last).
@@ -149,13 +146,8 @@ impl OutputPlugin for S3OutputConfig {
     const DOC: &'static str = "Writes each chunk as one object (JSON lines, LTSV, msgpack or raw messages; gzip or zstd) to AWS S3 or an S3-compatible server, with multipart uploads for large chunks; a chunk's key holds its id, so a retry or a re-send after a restart overwrites its object (see [Storage outputs](outputs-storage.md)).";
 
     fn build(self, cx: &mut BuildContext) -> Result<Arc<dyn Output>, OptionError> {
-        S3Output::new(self, cx).map(|o| Arc::new(o) as Arc<dyn Output>)
+        object_output(self, cx).map(|o| Arc::new(o) as Arc<dyn Output>)
     }
-}
-
-struct S3Output {
-    layout: Layout,
-    uploader: Uploader,
 }
 
 /// The 400s that are about time or credentials: retried.
@@ -170,156 +162,125 @@ const RETRIED_400: &[&str] = &[
     "SlowDown",
 ];
 
-impl S3Output {
-    fn new(cfg: S3OutputConfig, cx: &mut BuildContext) -> Result<S3Output, OptionError> {
-        if cfg.bucket.is_empty() {
-            return Err(OptionError::new("bucket", "must not be empty"));
-        }
-        let layout = Layout::new(&cfg.key, cfg.format, &cfg.message_key, cfg.compression, cx)?;
-        if cfg.part_size.0 < MIN_PART {
+/// The output as configured: layout, uploader and wording for its refusals.
+fn object_output(cfg: S3OutputConfig, cx: &mut BuildContext) -> Result<ObjectOutput, OptionError> {
+    if cfg.bucket.is_empty() {
+        return Err(OptionError::new("bucket", "must not be empty"));
+    }
+    let layout = Layout::new(&cfg.key, cfg.format, &cfg.message_key, cfg.compression, cx)?;
+    if cfg.part_size.0 < MIN_PART {
+        return Err(OptionError::new(
+            "part_size",
+            format!(
+                "{} is below 5MiB, the smallest part S3 takes",
+                cfg.part_size
+            ),
+        ));
+    }
+    gather(cx, cfg.total_file_size, cfg.upload_timeout)?;
+    if cfg.upload_concurrency == 0 {
+        return Err(OptionError::new("upload_concurrency", "must be at least 1"));
+    }
+    if let Some(c) = &cfg.storage_class {
+        if c.is_empty() || !c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
             return Err(OptionError::new(
-                "part_size",
-                format!(
-                    "{} is below 5MiB, the smallest part S3 takes",
-                    cfg.part_size
-                ),
+                "storage_class",
+                format!("{c:?} is not a storage class name (e.g. STANDARD_IA)"),
             ));
         }
-        gather(cx, cfg.total_file_size, cfg.upload_timeout)?;
-        if cfg.upload_concurrency == 0 {
-            return Err(OptionError::new("upload_concurrency", "must be at least 1"));
-        }
-        if let Some(c) = &cfg.storage_class {
-            if c.is_empty() || !c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+    }
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let endpoint = cfg
+        .endpoint
+        .clone()
+        .or_else(|| env("AWS_ENDPOINT_URL_S3"))
+        .or_else(|| env("AWS_ENDPOINT_URL"));
+    let region = cfg
+        .region
+        .clone()
+        .or_else(|| env("AWS_REGION"))
+        .or_else(|| env("AWS_DEFAULT_REGION"))
+        .unwrap_or_else(|| "us-east-1".into());
+    let path_style = cfg.path_style.unwrap_or(endpoint.is_some());
+
+    let (keys, from) = credentials(&cfg)?;
+    // Without keys of ours, object_store reads the environment itself:
+    // web identity (AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN), the
+    // container's credentials URI, then the instance's metadata.
+    let base = match &keys {
+        Some(_) => AmazonS3Builder::new(),
+        None => AmazonS3Builder::from_env(),
+    };
+    let mut b = base
+        .with_bucket_name(&cfg.bucket)
+        .with_region(&region)
+        .with_virtual_hosted_style_request(!path_style)
+        .with_retry(retry_config(cfg.request_retries, cfg.timeout.0));
+    let tls = match &endpoint {
+        Some(url) => {
+            let e = Endpoint::parse("endpoint", url)?;
+            if e.path != "/" {
                 return Err(OptionError::new(
-                    "storage_class",
-                    format!("{c:?} is not a storage class name (e.g. STANDARD_IA)"),
+                    "endpoint",
+                    format!(
+                        "{url:?}: write the server's URL only (no path); the bucket is `bucket`"
+                    ),
                 ));
             }
+            let tls = e.tls(cfg.tls.as_ref(), cx)?;
+            let url = url.trim_end_matches('/');
+            // object_store's virtual-hosted style takes the endpoint as
+            // the bucket's own URL: put the bucket in front of the host.
+            let base = if path_style {
+                url.to_string()
+            } else {
+                let (scheme, host) = url.split_once("://").expect("parsed above");
+                format!("{scheme}://{}.{host}", cfg.bucket)
+            };
+            b = b.with_endpoint(base).with_allow_http(!e.https);
+            tls
         }
-        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let endpoint = cfg
-            .endpoint
-            .clone()
-            .or_else(|| env("AWS_ENDPOINT_URL_S3"))
-            .or_else(|| env("AWS_ENDPOINT_URL"));
-        let region = cfg
-            .region
-            .clone()
-            .or_else(|| env("AWS_REGION"))
-            .or_else(|| env("AWS_DEFAULT_REGION"))
-            .unwrap_or_else(|| "us-east-1".into());
-        let path_style = cfg.path_style.unwrap_or(endpoint.is_some());
-
-        let (keys, from) = credentials(&cfg)?;
-        // Without keys of ours, object_store reads the environment itself:
-        // web identity (AWS_WEB_IDENTITY_TOKEN_FILE, AWS_ROLE_ARN), the
-        // container's credentials URI, then the instance's metadata.
-        let base = match &keys {
-            Some(_) => AmazonS3Builder::new(),
-            None => AmazonS3Builder::from_env(),
-        };
-        let mut b = base
-            .with_bucket_name(&cfg.bucket)
-            .with_region(&region)
-            .with_virtual_hosted_style_request(!path_style)
-            .with_retry(retry_config(cfg.request_retries, cfg.timeout.0));
-        let tls = match &endpoint {
-            Some(url) => {
-                let e = Endpoint::parse("endpoint", url)?;
-                if e.path != "/" {
-                    return Err(OptionError::new(
-                        "endpoint",
-                        format!("{url:?}: write the server's URL only (no path); the bucket is `bucket`"),
-                    ));
-                }
-                let tls = e.tls(cfg.tls.as_ref(), cx)?;
-                let url = url.trim_end_matches('/');
-                // object_store's virtual-hosted style takes the endpoint as
-                // the bucket's own URL: put the bucket in front of the host.
-                let base = if path_style {
-                    url.to_string()
-                } else {
-                    let (scheme, host) = url.split_once("://").expect("parsed above");
-                    format!("{scheme}://{}.{host}", cfg.bucket)
-                };
-                b = b.with_endpoint(base).with_allow_http(!e.https);
-                tls
-            }
-            None => crate::net::tls::TlsClient::build(
-                Some(cfg.tls.as_ref().unwrap_or(&TlsOptions::default())),
-                cx,
-            )?,
-        };
-        let place = format!(
-            "bucket {:?} at {}",
-            cfg.bucket,
-            endpoint.as_deref().unwrap_or("AWS S3")
-        );
-        if let Some(k) = keys {
-            b = b
-                .with_access_key_id(k.access_key_id)
-                .with_secret_access_key(k.secret_access_key);
-            if let Some(t) = k.session_token {
-                b = b.with_token(t);
-            }
-        }
-        tracing::debug!(output = %cx.name, %place, credentials = %from, "s3 output");
-        let store = b
-            .with_http_connector(ObjectConnector::new(tls, cfg.timeout.0))
-            .build()
-            .map_err(|e| OptionError::new("bucket", format!("{place}: {e}")))?;
-        let attributes = Uploader::attributes(&layout, cfg.storage_class.as_deref());
-        Ok(S3Output {
-            layout,
-            uploader: Uploader {
-                store: Arc::new(store),
-                part_size: cfg.part_size.0 as usize,
-                max_parts: MAX_PARTS,
-                concurrency: cfg.upload_concurrency,
-                attributes,
-                output: "s3",
-                place,
-            },
-        })
-    }
-
-    /// Retry or Permanent, and a message naming the bucket, the server
-    /// and what it said.
-    fn judge(&self, path: &ObjectPath, e: object_store::Error) -> FlushError {
-        let text = e.to_string();
-        let said = Said::read(&text);
-        let place = &self.uploader.place;
-        let what = match (said.code, &e) {
-            (Some("NoSuchBucket"), _) => format!(
-                "{place}: the bucket does not exist (NoSuchBucket); events are kept and retried until it is created"
-            ),
-            (_, object_store::Error::PermissionDenied { .. })
-            | (_, object_store::Error::Unauthenticated { .. }) => format!(
-                "{place}: access denied writing {path} ({}): check access_key_id and secret_access_key (or the environment's or the credentials file's keys) and the bucket's policy; events are kept and retried",
-                said.text
-            ),
-            _ => format!("{place}: writing {path}: {}", said.text),
-        };
-        if said.permanent(RETRIED_400) {
-            FlushError::Permanent(what)
-        } else {
-            FlushError::Retry(what)
+        None => crate::net::tls::TlsClient::build(
+            Some(cfg.tls.as_ref().unwrap_or(&TlsOptions::default())),
+            cx,
+        )?,
+    };
+    let place = format!(
+        "bucket {:?} at {}",
+        cfg.bucket,
+        endpoint.as_deref().unwrap_or("AWS S3")
+    );
+    if let Some(k) = keys {
+        b = b
+            .with_access_key_id(k.access_key_id)
+            .with_secret_access_key(k.secret_access_key);
+        if let Some(t) = k.session_token {
+            b = b.with_token(t);
         }
     }
-}
-
-#[async_trait]
-impl Output for S3Output {
-    async fn write(&self, chunk: &Chunk) -> Result<(), FlushError> {
-        let key = self.layout.key(chunk)?;
-        let path = ObjectPath::from(key.as_str());
-        let body = self.layout.body(chunk)?;
-        self.uploader
-            .put(&path, body)
-            .await
-            .map_err(|e| self.judge(&path, e))
-    }
+    tracing::debug!(output = %cx.name, %place, credentials = %from, "s3 output");
+    let store = b
+        .with_http_connector(ObjectConnector::new(tls, cfg.timeout.0))
+        .build()
+        .map_err(|e| OptionError::new("bucket", format!("{place}: {e}")))?;
+    let attributes = Uploader::attributes(&layout, cfg.storage_class.as_deref());
+    Ok(ObjectOutput {
+        layout,
+        uploader: Uploader {
+            store: Arc::new(store),
+            part_size: cfg.part_size.0 as usize,
+            max_parts: MAX_PARTS,
+            concurrency: cfg.upload_concurrency,
+            attributes,
+            output: "s3",
+            place,
+        },
+        refusals: Refusals {
+            missing: ("NoSuchBucket", "the bucket does not exist"),
+            credentials: "access_key_id and secret_access_key (or the environment's or the credentials file's keys) and the bucket's policy",
+            retried_400: RETRIED_400,
+        },
+    })
 }
 
 /// Access keys.

@@ -17,7 +17,8 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nagare_core::output::FlushError;
+use async_trait::async_trait;
+use nagare_core::output::{FlushError, Output};
 use nagare_core::plugin::{BuildContext, OptionError};
 use nagare_core::units::{Dur, Size};
 use object_store::path::Path as ObjectPath;
@@ -256,6 +257,67 @@ impl Uploader {
             }
         }
         result
+    }
+}
+
+/// What an object output says when its store refuses a write: its
+/// server's code for a missing bucket or container, where to look when
+/// the credentials are refused, and the 400s it retries.
+pub struct Refusals {
+    /// e.g. "NoSuchBucket", and what it means ("the bucket does not exist").
+    pub missing: (&'static str, &'static str),
+    /// The options (and other sources) of credentials to check.
+    pub credentials: &'static str,
+    /// The 400s a reload or a retry can mend (see `Said::permanent`).
+    pub retried_400: &'static [&'static str],
+}
+
+/// An object-storage output: each chunk (or gathered chunk) rendered by
+/// `layout` and stored at its key by `uploader`; the plugins differ only
+/// in how they build these and word their refusals.
+pub struct ObjectOutput {
+    pub layout: Layout,
+    pub uploader: Uploader,
+    pub refusals: Refusals,
+}
+
+impl ObjectOutput {
+    /// Retry or Permanent, and a message naming the place (bucket or
+    /// container and server) and what the server said.
+    fn judge(&self, path: &ObjectPath, e: object_store::Error) -> FlushError {
+        let text = e.to_string();
+        let said = Said::read(&text);
+        let place = &self.uploader.place;
+        let (missing, meaning) = self.refusals.missing;
+        let what = match (said.code, &e) {
+            (Some(code), _) if code == missing => format!(
+                "{place}: {meaning} ({missing}); events are kept and retried until it is created"
+            ),
+            (_, object_store::Error::PermissionDenied { .. })
+            | (_, object_store::Error::Unauthenticated { .. }) => format!(
+                "{place}: access denied writing {path} ({}): check {}; events are kept and retried",
+                said.text, self.refusals.credentials
+            ),
+            _ => format!("{place}: writing {path}: {}", said.text),
+        };
+        if said.permanent(self.refusals.retried_400) {
+            FlushError::Permanent(what)
+        } else {
+            FlushError::Retry(what)
+        }
+    }
+}
+
+#[async_trait]
+impl Output for ObjectOutput {
+    async fn write(&self, chunk: &Chunk) -> Result<(), FlushError> {
+        let key = self.layout.key(chunk)?;
+        let path = ObjectPath::from(key.as_str());
+        let body = self.layout.body(chunk)?;
+        self.uploader
+            .put(&path, body)
+            .await
+            .map_err(|e| self.judge(&path, e))
     }
 }
 
