@@ -23,19 +23,8 @@ const WRONG_KEY: &str = "bm90LXRoZS1hY2NvdW50LWtleS0wMTIzNDU2Nzg5MDEy";
 /// Azurite's blob server: NAGARE_AZURITE, the set-up's npm folder
 /// (~/.cache/nagare-test/azurite), or PATH.
 fn azurite_bin() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("NAGARE_AZURITE") {
-        return Some(PathBuf::from(p));
-    }
-    let p = cache_dir()?.join("nagare-test/azurite/node_modules/.bin/azurite-blob");
-    if p.exists() {
-        return Some(p);
-    }
-    Command::new("azurite-blob")
-        .arg("--version")
-        .stdout(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-        .then(|| PathBuf::from("azurite-blob"))
+    let cached = cache_dir().map(|c| c.join("nagare-test/azurite/node_modules/.bin/azurite-blob"));
+    installed_tool("NAGARE_AZURITE", cached, "azurite-blob", "--version")
 }
 
 /// Skips (true) without the server or the reader.

@@ -21,13 +21,6 @@ pub fn python() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/objects/.venv/bin/python")
 }
 
-/// The cache the set-up installs tools into (XDG_CACHE_HOME or ~/.cache).
-pub fn cache_dir() -> Option<PathBuf> {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-}
-
 /// Runs a reader script of tests/objects with `args`; its JSON as
 /// [`Stored`].
 pub fn read_with(script: &str, args: &[&str]) -> Stored {

@@ -20,19 +20,8 @@ const SECRET: &str = "nagare-secret";
 /// The versitygw binary: NAGARE_VERSITYGW, the set-up's GOBIN
 /// (~/.cache/nagare-go/bin), or PATH.
 fn versitygw_bin() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("NAGARE_VERSITYGW") {
-        return Some(PathBuf::from(p));
-    }
-    let p = cache_dir()?.join("nagare-go/bin/versitygw");
-    if p.exists() {
-        return Some(p);
-    }
-    Command::new("versitygw")
-        .arg("--version")
-        .stdout(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-        .then(|| PathBuf::from("versitygw"))
+    let cached = cache_dir().map(|c| c.join("nagare-go/bin/versitygw"));
+    installed_tool("NAGARE_VERSITYGW", cached, "versitygw", "--version")
 }
 
 /// Skips (true) without the server or the reader.

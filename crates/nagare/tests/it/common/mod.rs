@@ -1527,3 +1527,34 @@ pub fn replay_delivers(path: &Path, n: u64) {
     sink.wait_count(n as usize);
     assert_exact_seqs(&sink.seqs(), n);
 }
+
+/// The cache the set-up installs tools into (XDG_CACHE_HOME or ~/.cache).
+pub fn cache_dir() -> Option<PathBuf> {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+}
+
+/// A server or tool scripts/test-all.sh installs: the path in the
+/// environment variable `env`, else `cached` (where the set-up puts it)
+/// when it exists, else `name` on the PATH when `name version_arg` runs.
+pub fn installed_tool(
+    env: &str,
+    cached: Option<PathBuf>,
+    name: &str,
+    version_arg: &str,
+) -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os(env) {
+        return Some(PathBuf::from(p));
+    }
+    if let Some(p) = cached.filter(|p| p.exists()) {
+        return Some(p);
+    }
+    std::process::Command::new(name)
+        .arg(version_arg)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+        .then(|| PathBuf::from(name))
+}

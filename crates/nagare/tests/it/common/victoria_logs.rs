@@ -36,19 +36,9 @@ static DIR: OnceLock<PathBuf> = OnceLock::new();
 /// Where the binary is: $NAGARE_VICTORIA_LOGS, the cache folder
 /// scripts/test-all.sh installs into, or `victoria-logs` on the PATH.
 fn binary() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("NAGARE_VICTORIA_LOGS") {
-        return Some(PathBuf::from(p));
-    }
-    let home = std::env::var_os("HOME").map(PathBuf::from)?;
-    let cached = home.join(".cache/nagare-test/gobin/victoria-logs");
-    if cached.exists() {
-        return Some(cached);
-    }
-    Command::new("victoria-logs")
-        .arg("-version")
-        .output()
-        .ok()
-        .map(|_| PathBuf::from("victoria-logs"))
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let cached = home.map(|h| h.join(".cache/nagare-test/gobin/victoria-logs"));
+    super::installed_tool("NAGARE_VICTORIA_LOGS", cached, "victoria-logs", "-version")
 }
 
 /// The test binary's one server; None when it is not installed (the test
