@@ -371,7 +371,7 @@ impl<'j> Reader<'j> {
             r.eat(b':')?;
             r.ws();
             let value_start = r.i;
-            if !top.pick.is_some_and(|p| p == &out[key.0..key.1]) {
+            if top.pick.is_none_or(|p| p != &out[key.0..key.1]) {
                 keys.note(out, key)?;
                 r.value(out, 1)?;
                 return Ok(true);
