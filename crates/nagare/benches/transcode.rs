@@ -17,7 +17,6 @@
 //!   (PackedForward, the same records already in msgpack).
 //!
 //!   cargo bench -p nagare --bench transcode
-use std::fmt;
 use std::io::Write;
 
 use bytes::Bytes;
@@ -26,7 +25,10 @@ use nagare::formats::json_msgpack::{object_to_msgpack, Top};
 use nagare::inputs::beats::{BeatsInputConfig, Decoder, Window};
 use nagare::inputs::common::http_listener::Body;
 use nagare::inputs::elasticsearch::{ElasticsearchInputConfig, EsDecode};
-use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
+// serde's visitors writing msgpack as serde_json reads: the json parser's
+// converter before formats::json_msgpack (the exec filter's still).
+use nagare::parsers::json::Emit;
+use serde::de::DeserializeSeed;
 
 const EVENTS: usize = 1000;
 
@@ -82,69 +84,6 @@ fn forward_message(size: usize) -> Vec<u8> {
     m.extend_from_slice(&entries);
     m.push(0x80);
     m
-}
-
-/// serde's visitors writing msgpack as serde_json reads (the json
-/// parser's converter before formats::json_msgpack).
-struct Emit<'a>(&'a mut Vec<u8>);
-
-impl<'de> DeserializeSeed<'de> for Emit<'_> {
-    type Value = ();
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for Emit<'_> {
-    type Value = ();
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("JSON")
-    }
-    fn visit_unit<E>(self) -> Result<(), E> {
-        self.0.push(0xc0);
-        Ok(())
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<(), E> {
-        self.0.push(if v { 0xc3 } else { 0xc2 });
-        Ok(())
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<(), E> {
-        nagare_forward::msgpack::write_uint(self.0, v);
-        Ok(())
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<(), E> {
-        let _ = rmp::encode::write_sint(self.0, v);
-        Ok(())
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<(), E> {
-        let _ = rmp::encode::write_f64(self.0, v);
-        Ok(())
-    }
-    fn visit_str<E>(self, v: &str) -> Result<(), E> {
-        nagare_forward::msgpack::write_str(self.0, v.as_bytes());
-        Ok(())
-    }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        let at = self.0.len();
-        self.0.push(0x90);
-        let mut n = 0u8;
-        while seq.next_element_seed(Emit(&mut *self.0))?.is_some() {
-            n += 1;
-        }
-        self.0[at] = 0x90 | n.min(15);
-        Ok(())
-    }
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let at = self.0.len();
-        self.0.push(0x80);
-        let mut n = 0u8;
-        while map.next_key_seed(Emit(&mut *self.0))?.is_some() {
-            map.next_value_seed(Emit(&mut *self.0))?;
-            n += 1;
-        }
-        self.0[at] = 0x80 | n.min(15);
-        Ok(())
-    }
 }
 
 fn json_to_msgpack(c: &mut Criterion) {

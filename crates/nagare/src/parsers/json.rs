@@ -196,7 +196,7 @@ impl Keys {
 /// Writes any JSON value as msgpack (as `msgpack_from_json` does for a
 /// tree) while serde_json reads it; fails with `REPEATED_KEY` on an object
 /// with a key twice (the exec filter reads its answers' records with it).
-pub(crate) struct Emit<'a>(pub(crate) &'a mut Vec<u8>);
+pub struct Emit<'a>(pub &'a mut Vec<u8>);
 
 impl<'de> DeserializeSeed<'de> for Emit<'_> {
     type Value = ();

@@ -20,7 +20,7 @@ mod common;
 mod cri;
 mod csv;
 mod docker;
-pub(crate) mod json;
+pub mod json;
 mod ltsv;
 mod multiline;
 mod nginx;
