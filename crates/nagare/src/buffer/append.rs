@@ -580,61 +580,14 @@ mod tests {
         assert_eq!(c.contiguous().len(), c.len);
     }
 
-    #[tokio::test]
-    async fn mid_size_batches_are_copied_apart_in_order_and_counted_at_their_length() {
-        LOCK_SEEN_BUSY.with(|b| b.set(true));
-        let (b, out) = buffer(BufferConfig::default());
-        // One-byte entries (empty arrays, then empty maps) so the contents
-        // show the order: small, mid (two parts), small.
-        let small = Bytes::from_static(&[0x90, 0x90]);
-        let mid = [
-            Bytes::from(vec![0x80u8; COPY_APART_THRESHOLD]),
-            Bytes::from(vec![0x80u8; 1000]),
-        ];
-        b.append("t", std::slice::from_ref(&small), 2, false, false, &[])
-            .await
-            .unwrap();
-        b.append(
-            "t",
-            &mid,
-            (COPY_APART_THRESHOLD + 1000) as u32,
-            false,
-            false,
-            &[],
-        )
-        .await
-        .unwrap();
-        b.append("t", std::slice::from_ref(&small), 2, false, false, &[])
-            .await
-            .unwrap();
-        // The first run of small batches, sealed by the mid batch (its
-        // spare room given back), the mid batch at its length (its copy is an
-        // allocation of its own size) and the second run's 4 KiB allocation.
-        assert_eq!(b.held_bytes(), 2 + COPY_APART_THRESHOLD + 1000 + 4096);
-        let tasks = b.start();
-        b.close();
-        for t in tasks {
-            t.await.unwrap();
-        }
-        let chunks = out.0.lock().unwrap();
-        assert_eq!(chunks.len(), 1);
-        let c = &chunks[0];
-        assert_eq!(c.count as usize, 4 + COPY_APART_THRESHOLD + 1000);
-        let seg_lens: Vec<usize> = c.segments.iter().map(|s| s.len()).collect();
-        assert_eq!(seg_lens, vec![2, COPY_APART_THRESHOLD + 1000, 2]);
-        assert!(
-            !c.segments[1].as_ptr_range().contains(&mid[0].as_ptr()),
-            "copied, not shared: the input's allocation is not kept"
-        );
-        let mut want = vec![0x90u8; 2];
-        want.extend(std::iter::repeat_n(0x80u8, COPY_APART_THRESHOLD + 1000));
-        want.extend([0x90, 0x90]);
-        assert_eq!(c.contiguous(), &want[..]);
-        assert_eq!(b.held_bytes(), 0);
-    }
-
-    #[tokio::test]
-    async fn mid_size_batches_are_copied_under_the_lock_while_it_is_free() {
+    /// Appends a small, a mid-size (two parts) and a small batch of
+    /// one-byte entries (empty arrays, then empty maps, so the contents
+    /// show the order) with `copy_apart` seeing the lock busy or free;
+    /// checks the flushed chunk's contents and that nothing stays held.
+    /// Returns the bytes held before the flush, the chunk's segment
+    /// lengths and whether a segment is the mid batch's own allocation.
+    async fn small_mid_small(busy: bool) -> (usize, Vec<usize>, bool) {
+        LOCK_SEEN_BUSY.with(|b| b.set(busy));
         let (b, out) = buffer(BufferConfig::default());
         let small = Bytes::from_static(&[0x90, 0x90]);
         let mid = [
@@ -642,37 +595,51 @@ mod tests {
             Bytes::from(vec![0x80u8; 1000]),
         ];
         let n = (COPY_APART_THRESHOLD + 1000) as u32;
-        for (parts, count) in [(std::slice::from_ref(&small), 2), (&mid[..], n)] {
+        let small = std::slice::from_ref(&small);
+        for (parts, count) in [(small, 2), (&mid[..], n), (small, 2)] {
             b.append("t", parts, count, false, false, &[])
                 .await
                 .unwrap();
         }
-        b.append("t", std::slice::from_ref(&small), 2, false, false, &[])
-            .await
-            .unwrap();
-        let tasks = b.start();
-        b.close();
-        for t in tasks {
-            t.await.unwrap();
-        }
+        let held = b.held_bytes();
+        drain(&b).await;
         let chunks = out.0.lock().unwrap();
         assert_eq!(chunks.len(), 1);
         let c = &chunks[0];
-        // All three in the staged chunk's own copy block(s), in order; none
-        // is a segment of its own size, none shares the input's allocation.
-        assert!(c
-            .segments
-            .iter()
-            .all(|s| s.len() != COPY_APART_THRESHOLD + 1000));
-        assert!(c
-            .segments
-            .iter()
-            .all(|s| !s.as_ptr_range().contains(&mid[0].as_ptr())));
+        assert_eq!(c.count as usize, 4 + COPY_APART_THRESHOLD + 1000);
         let mut want = vec![0x90u8; 2];
         want.extend(std::iter::repeat_n(0x80u8, COPY_APART_THRESHOLD + 1000));
         want.extend([0x90, 0x90]);
         assert_eq!(c.contiguous(), &want[..]);
         assert_eq!(b.held_bytes(), 0);
+        let shared = c
+            .segments
+            .iter()
+            .any(|s| s.as_ptr_range().contains(&mid[0].as_ptr()));
+        (held, c.segments.iter().map(|s| s.len()).collect(), shared)
+    }
+
+    #[tokio::test]
+    async fn mid_size_batches_are_copied_apart_in_order_and_counted_at_their_length() {
+        let (held, seg_lens, shared) = small_mid_small(true).await;
+        // The first run of small batches, sealed by the mid batch (its
+        // spare room given back), the mid batch at its length (its copy is an
+        // allocation of its own size) and the second run's 4 KiB allocation.
+        assert_eq!(held, 2 + COPY_APART_THRESHOLD + 1000 + 4096);
+        assert_eq!(seg_lens, vec![2, COPY_APART_THRESHOLD + 1000, 2]);
+        assert!(
+            !shared,
+            "copied, not shared: the input's allocation is not kept"
+        );
+    }
+
+    #[tokio::test]
+    async fn mid_size_batches_are_copied_under_the_lock_while_it_is_free() {
+        let (_, seg_lens, shared) = small_mid_small(false).await;
+        // All three in the staged chunk's own copy block(s), in order; none
+        // is a segment of its own size, none shares the input's allocation.
+        assert!(seg_lens.iter().all(|n| *n != COPY_APART_THRESHOLD + 1000));
+        assert!(!shared);
     }
 
     #[tokio::test]
