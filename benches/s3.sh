@@ -14,110 +14,29 @@
 #
 # Needs versitygw (scripts/test-all.sh installs it) and curl. Ports 40190-40192.
 # NAGARE_BIN / FLOOR_BIN: measure prebuilt binaries instead of building.
-set -euo pipefail
-cd "$(dirname "$0")/.."
-ROOT=$PWD
-EVENTS=${1:-500000}
-RUNS=${2:-3}
-MSG=${MESSAGE_BYTES:-200}
-TGT=${CARGO_TARGET_DIR:-$ROOT/target}
-# NAGARE_BIN and FLOOR_BIN name prebuilt binaries (no build).
-NAGARE=${NAGARE_BIN:-$TGT/release/nagare}
-[ -n "${NAGARE_BIN:-}" ] || cargo build --release -p nagare >&2
-FLOOR=${FLOOR_BIN:-$TGT/release/examples/s3_put_floor}
-[ -n "${FLOOR_BIN:-}" ] || cargo build --release -p nagare --example s3_put_floor >&2
+. "$(dirname "$0")/objects.sh" "$@"
 VGW=${NAGARE_VERSITYGW:-${XDG_CACHE_HOME:-$HOME/.cache}/nagare-go/bin/versitygw}
-OUT=${OUT:-$(mktemp -d /tmp/nagare-s3-XXXX)}
-mkdir -p "$OUT"
-echo "raw results in $OUT" >&2
 DATA=$(mktemp -d /dev/shm/nagare-s3-XXXX)
 VPORT=40190 SUT_PORT=40191 MON=40192
 "$VGW" --access bench --secret benchsecret --port "127.0.0.1:$VPORT" posix "$DATA" >/dev/null 2>&1 &
 vgw=$!
 trap 'kill $vgw 2>/dev/null; rm -rf "$DATA"' EXIT
-wait_port() {
-    for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.1; done
-    return 1
-}
 wait_port "$VPORT"
-cpu() { awk -v hz="$(getconf CLK_TCK)" '{ print ($14 + $15) / hz }' "/proc/$1/stat"; }
-delivered() {
-    curl -s "http://127.0.0.1:$MON/metrics" |
-        awk -F' ' '/^nagare_events_out_total\{plugin="s3#0",/ { print $NF }'
+
+STORE_TYPE=s3
+FLOOR_TARGET="http://127.0.0.1:$VPORT bench benchsecret"
+make_container() { mkdir "$DATA/$1"; }
+stored() {
+    echo "$(find "$DATA/$1" -type f | wc -l)" \
+        "$(find "$DATA/$1" -type f -printf '%s\n' | awk '{ s += $1 } END { print s }')"
 }
-msg=$(head -c "$MSG" /dev/zero | tr '\0' x)
-
-for i in $(seq "$RUNS"); do
-  for comp in none gzip; do
-    b=nagare-$comp-$i
-    mkdir "$DATA/$b"
-    cat > "$OUT/$b.toml" <<EOF
-[monitor]
-bind = "127.0.0.1:$MON"
-
-[[input]]
-type = "forward"
-bind = "127.0.0.1:$SUT_PORT"
-
-[[output]]
-type = "s3"
-match = "**"
-bucket = "$b"
+output_options() {
+    cat <<EOF
+bucket = "$1"
 endpoint = "http://127.0.0.1:$VPORT"
 access_key_id = "bench"
 secret_access_key = "benchsecret"
-compression = "$comp"
-[output.buffer]
-chunk_limit_size = "8MiB"
-flush_interval = "1s"
-flush_thread_count = 2
-total_limit_size = "1GiB"
 EOF
-    echo "run $i $comp: nagare" >&2
-    "$NAGARE" run -c "$OUT/$b.toml" 2>"$OUT/$b.log" &
-    n=$!
-    wait_port "$SUT_PORT"
-    wait_port "$MON"
-    c0=$(cpu "$n")
-    t0=$(date +%s.%N)
-    "$NAGARE" gen --forward "127.0.0.1:$SUT_PORT" --count "$EVENTS" --rate 0 --message "$msg" >/dev/null 2>&1
-    until [ "$(delivered)" = "$EVENTS" ]; do sleep 0.05; done
-    t1=$(date +%s.%N)
-    c1=$(cpu "$n")
-    kill -TERM "$n"; wait "$n" || true
-    objects=$(find "$DATA/$b" -type f | wc -l)
-    bytes=$(find "$DATA/$b" -type f -printf '%s\n' | awk '{ s += $1 } END { print s }')
-    # The uncompressed JSON lines: the run without compression stored them.
-    if [ "$comp" = none ]; then raw=$bytes; rawobjects=$objects; fi
-    echo "{\"objects\":$objects,\"events\":$EVENTS,\"bytes\":$bytes,\"raw\":$raw,\"wall_s\":$(awk "BEGIN { print $t1 - $t0 }"),\"cpu_s\":$(awk "BEGIN { print $c1 - $c0 }")}" > "$OUT/$b.json"
-    # The floor: as many objects as nagare's uncompressed run stored, each
-    # of their mean size (JSON lines of the same length).
-    line=$(( raw / EVENTS ))
-    f=floor-$comp-$i
-    mkdir "$DATA/$f"
-    echo "run $i $comp: floor" >&2
-    gz=""; [ "$comp" = gzip ] && gz=gzip
-    "$FLOOR" "http://127.0.0.1:$VPORT" bench benchsecret "$f" "$rawobjects" $(( raw / rawobjects )) "$line" 2 $gz > "$OUT/$f.json"
-    rm -rf "${DATA:?}/$b" "${DATA:?}/$f"
-  done
-done
-
-python3 - "$OUT" "$RUNS" <<'PY'
-import json, statistics, sys
-out, runs = sys.argv[1], int(sys.argv[2])
-med = statistics.median
-print("| compression | who | objects | events/CPU-s | MB/s (JSON, before compression) | CPU s | wall s |")
-print("| --- | --- | --- | --- | --- | --- | --- |")
-ratios = {}
-for comp in ("none", "gzip"):
-    rows = {}
-    for who in ("nagare", "floor"):
-        r = [json.load(open(f"{out}/{who}-{comp}-{i}.json")) for i in range(1, runs + 1)]
-        eps = med(x["events"] / x["cpu_s"] for x in r)
-        mbs = med(x["raw"] / x["wall_s"] / 1e6 for x in r)
-        rows[who] = (eps, mbs)
-        print(f"| {comp} | {who} | {r[0]['objects']} | {eps:,.0f} | {mbs:.1f} | {med(x['cpu_s'] for x in r):.2f} | {med(x['wall_s'] for x in r):.2f} |")
-    ratios[comp] = (rows["nagare"][0] / rows["floor"][0], rows["nagare"][1] / rows["floor"][1])
-for comp, (e, m) in ratios.items():
-    print(f"{comp}: nagare/floor events per CPU-second {e:.2f}x, MB/s {m:.2f}x")
-PY
+}
+drop_containers() { for c in "$@"; do rm -rf "${DATA:?}/$c"; done; }
+run_pairs
