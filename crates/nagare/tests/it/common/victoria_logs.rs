@@ -44,7 +44,7 @@ fn binary() -> Option<PathBuf> {
 /// The test binary's one server; None when it is not installed (the test
 /// then skips, or fails under NAGARE_TEST_REQUIRE).
 pub fn shared() -> Option<&'static VictoriaLogs> {
-    static SERVER: OnceLock<Option<VictoriaLogs>> = OnceLock::new();
+    static SERVER: OnceLock<VictoriaLogs> = OnceLock::new();
     extern "C" fn kill_server() {
         let pid = PID.load(SeqCst);
         if pid != 0 {
@@ -55,50 +55,51 @@ pub fn shared() -> Option<&'static VictoriaLogs> {
             let _ = std::fs::remove_dir_all(dir);
         }
     }
-    SERVER
-        .get_or_init(|| {
-            let bin = binary();
-            if skip_unless(
-                bin.is_some(),
-                &format!("victoria-logs is not installed (go install github.com/VictoriaMetrics/VictoriaLogs/app/victoria-logs@{VERSION}; scripts/test-all.sh does)"),
-            ) {
-                return None;
-            }
-            let dir = DIR.get_or_init(|| tempfile::tempdir().unwrap().keep());
-            // SAFETY: registers a plain function with no state of its own.
-            unsafe { libc::atexit(kill_server) };
-            let (port, tls_port) = (free_port(), free_port());
-            let ca = super::tls::Ca::new(dir, "victoria-logs");
-            let pair = ca.issue("victoria-logs", &["127.0.0.1"]);
-            let child = Command::new(bin.unwrap())
-                .arg(format!("-storageDataPath={}", dir.join("data").display()))
-                // Two listeners: plain HTTP, and HTTPS.
-                .arg(format!("-httpListenAddr=127.0.0.1:{port},127.0.0.1:{tls_port}"))
-                .arg("-tls=false,true")
-                .arg(format!("-tlsCertFile=,{}", pair.cert.display()))
-                .arg(format!("-tlsKeyFile=,{}", pair.key.display()))
-                // The line stays the line (_msg), not parsed into fields:
-                // the tests compare it whole.
-                .arg("-loki.disableMessageParsing")
-                .arg("-retentionPeriod=100y")
-                .arg("-loggerLevel=ERROR")
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("start victoria-logs");
-            PID.store(child.id(), SeqCst);
-            let vl = VictoriaLogs {
-                port,
-                tls_port,
-                ca: ca.path.clone(),
-                child: Mutex::new(child),
-            };
-            wait_until(WAIT, "victoria-logs to answer /health", || {
-                vl.get("/health", &[]).is_some_and(|(s, _)| s == 200)
-            });
-            Some(vl)
-        })
-        .as_ref()
+    // Checked by every caller, so each test that cannot run says so.
+    let bin = binary();
+    if skip_unless(
+        bin.is_some(),
+        &format!("victoria-logs is not installed (go install github.com/VictoriaMetrics/VictoriaLogs/app/victoria-logs@{VERSION}; scripts/test-all.sh does)"),
+    ) {
+        return None;
+    }
+    Some(SERVER.get_or_init(|| {
+        let dir = DIR.get_or_init(|| tempfile::tempdir().unwrap().keep());
+        // SAFETY: registers a plain function with no state of its own.
+        unsafe { libc::atexit(kill_server) };
+        let (port, tls_port) = (free_port(), free_port());
+        let ca = super::tls::Ca::new(dir, "victoria-logs");
+        let pair = ca.issue("victoria-logs", &["127.0.0.1"]);
+        let child = Command::new(bin.unwrap())
+            .arg(format!("-storageDataPath={}", dir.join("data").display()))
+            // Two listeners: plain HTTP, and HTTPS.
+            .arg(format!(
+                "-httpListenAddr=127.0.0.1:{port},127.0.0.1:{tls_port}"
+            ))
+            .arg("-tls=false,true")
+            .arg(format!("-tlsCertFile=,{}", pair.cert.display()))
+            .arg(format!("-tlsKeyFile=,{}", pair.key.display()))
+            // The line stays the line (_msg), not parsed into fields:
+            // the tests compare it whole.
+            .arg("-loki.disableMessageParsing")
+            .arg("-retentionPeriod=100y")
+            .arg("-loggerLevel=ERROR")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start victoria-logs");
+        PID.store(child.id(), SeqCst);
+        let vl = VictoriaLogs {
+            port,
+            tls_port,
+            ca: ca.path.clone(),
+            child: Mutex::new(child),
+        };
+        wait_until(WAIT, "victoria-logs to answer /health", || {
+            vl.get("/health", &[]).is_some_and(|(s, _)| s == 200)
+        });
+        vl
+    }))
 }
 
 impl VictoriaLogs {
