@@ -9,8 +9,12 @@
 # of message, 200 per PackedForward frame, over 2 connections without acks:
 # SEND_FLAGS) to nagare's forward input; nagare's loki output (benches/loki.toml: protobuf + snappy, one
 # stream, 2 flush workers) pushes them. The time runs from the first send
-# until VictoriaLogs has counted every row (vl_rows_ingested_total of
-# loki_protobuf, read from its /metrics every 50 ms). Floor run: the same
+# until the output's events_out_total (on nagare's monitor, MON_PORT, read
+# every 10 ms) is EVENTS: it counts a request's entries once VictoriaLogs
+# answered it 2xx, as the floor's clock stops at its last answer.
+# VictoriaLogs' own row counter (vl_rows_ingested_total) is then awaited
+# too, so every row is checked there, but it is not the clock: it moves in
+# steps of up to a second behind the requests it counts. Floor run: the same
 # number of events, in requests of as many entries as nagare's requests
 # held on average (VictoriaLogs' request counter), over FLOOR_CONNS
 # connections (default 2),
@@ -40,7 +44,7 @@ SEND_FLAGS=${SEND_FLAGS:---conns 2}
 FLOOR_CONNS=${FLOOR_CONNS:-2}
 # LOKI_TOML=path: another nagare config (default benches/loki.toml).
 LOKI_TOML=${LOKI_TOML:-benches/loki.toml}
-export SUT_PORT=${SUT_PORT:-40190} VL_PORT=${VL_PORT:-40191}
+export SUT_PORT=${SUT_PORT:-40190} VL_PORT=${VL_PORT:-40191} MON_PORT=${MON_PORT:-40192}
 VL=${VICTORIA_LOGS:-$HOME/.cache/nagare-test/gobin/victoria-logs}
 [ -x "$VL" ] || { echo "victoria-logs not found at $VL (see scripts/test-all.sh)" >&2; exit 1; }
 . benches/common.sh
@@ -65,6 +69,17 @@ requests() {
   curl -s "http://127.0.0.1:$VL_PORT/metrics" |
     awk '/^vl_http_requests_total\{path="\/insert\/loki\/api\/v1\/push",format="protobuf"\}/ {print $2; found=1} END {if (!found) print 0}'
 }
+delivered() { # entries nagare's loki output has had answered 2xx so far
+  curl -s "http://127.0.0.1:$MON_PORT/metrics" |
+    awk '/^nagare_events_out_total\{plugin="loki#0",/ {print $NF; found=1} END {if (!found) print 0}'
+}
+wait_delivered() { # wait_delivered TARGET PID: until nagare's output has delivered TARGET; prints the time
+  while [ "$(delivered)" -lt "$1" ]; do
+    kill -0 "$2" 2>/dev/null || { echo "nagare exited" >&2; exit 1; }
+    sleep 0.01
+  done
+  date +%s.%N
+}
 wait_rows() { # wait_rows TARGET: until the counter reaches TARGET; prints the time
   while [ "$(ingested)" -lt "$1" ]; do sleep 0.05; done
   date +%s.%N
@@ -86,8 +101,10 @@ for i in $(seq "$RUNS"); do
   "$FB" send --addr "127.0.0.1:$SUT_PORT" --tag "bench.loki.$i" --size "$SIZE" --batch 200 \
     --count "$EVENTS" $SEND_FLAGS >"$OUT/send-$i.log" 2>&1
   sent=$(date +%s.%N)
-  end=$(wait_rows $((base + EVENTS)))
-  ncpu=$(cpu "$nagare"); vcpu=$(awk -v a="$(cpu "$vl")" -v b="$vl0" 'BEGIN {print a - b}')
+  end=$(wait_delivered "$EVENTS" "$nagare")
+  ncpu=$(cpu "$nagare")
+  wait_rows $((base + EVENTS)) >/dev/null
+  vcpu=$(awk -v a="$(cpu "$vl")" -v b="$vl0" 'BEGIN {print a - b}')
   rss=$(awk '/VmHWM/ {print $2}' "/proc/$nagare/status")
   reqs=$(awk -v a="$(requests)" -v b="$req0" 'BEGIN {print a - b}')
   kill -TERM "$nagare"; wait "$nagare" || true
