@@ -1011,8 +1011,7 @@ mod tests {
         );
         assert_eq!(decoded.streams[1].entries[0].line, r#"{"msg":"b"}"#);
 
-        let json: serde_json::Value =
-            serde_json::from_slice(&push_json(&p, entries)).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&push_json(&p, entries)).unwrap();
         assert_eq!(
             json["streams"][0],
             serde_json::json!({"stream": {"job": "app", "level": "info"},
