@@ -157,10 +157,12 @@ fn object_output(
             ),
         ));
     }
-    gather(cx, cfg.total_file_size, cfg.upload_timeout)?;
-    if cfg.upload_concurrency == 0 {
-        return Err(OptionError::new("upload_concurrency", "must be at least 1"));
-    }
+    gather(
+        cx,
+        cfg.total_file_size,
+        cfg.upload_timeout,
+        cfg.upload_concurrency,
+    )?;
     if let Some(t) = &cfg.access_tier {
         if !["Hot", "Cool", "Cold", "Archive"].contains(&t.as_str()) {
             return Err(OptionError::new(

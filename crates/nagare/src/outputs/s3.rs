@@ -177,10 +177,12 @@ fn object_output(cfg: S3OutputConfig, cx: &mut BuildContext) -> Result<ObjectOut
             ),
         ));
     }
-    gather(cx, cfg.total_file_size, cfg.upload_timeout)?;
-    if cfg.upload_concurrency == 0 {
-        return Err(OptionError::new("upload_concurrency", "must be at least 1"));
-    }
+    gather(
+        cx,
+        cfg.total_file_size,
+        cfg.upload_timeout,
+        cfg.upload_concurrency,
+    )?;
     if let Some(c) = &cfg.storage_class {
         if c.is_empty() || !c.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
             return Err(OptionError::new(

@@ -128,12 +128,17 @@ impl Layout {
 
 /// Gathering: `total_file_size` sets the buffer's `chunk_limit_size` and
 /// `upload_timeout` its `flush_interval`, so one object is one buffer chunk
-/// (one chunk id: stored once holds for gathered objects unchanged).
+/// (one chunk id: stored once holds for gathered objects unchanged); and
+/// the parts of one upload sent at once, `upload_concurrency`, checked.
 pub fn gather(
     cx: &mut BuildContext,
     total_file_size: Option<Size>,
     upload_timeout: Option<Dur>,
+    upload_concurrency: usize,
 ) -> Result<(), OptionError> {
+    if upload_concurrency == 0 {
+        return Err(OptionError::new("upload_concurrency", "must be at least 1"));
+    }
     if let Some(size) = total_file_size {
         if size.0 == 0 {
             return Err(OptionError::new(
