@@ -134,15 +134,9 @@ impl Store for Azurite {
 /// killed and its folder removed when the process exits.
 fn shared() -> Option<&'static Azurite> {
     static SERVER: OnceLock<Azurite> = OnceLock::new();
-    // Checked by every caller, so each test that cannot run says so.
-    if skip_without_tools() {
-        return None;
-    }
-    Some(SERVER.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap().keep();
-        remove_at_exit(&dir);
-        Azurite::start(&dir.join("data"), true)
-    }))
+    shared_server(&SERVER, !skip_without_tools(), |data| {
+        Azurite::start(data, true)
+    })
 }
 
 #[test]

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, Once};
+use std::sync::{Arc, Mutex, Once, OnceLock};
 
 use base64::Engine as _;
 
@@ -175,6 +175,26 @@ extern "C" fn stop_shared() {
             }
         }
     }
+}
+
+/// The test binary's one server of a kind, held in `cell`: started in a
+/// folder of its own (its `data` under it, removed at exit) by the first
+/// test that asks; None when `can_run` is false, which the caller works
+/// out (and reports as a skip) on every call, so each test that cannot
+/// run says so.
+pub fn shared_server<T>(
+    cell: &'static OnceLock<T>,
+    can_run: bool,
+    start: impl FnOnce(&Path) -> T,
+) -> Option<&'static T> {
+    if !can_run {
+        return None;
+    }
+    Some(cell.get_or_init(|| {
+        let dir = tempfile::tempdir().unwrap().keep();
+        remove_at_exit(&dir);
+        start(&dir.join("data"))
+    }))
 }
 
 /// Removes `dir` at exit (a shared server's data).

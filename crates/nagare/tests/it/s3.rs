@@ -105,15 +105,9 @@ impl Store for Versity {
 /// killed and its folder removed when the process exits.
 fn shared() -> Option<&'static Versity> {
     static SERVER: OnceLock<Versity> = OnceLock::new();
-    // Checked by every caller, so each test that cannot run says so.
-    if skip_without_tools() {
-        return None;
-    }
-    Some(SERVER.get_or_init(|| {
-        let dir = tempfile::tempdir().unwrap().keep();
-        remove_at_exit(&dir);
-        Versity::start(&dir.join("data"), true)
-    }))
+    shared_server(&SERVER, !skip_without_tools(), |data| {
+        Versity::start(data, true)
+    })
 }
 
 const KEYS: &str = "access_key_id = \"nagare-test\"\nsecret_access_key = \"nagare-secret\"\n";
