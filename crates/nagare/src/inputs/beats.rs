@@ -212,6 +212,94 @@ pub struct Window {
     /// carry none (read once per window, not per event: the clock read
     /// per event was 7 % of the input's CPU).
     pub arrived: EventTime,
+    /// The length of the last window's entries: the next one's first
+    /// allocation (growing it by doubling was 3 % of the input's CPU).
+    pub last_len: usize,
+}
+
+/// A zlib inflater and the room it inflates into, kept by each thread
+/// (a frame is inflated and read with no await between): a new
+/// `Decompress` per window (its 40 KiB state made and zeroed) and a new
+/// output zeroed by flate2 before every call cost 3 % of the beats input's
+/// CPU at 100-byte events, and fresh output of 1 MiB windows, page-faulted
+/// in every time, 3× the whole window's reading (perf, criterion).
+pub struct Inflater {
+    d: flate2::Decompress,
+    /// Zeroed once as it grows; bytes past what a frame inflated to are
+    /// an earlier frame's.
+    out: Vec<u8>,
+    /// What the last frame inflated to: the first room for the next one
+    /// when `out` was let go.
+    last: usize,
+}
+
+/// A thread's inflater keeps no more room than this between frames.
+const KEEP_INFLATED: usize = 8 << 20;
+
+thread_local! {
+    static INFLATER: std::cell::RefCell<Inflater> = std::cell::RefCell::new(Inflater::new());
+}
+
+impl Inflater {
+    pub fn new() -> Inflater {
+        Inflater {
+            d: flate2::Decompress::new(true),
+            out: Vec::new(),
+            last: 0,
+        }
+    }
+
+    /// Inflates a compressed frame's payload within `max` bytes; the
+    /// inflated bytes.
+    pub fn inflate(&mut self, z: &[u8], max: usize) -> Result<&[u8], String> {
+        self.d.reset(true);
+        // Not FlushDecompress::Finish: with it, a first call whose output
+        // does not fit fails (zlib's one-shot mode) instead of asking for
+        // room.
+        let first = z
+            .len()
+            .saturating_mul(8)
+            .max(self.last + self.last / 16)
+            .clamp(64, max + 1);
+        if self.out.len() < first {
+            self.out.resize(first, 0);
+        }
+        loop {
+            let (read, written) = (self.d.total_in() as usize, self.d.total_out() as usize);
+            let room = self.out.len().min(max + 1);
+            let status = self
+                .d
+                .decompress(
+                    &z[read..],
+                    &mut self.out[written..room],
+                    flate2::FlushDecompress::None,
+                )
+                .map_err(|e| format!("a compressed frame does not inflate: {e}"))?;
+            let n = self.d.total_out() as usize;
+            if n > max {
+                return Err(format!(
+                    "a compressed frame inflates past max_frame_size ({max} bytes)"
+                ));
+            }
+            if status == flate2::Status::StreamEnd {
+                self.last = n;
+                return Ok(&self.out[..n]);
+            }
+            if n == room {
+                let more = room.min(max + 1 - room).max(64);
+                self.out.resize(room + more, 0);
+            } else if self.d.total_in() as usize == read && n == written {
+                // Room for more, no progress, no end: the input ran out.
+                return Err("a compressed frame does not inflate: the stream is cut short".into());
+            }
+        }
+    }
+}
+
+impl Default for Inflater {
+    fn default() -> Inflater {
+        Inflater::new()
+    }
 }
 
 /// How frames become events: shared by the connections (and the fuzz
@@ -258,6 +346,9 @@ impl Decoder {
         w.open = true;
         w.count = 0;
         w.arrived = EventTime::now();
+        if w.entries.capacity() == 0 {
+            w.entries.reserve(w.last_len + w.last_len / 8);
+        }
         if size == 0 {
             // Nothing to wait for: acknowledged at once.
             self.close(w, ready);
@@ -266,6 +357,7 @@ impl Decoder {
     }
 
     fn close(&self, w: &mut Window, ready: &mut Vec<Ready>) {
+        w.last_len = w.entries.len();
         ready.push(Ready {
             entries: std::mem::take(&mut w.entries),
             count: w.count,
@@ -411,8 +503,7 @@ impl Decoder {
                     }
                     let len = u32_at(buf, 2)? as usize;
                     self.check_len(len)?;
-                    let inner = self.inflate(take(buf, 6, len)?)?;
-                    self.frames(&inner, w, ready, depth + 1)?;
+                    self.compressed(take(buf, 6, len)?, w, ready)?;
                     6 + len
                 }
                 other => return Err(unknown_code(other)),
@@ -432,37 +523,30 @@ impl Decoder {
         Ok(())
     }
 
-    /// A compressed frame's payload, inflated within max_frame_size.
+    /// A compressed frame's payload, inflated within max_frame_size (for
+    /// tests and the benchmark; connections keep an `Inflater`).
     pub fn inflate(&self, z: &[u8]) -> Result<Vec<u8>, String> {
-        // flate2's Decompress writes into the Vec's spare room: a
-        // `Read` into a Vec zeroes the room first and grows it in small
-        // steps, which cost more than the inflating (perf). Not
-        // FlushDecompress::Finish: with it, a first call whose output does
-        // not fit fails (zlib's one-shot mode) instead of asking for room.
-        let mut d = flate2::Decompress::new(true);
-        let mut out = Vec::with_capacity(z.len().saturating_mul(8).max(64).min(self.max + 1));
-        loop {
-            let (read, written) = (d.total_in(), d.total_out());
-            let status = d
-                .decompress_vec(&z[read as usize..], &mut out, flate2::FlushDecompress::None)
-                .map_err(|e| format!("a compressed frame does not inflate: {e}"))?;
-            if out.len() > self.max {
-                return Err(format!(
-                    "a compressed frame inflates past max_frame_size ({} bytes)",
-                    self.max
-                ));
+        Inflater::new().inflate(z, self.max).map(<[u8]>::to_vec)
+    }
+
+    /// A compressed frame's payload: inflated with the thread's
+    /// inflater, its frames read (none may be compressed, so the inflater
+    /// is not asked for again while it is lent).
+    pub fn compressed(
+        &self,
+        z: &[u8],
+        w: &mut Window,
+        ready: &mut Vec<Ready>,
+    ) -> Result<(), String> {
+        INFLATER.with_borrow_mut(|inflater| {
+            let read = inflater
+                .inflate(z, self.max)
+                .and_then(|inner| self.frames(inner, w, ready, 1));
+            if inflater.out.len() > KEEP_INFLATED {
+                inflater.out = Vec::new();
             }
-            if status == flate2::Status::StreamEnd {
-                return Ok(out);
-            }
-            if out.len() == out.capacity() {
-                let more = out.capacity().min(self.max + 1 - out.len()).max(64);
-                out.reserve_exact(more);
-            } else if d.total_in() == read && d.total_out() == written {
-                // Room for more, no progress, no end: the input ran out.
-                return Err("a compressed frame does not inflate: the stream is cut short".into());
-            }
-        }
+            read
+        })
     }
 }
 
@@ -572,8 +656,7 @@ where
                 d.check_len(len)?;
                 payload.resize(len, 0);
                 read!(r.read_exact(&mut payload));
-                let inner = d.inflate(&payload)?;
-                d.frames(&inner, &mut w, &mut ready, 1)?;
+                d.compressed(&payload, &mut w, &mut ready)?;
             }
             other => return Err(unknown_code(other)),
         }

@@ -29,7 +29,8 @@
 //! The listener (keep-alive, limits, bearer/basic auth, gzip/zstd,
 //! `ack = "delivered"`) is http_listener.rs, shared with the `http` input.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -160,6 +161,10 @@ pub struct EsDecode {
     root: Bytes,
     /// Makes the ids of documents sent without one unique.
     ids: IdMaker,
+    /// The last answer's size per KiB of its request's body: the next
+    /// answer's first allocation (growing it by doubling was 3 % of the
+    /// input's CPU at 100-byte documents, whose answer outweighs them).
+    answer_per_kib: AtomicUsize,
 }
 
 impl EsDecode {
@@ -199,6 +204,7 @@ impl EsDecode {
             id_key: cfg.id_key.clone(),
             root: Bytes::from(root.to_string()),
             ids: IdMaker::new(),
+            answer_per_kib: AtomicUsize::new(128),
         })
     }
 
@@ -209,35 +215,50 @@ impl EsDecode {
 
 /// Ids for documents sent without one: 20 characters, as Elasticsearch's,
 /// unique in this process and unlikely to repeat across restarts (the
-/// first half is the start time).
+/// first 8 are the start time).
 struct IdMaker {
-    start: u64,
+    /// 8 hex digits of the start time.
+    prefix: [u8; 8],
     next: AtomicU64,
 }
+
+/// Ids a request takes from the shared counter at a time: one atomic add
+/// per id, its cache line moving between the cores, was 5 % of the
+/// input's CPU at 100-byte documents (perf).
+const ID_BLOCK: u64 = 256;
+
+const HEX: &[u8; 16] = b"0123456789abcdef";
 
 impl IdMaker {
     fn new() -> IdMaker {
         let start = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
+        let start = (start >> 20) & 0xffff_ffff;
+        let mut prefix = [0u8; 8];
+        for (i, b) in prefix.iter_mut().enumerate() {
+            *b = HEX[(start >> (28 - 4 * i)) as usize & 15];
+        }
         IdMaker {
-            start,
+            prefix,
             next: AtomicU64::new(0),
         }
     }
 
-    /// The next id: 8 hex digits of the start time, 12 of a counter.
+    /// The next `ID_BLOCK` counter values, for one request.
+    fn block(&self) -> std::ops::Range<u64> {
+        let first = self.next.fetch_add(ID_BLOCK, Ordering::Relaxed);
+        first..first + ID_BLOCK
+    }
+
+    /// The id of counter value `n`: the prefix, then 12 hex digits of `n`.
     /// Written by hand, not by `format!`: it is made for every document
     /// sent without an id (Beats send none), and `format!` and its String
     /// cost 15 % of the input's CPU (perf, docs/benchmarks/receivers.md).
-    fn make(&self) -> [u8; 20] {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
-        let n = self.next.fetch_add(1, Ordering::Relaxed) & 0xffff_ffff_ffff;
-        let start = (self.start >> 20) & 0xffff_ffff;
+    fn make(&self, n: u64) -> [u8; 20] {
+        let n = n & 0xffff_ffff_ffff;
         let mut out = [0u8; 20];
-        for (i, b) in out[..8].iter_mut().enumerate() {
-            *b = HEX[(start >> (28 - 4 * i)) as usize & 15];
-        }
+        out[..8].copy_from_slice(&self.prefix);
         for (i, b) in out[8..].iter_mut().enumerate() {
             *b = HEX[(n >> (44 - 4 * i)) as usize & 15];
         }
@@ -252,11 +273,11 @@ impl IdMaker {
 fn quick_action(line: &[u8]) -> Option<(Op, Option<&str>, Option<&str>)> {
     let mut r = Scan { b: line, i: 0 };
     r.byte(b'{')?;
-    let op = match r.string()? {
-        "index" => Op::Index,
-        "create" => Op::Create,
-        "update" => Op::Update,
-        "delete" => Op::Delete,
+    let op = match r.bytes()? {
+        b"index" => Op::Index,
+        b"create" => Op::Create,
+        b"update" => Op::Update,
+        b"delete" => Op::Delete,
         _ => return None,
     };
     r.byte(b':')?;
@@ -264,18 +285,25 @@ fn quick_action(line: &[u8]) -> Option<(Op, Option<&str>, Option<&str>)> {
     let (mut index, mut id) = (None, None);
     if !r.next_is(b'}') {
         loop {
-            let key = r.string()?;
+            let key = r.bytes()?;
             r.byte(b':')?;
             let value = r.string()?;
-            if key == "_index" || key == "_id" {
-                let slot = if key == "_index" { &mut index } else { &mut id };
+            if key == b"_index" || key == b"_id" {
+                let slot = if key == b"_index" {
+                    &mut index
+                } else {
+                    &mut id
+                };
                 if slot.is_some() {
                     // A duplicate key: serde's error names it.
                     return None;
                 }
                 *slot = Some(value);
+            } else if std::str::from_utf8(key).is_err() {
+                // Other keys (routing, pipeline, ...) are ignored, as Meta
+                // does, but a key that is not UTF-8 is serde's to refuse.
+                return None;
             }
-            // Other keys (routing, pipeline, ...) are ignored, as Meta does.
             if !r.next_is(b',') {
                 break;
             }
@@ -310,17 +338,25 @@ impl<'a> Scan<'a> {
         self.next_is(c).then(|| self.i += 1)
     }
 
-    /// A string without escapes or control characters.
-    fn string(&mut self) -> Option<&'a str> {
+    /// A string without escapes or control characters, as bytes (a key:
+    /// compared with ASCII names, no UTF-8 check needed).
+    fn bytes(&mut self) -> Option<&'a [u8]> {
         self.byte(b'"')?;
         let rest = &self.b[self.i..];
-        let end = memchr::memchr(b'"', rest)?;
-        let s = &rest[..end];
-        if s.iter().any(|&c| c == b'\\' || c < 0x20) {
+        // A byte loop, not memchr: these strings are a few bytes long.
+        let end = rest
+            .iter()
+            .position(|&c| c == b'"' || c == b'\\' || c < 0x20)?;
+        if rest[end] != b'"' {
             return None;
         }
         self.i += end + 1;
-        std::str::from_utf8(s).ok()
+        Some(&rest[..end])
+    }
+
+    /// A string without escapes or control characters (a value).
+    fn string(&mut self) -> Option<&'a str> {
+        std::str::from_utf8(self.bytes()?).ok()
     }
 }
 
@@ -364,11 +400,12 @@ impl Op {
     }
 }
 
-/// An action read, waiting for its document line.
+/// An action read, waiting for its document line; its `_index` and `_id`
+/// are in `Bulk::action_index` and `Bulk::action_id` when it has them.
 struct Pending {
     op: Op,
-    index: Option<String>,
-    id: Option<String>,
+    index: bool,
+    id: bool,
 }
 
 /// The request being decoded: the events by tag and the answer's items.
@@ -383,14 +420,43 @@ struct Bulk<'d> {
     items: Vec<u8>,
     errors: bool,
     pending: Option<Pending>,
+    /// The pending action's `_index` and `_id`, in Strings kept for the
+    /// whole request (a String made per document was 3 % of the input's
+    /// CPU at 100-byte documents).
+    action_index: String,
+    action_id: String,
+    /// Ids for documents sent without one, taken from `EsDecode::ids`.
+    ids: std::ops::Range<u64>,
+    /// The answer's item for a stored document up to its `_id`
+    /// (`{"create":{"_index":"logs","_id":`), for `ok_head_op` and the
+    /// index of `last` (None when `last` changes).
+    ok_head: Vec<u8>,
+    ok_head_op: Option<Op>,
     /// Lines read (for error messages).
     line: usize,
     size_hint: usize,
 }
 
 impl Bulk<'_> {
-    fn item_ok(&mut self, op: Op, index: &str, id: &str) {
-        self.item_head(op, index, Some(id));
+    /// A stored document's item; its id is `made` (no escaping needed)
+    /// or the one sent.
+    fn item_ok(&mut self, op: Op, index: &str, id: &[u8], made: bool) {
+        if self.ok_head_op != Some(op) {
+            self.ok_head.clear();
+            write_item_head(&mut self.ok_head, op, index);
+            self.ok_head_op = Some(op);
+        }
+        if self.items.len() > ANSWER_HEAD {
+            self.items.push(b',');
+        }
+        self.items.extend_from_slice(&self.ok_head);
+        if made {
+            self.items.push(b'"');
+            self.items.extend_from_slice(id);
+            self.items.push(b'"');
+        } else {
+            write_string(&mut self.items, id);
+        }
         // Elasticsearch's fields for a stored document; clients read
         // `status` (and `result`), the rest is there for ones that expect it.
         self.items.extend_from_slice(
@@ -410,14 +476,10 @@ impl Bulk<'_> {
     }
 
     fn item_head(&mut self, op: Op, index: &str, id: Option<&str>) {
-        if !self.items.is_empty() {
+        if self.items.len() > ANSWER_HEAD {
             self.items.push(b',');
         }
-        self.items.extend_from_slice(b"{\"");
-        self.items.extend_from_slice(op.name().as_bytes());
-        self.items.extend_from_slice(b"\":{\"_index\":");
-        write_string(&mut self.items, index.as_bytes());
-        self.items.extend_from_slice(b",\"_id\":");
+        write_item_head(&mut self.items, op, index);
         match id {
             Some(id) => write_string(&mut self.items, id.as_bytes()),
             None => self.items.extend_from_slice(b"null"),
@@ -449,36 +511,53 @@ impl Bulk<'_> {
                 "Malformed action/metadata line [{n}]: {why} (expected one of [create, delete, index, update])"
             ))
         };
-        let pending = match quick_action(line) {
-            Some((op, index, id)) => Pending {
-                op,
-                index: index.map(str::to_owned),
-                id: id.map(str::to_owned),
-            },
-            None => self.slow_action(line, malformed)?,
+        let (op, index, id) = match quick_action(line) {
+            Some(quick) => quick,
+            None => {
+                let (op, meta) = self.slow_action(line, malformed)?;
+                // Not borrowed from the line: these are rare.
+                let (index, id) = (meta.index.map(Cow::into_owned), meta.id.map(Cow::into_owned));
+                return self.pending(op, index.as_deref(), id.as_deref());
+            }
         };
-        if pending.op == Op::Delete {
+        self.pending(op, index, id)
+    }
+
+    /// Keeps an action read for its document line.
+    fn pending(&mut self, op: Op, index: Option<&str>, id: Option<&str>) -> Result<(), Reject> {
+        if op == Op::Delete {
             // No document line follows a delete.
-            let index = pending.index.or_else(|| self.path_index.clone());
+            let index = index
+                .or(self.path_index.as_deref())
+                .unwrap_or("")
+                .to_owned();
             self.item_error(
-                pending.op,
-                index.as_deref().unwrap_or(""),
-                pending.id.as_deref(),
+                op,
+                &index,
+                id,
                 "illegal_argument_exception",
                 "nagare's elasticsearch input takes index and create actions only",
             );
             return Ok(());
         }
-        self.pending = Some(pending);
+        self.action_index.clear();
+        self.action_index.push_str(index.unwrap_or(""));
+        self.action_id.clear();
+        self.action_id.push_str(id.unwrap_or(""));
+        self.pending = Some(Pending {
+            op,
+            index: index.is_some(),
+            id: id.is_some(),
+        });
         Ok(())
     }
 
     /// An action line that quick_action does not take, read by serde.
-    fn slow_action(
+    fn slow_action<'l>(
         &self,
-        line: &[u8],
+        line: &'l [u8],
         malformed: impl Fn(String) -> Reject,
-    ) -> Result<Pending, Reject> {
+    ) -> Result<(Op, Meta<'l>), Reject> {
         let a: ActionLine = serde_json::from_slice(line).map_err(|e| malformed(e.to_string()))?;
         let mut found = [
             (Op::Index, a.index),
@@ -494,47 +573,55 @@ impl Bulk<'_> {
         if found.next().is_some() {
             return Err(malformed("more than one action on one line".into()));
         }
-        Ok(Pending {
-            op,
-            index: meta.index.map(|s| s.into_owned()),
-            id: meta.id.map(|s| s.into_owned()),
-        })
+        Ok((op, meta))
     }
 
     fn document(&mut self, p: Pending, doc: &[u8]) {
-        let Some(index) = p.index.or_else(|| self.path_index.clone()) else {
+        // Taken out of self for the call, which writes to the rest of it.
+        let index = std::mem::take(&mut self.action_index);
+        let id = std::mem::take(&mut self.action_id);
+        let path_index = self.path_index.take();
+        let index_of = if p.index {
+            Some(index.as_str())
+        } else {
+            path_index.as_deref()
+        };
+        self.stored(p.op, index_of, p.id.then_some(id.as_str()), doc);
+        self.action_index = index;
+        self.action_id = id;
+        self.path_index = path_index;
+    }
+
+    /// A document line: its event added to its index's batch, its item
+    /// written.
+    fn stored(&mut self, op: Op, index: Option<&str>, id: Option<&str>, doc: &[u8]) {
+        let Some(index) = index else {
             self.item_error(
-                p.op,
+                op,
                 "",
-                p.id.as_deref(),
+                id,
                 "action_request_validation_exception",
                 "Validation Failed: 1: index is missing;",
             );
             return;
         };
-        if p.op == Op::Update {
+        if op == Op::Update {
             self.item_error(
-                p.op,
-                &index,
-                p.id.as_deref(),
+                op,
+                index,
+                id,
                 "illegal_argument_exception",
                 "nagare's elasticsearch input takes index and create actions only",
             );
             return;
         }
         let b = match &self.last {
-            Some((i, b)) if *i == index => *b,
+            Some((i, b)) if i == index => *b,
             _ => {
-                let tag = self.d.tag_of(&index);
+                let tag = self.d.tag_of(index);
                 if let Err(e) = check_tag(&tag) {
                     let reason = format!("the tag {tag:?} of index {index:?}: {e}");
-                    self.item_error(
-                        p.op,
-                        &index,
-                        p.id.as_deref(),
-                        "invalid_index_name_exception",
-                        &reason,
-                    );
+                    self.item_error(op, index, id, "invalid_index_name_exception", &reason);
                     return;
                 }
                 let b = match self.batches.iter().position(|e| e.tag == tag) {
@@ -553,16 +640,21 @@ impl Bulk<'_> {
                         self.batches.len() - 1
                     }
                 };
-                self.last = Some((index.clone(), b));
+                self.last = Some((index.to_owned(), b));
+                self.ok_head_op = None;
                 b
             }
         };
-        let made;
-        let id = match &p.id {
-            Some(id) => id.as_str(),
+        let made_id;
+        let (id, made) = match id {
+            Some(id) => (id.as_bytes(), false),
             None => {
-                made = self.d.ids.make();
-                std::str::from_utf8(&made).unwrap_or_default()
+                if self.ids.is_empty() {
+                    self.ids = self.d.ids.block();
+                }
+                made_id = self.d.ids.make(self.ids.start);
+                self.ids.start += 1;
+                (&made_id[..], true)
             }
         };
         let mut extra: [(&[u8], &[u8]); 2] = [(b"", b""); 2];
@@ -572,7 +664,7 @@ impl Bulk<'_> {
             n += 1;
         }
         if let Some(k) = &self.d.id_key {
-            extra[n] = (k.as_bytes(), id.as_bytes());
+            extra[n] = (k.as_bytes(), id);
             n += 1;
         }
         let out = &mut self.batches[b].entries;
@@ -592,16 +684,31 @@ impl Bulk<'_> {
                     out[at + 1..at + 11].copy_from_slice(&t.to_bytes());
                 }
                 self.batches[b].count += 1;
-                self.item_ok(p.op, &index, id);
+                self.item_ok(op, index, id, made);
             }
             Err(e) => {
                 out.truncate(at);
                 let reason = format!("failed to parse the document of line {}: {e}", self.line);
-                self.item_error(p.op, &index, Some(id), "mapper_parsing_exception", &reason);
+                let id = std::str::from_utf8(id).unwrap_or_default();
+                self.item_error(op, index, Some(id), "mapper_parsing_exception", &reason);
             }
         }
     }
 }
+
+/// The start of an answer's item, up to its `_id`'s value:
+/// `{"create":{"_index":"logs","_id":`.
+fn write_item_head(out: &mut Vec<u8>, op: Op, index: &str) {
+    out.extend_from_slice(b"{\"");
+    out.extend_from_slice(op.name().as_bytes());
+    out.extend_from_slice(b"\":{\"_index\":");
+    write_string(out, index.as_bytes());
+    out.extend_from_slice(b",\"_id\":");
+}
+
+/// Room kept before an answer's items for its head (`{"took":…,"errors":
+/// false,"items":[`), so the items are not copied behind it.
+const ANSWER_HEAD: usize = 64;
 
 /// The path's index for `/<index>/_bulk`; Some(None) for `/_bulk`; None
 /// for any other path.
@@ -627,17 +734,26 @@ impl EsDecode {
         &self,
         path_index: Option<String>,
         body: &Body,
-    ) -> Result<(Vec<Events>, Vec<u8>), Reject> {
+    ) -> Result<(Vec<Events>, Bytes), Reject> {
         let started = Instant::now();
+        let per_kib = self.answer_per_kib.load(Ordering::Relaxed);
+        let mut items =
+            Vec::with_capacity(ANSWER_HEAD + 64 + body.size().saturating_mul(per_kib) / 1024);
+        items.resize(ANSWER_HEAD, b' ');
         let mut bulk = Bulk {
             d: self,
             path_index,
             now: EventTime::now(),
             batches: Vec::new(),
             last: None,
-            items: Vec::with_capacity(64 + body.size() / 8),
+            items,
             errors: false,
             pending: None,
+            action_index: String::new(),
+            action_id: String::new(),
+            ids: 0..0,
+            ok_head: Vec::new(),
+            ok_head_op: None,
             line: 0,
             size_hint: body.size() + body.size() / 8,
         };
@@ -670,25 +786,34 @@ impl EsDecode {
                 bulk.line
             )));
         }
-        if bulk.items.is_empty() {
+        if bulk.items.len() == ANSWER_HEAD {
             return Err(Reject::bad(
                 "Validation Failed: 1: no requests added; the body holds no action",
             ));
         }
-        let mut answer = Vec::with_capacity(bulk.items.len() + 48);
-        answer.extend_from_slice(b"{\"took\":");
-        answer.extend_from_slice(
+        if body.size() >= 4096 {
+            // The next answer's room: this one's per KiB, and an eighth.
+            let per_kib = (bulk.items.len() - ANSWER_HEAD) * 1024 / body.size();
+            self.answer_per_kib
+                .store((per_kib + per_kib / 8).clamp(16, 8192), Ordering::Relaxed);
+        }
+        let mut head = Vec::with_capacity(ANSWER_HEAD);
+        head.extend_from_slice(b"{\"took\":");
+        head.extend_from_slice(
             itoa::Buffer::new()
                 .format(started.elapsed().as_millis() as u64)
                 .as_bytes(),
         );
-        answer.extend_from_slice(if bulk.errors {
+        head.extend_from_slice(if bulk.errors {
             b",\"errors\":true,\"items\":["
         } else {
             b",\"errors\":false,\"items\":["
         });
-        answer.extend_from_slice(&bulk.items);
+        let mut answer = bulk.items;
+        let at = ANSWER_HEAD - head.len();
+        answer[at..ANSWER_HEAD].copy_from_slice(&head);
         answer.extend_from_slice(b"]}");
+        let answer = Bytes::from(answer).slice(at..);
         for b in &mut bulk.batches {
             // The buffer counts a batch at its length: the allocation it
             // keeps alive must be about that.
@@ -875,6 +1000,42 @@ mod tests {
     }
 
     #[test]
+    fn each_item_names_its_op_index_and_id() {
+        // The answer's item heads are reused while op and index repeat:
+        // every change of either must show in the items.
+        let d = decoder("");
+        let docs = [
+            ("index", "a"),
+            ("index", "a"),
+            ("create", "a"),
+            ("create", "b"),
+            ("index", "b"),
+            ("index", "a"),
+            ("create", "a"),
+        ];
+        let body: String = docs
+            .iter()
+            .enumerate()
+            .map(|(i, (op, index))| {
+                format!("{{\"{op}\":{{\"_index\":\"{index}\",\"_id\":\"i{i}\"}}}}\n{{\"n\":{i}}}\n")
+            })
+            .collect();
+        let (events, answer) = d.bulk(None, &Body::from(Bytes::from(body))).unwrap();
+        assert_eq!(events.iter().map(|e| e.count).sum::<u32>(), 7);
+        let a: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(a["errors"], false);
+        let items = a["items"].as_array().unwrap();
+        assert_eq!(items.len(), docs.len());
+        for (i, ((op, index), item)) in docs.iter().zip(items).enumerate() {
+            let item = item.as_object().unwrap();
+            assert_eq!(item.keys().collect::<Vec<_>>(), [op], "{i}");
+            assert_eq!(item[*op]["_index"], *index, "{i}");
+            assert_eq!(item[*op]["_id"], format!("i{i}"), "{i}");
+            assert_eq!(item[*op]["status"], 201, "{i}");
+        }
+    }
+
+    #[test]
     fn malformed_action_refuses_the_request() {
         let d = decoder("");
         for body in [
@@ -979,13 +1140,41 @@ mod tests {
     #[test]
     fn made_ids_are_hex_and_distinct() {
         let ids = IdMaker::new();
-        let (a, b) = (ids.make(), ids.make());
+        let (x, y) = (ids.block(), ids.block());
+        assert_eq!(
+            (x.end, y.start, y.end - y.start),
+            (ID_BLOCK, ID_BLOCK, ID_BLOCK)
+        );
+        let (a, b) = (ids.make(x.start), ids.make(x.start + 1));
         assert_ne!(a, b);
         assert!(a
             .iter()
             .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()));
         assert_eq!(&a[..8], &b[..8]);
         assert_eq!(&b[8..], b"000000000001");
+        assert_eq!(&ids.make(y.start)[8..], b"000000000100");
+
+        // Through requests: every document sent without an id gets its
+        // own, past a block's end and across requests.
+        let d = decoder("");
+        let mut seen = std::collections::HashSet::new();
+        for docs in [300, 5] {
+            let body: String = (0..docs)
+                .map(|i| format!("{{\"index\":{{}}}}\n{{\"n\":{i}}}\n"))
+                .collect();
+            let (events, answer) = d
+                .bulk(Some("i".into()), &Body::from(Bytes::from(body)))
+                .unwrap();
+            assert_eq!(events[0].count, docs);
+            let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+            for item in answer["items"].as_array().unwrap() {
+                let id = item["index"]["_id"].as_str().unwrap();
+                assert_eq!(id.len(), 20);
+                assert_eq!(item["index"]["status"], 201);
+                assert!(seen.insert(id.to_owned()), "{id} twice");
+            }
+        }
+        assert_eq!(seen.len(), 305);
     }
 
     #[test]
