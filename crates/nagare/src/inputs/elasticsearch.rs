@@ -516,7 +516,10 @@ impl Bulk<'_> {
             None => {
                 let (op, meta) = self.slow_action(line, malformed)?;
                 // Not borrowed from the line: these are rare.
-                let (index, id) = (meta.index.map(Cow::into_owned), meta.id.map(Cow::into_owned));
+                let (index, id) = (
+                    meta.index.map(Cow::into_owned),
+                    meta.id.map(Cow::into_owned),
+                );
                 return self.pending(op, index.as_deref(), id.as_deref());
             }
         };

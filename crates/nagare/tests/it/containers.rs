@@ -656,8 +656,8 @@ fn docker_engine_fluentd_and_json_file_drivers_into_nagare() {
     docker.wait_events(
         total,
         || {
-            let lines: Vec<String> = receiver.stdout().lines().map(String::from).collect();
-            events(&lines)
+            // While nagare writes, the last line may be in part.
+            events(&receiver.stdout_lines())
                 .iter()
                 .map(|e| e["tag"].as_str().unwrap_or("?").to_string())
                 .collect()

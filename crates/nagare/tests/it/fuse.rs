@@ -61,8 +61,8 @@ fn sh(script: &str) {
 
 /// (tag, message, path) of each JSON line on stdout.
 fn stdout_events(n: &Daemon) -> Vec<(String, String, String)> {
-    n.stdout()
-        .lines()
+    n.stdout_lines()
+        .iter()
         .map(|l| {
             let v: serde_json::Value = serde_json::from_str(l).unwrap();
             (

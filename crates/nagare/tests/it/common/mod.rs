@@ -614,9 +614,17 @@ impl Daemon {
     /// Waits until stdout holds `n` lines.
     pub fn wait_stdout_lines(&self, n: usize) -> Vec<String> {
         wait_until(WAIT, &format!("{n} lines on nagare's stdout"), || {
-            self.stdout().lines().count() >= n
+            self.stdout_lines().len() >= n
         });
-        self.stdout().lines().map(String::from).collect()
+        self.stdout_lines()
+    }
+
+    /// The lines nagare has written whole to stdout so far: a line still
+    /// being written (read from the pipe in part) is left out.
+    pub fn stdout_lines(&self) -> Vec<String> {
+        let out = self.stdout();
+        let whole = out.rfind('\n').map_or(0, |i| i + 1);
+        out[..whole].lines().map(String::from).collect()
     }
 
     pub fn metrics(&self) -> String {
