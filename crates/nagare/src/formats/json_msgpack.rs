@@ -226,11 +226,10 @@ fn stops(w: u64) -> u64 {
 /// or a control character), and a bit for each non-ASCII one.
 #[cfg(target_arch = "x86_64")]
 #[inline]
-fn stops16(b: &[u8]) -> (u32, u32) {
+fn stops16(b: &[u8; 16]) -> (u32, u32) {
     use std::arch::x86_64::*;
-    assert!(b.len() >= 16);
     // SAFETY: SSE2 is part of every x86_64 CPU; the load reads the 16
-    // bytes of `b` checked above (unaligned load).
+    // bytes of `b` (unaligned load).
     unsafe {
         let v = _mm_loadu_si128(b.as_ptr().cast());
         let quote = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
@@ -640,8 +639,8 @@ impl<'j> Reader<'j> {
             // strings: this loop was half of the beats input's string
             // reading with 8-byte words alone).
             let mut high16 = 0u32;
-            while i + 16 <= b.len() {
-                let (stop, hi) = stops16(&b[i..i + 16]);
+            while let Some(block) = b.get(i..i + 16).and_then(|s| <&[u8; 16]>::try_from(s).ok()) {
+                let (stop, hi) = stops16(block);
                 if stop != 0 {
                     let at = stop.trailing_zeros();
                     let before = hi & ((1u32 << at) - 1);
